@@ -1,0 +1,166 @@
+"""Synthetic process images in the mem-trace layout, version 1.
+
+Written from docs/LAYOUT.md with its own struct formats and constants, not with
+the decoder's, so a misreading of the contract in one does not hide in both.
+"""
+
+import struct
+from collections import defaultdict
+
+from mem_trace_gdb.layout import Inaccessible
+
+
+class Image:
+    """Sparse memory: separate mappings with unmapped gaps between them."""
+
+    def __init__(self, base=0x5000_0000):
+        self.maps = []  # [(start, bytearray)]
+        self.next = base
+        self.reads = []  # (addr, n) of every read, for tests on what was read
+
+    def map(self, size, align=16):
+        """A fresh zeroed mapping; a 64 KiB hole follows it so overreads fail."""
+        addr = (self.next + align - 1) // align * align
+        self.maps.append((addr, bytearray(size)))
+        self.next = addr + max(size, 1) + 0x10000
+        return addr
+
+    def _find(self, addr, n):
+        for start, buf in self.maps:
+            if start <= addr and addr + n <= start + len(buf):
+                return start, buf
+        return None, None
+
+    def write(self, addr, data):
+        start, buf = self._find(addr, len(data))
+        assert buf is not None, f"write outside mappings at {addr:#x}"
+        buf[addr - start : addr - start + len(data)] = data
+
+    def write_u64(self, addr, value):
+        self.write(addr, struct.pack("<Q", value))
+
+    def write_u32(self, addr, value):
+        self.write(addr, struct.pack("<I", value))
+
+    def read(self, addr, n):
+        self.reads.append((addr, n))
+        start, buf = self._find(addr, n)
+        if buf is None:
+            raise Inaccessible(addr, n, detail="unmapped in the test image")
+        return bytes(buf[addr - start : addr - start + n])
+
+
+def shard_of(region):
+    return ((region * 0x9E3779B97F4A7C15) % 2**64) >> 57
+
+
+class TraceBuilder:
+    """Collects blocks, stacks and threads, then lays them out like the tracer."""
+
+    def __init__(self, capacity=16):
+        self.capacity = capacity
+        self.blocks = []  # (addr, size, thread, seq, stack)
+        self.tombstones = defaultdict(int)  # shard -> count
+        self.stacks = []
+        self.threads = []
+        self.next_seq = 1
+        self.flags = 1
+        self.untracked = 0
+
+    def add_stack(self, frames):
+        self.stacks.append(list(frames))
+        return len(self.stacks)
+
+    def add_thread(self, tid, name="", exited=False):
+        self.threads.append((tid, 1 if exited else 0, name.encode()))
+        return len(self.threads)
+
+    def add_block(self, addr, size, thread=1, stack=0, seq=None):
+        if seq is None:
+            seq = self.next_seq
+        self.next_seq = max(self.next_seq, seq + 1)
+        self.blocks.append((addr, size, thread, seq, stack))
+        return seq
+
+    def add_tombstones(self, shard, n):
+        self.tombstones[shard] += n
+
+    @staticmethod
+    def shard_for(addr, size):
+        return 128 if size > 65536 else shard_of(addr >> 16)
+
+    def build(self, image=None):
+        """Lay everything out; returns (image, header address, {name: address})."""
+        img = image or Image()
+        where = {}
+        header = img.map(128)
+        where["header"] = header
+
+        per_shard = defaultdict(list)
+        for b in self.blocks:
+            per_shard[self.shard_for(b[0], b[1])].append(b)
+
+        shards = img.map(129 * 64)
+        where["shards"] = shards
+        for index in range(129):
+            entries = per_shard.get(index, [])
+            tomb = self.tombstones.get(index, 0)
+            if not entries and not tomb:
+                continue
+            cap = self.capacity
+            while cap < 2 * (len(entries) + tomb):
+                cap *= 2
+            array = img.map(16 + 24 * cap)
+            where[f"array{index}"] = array
+            img.write_u64(array, cap)
+            used = set()
+
+            def place(addr_word, w1, w2):
+                pos = (addr_word * 0x9E3779B97F4A7C15 % 2**64) >> 40 & (cap - 1)
+                while pos in used:
+                    pos = (pos + 1) & (cap - 1)
+                used.add(pos)
+                img.write(array + 16 + 24 * pos, struct.pack("<QQQ", addr_word, w1, w2))
+
+            live_bytes = 0
+            for addr, size, thread, seq, stack in entries:
+                place(addr, min(size, 2**40 - 1) | thread << 40, seq | stack << 40)
+                live_bytes += size
+            for k in range(tomb):
+                # Tombstones keep stale fields that must be ignored.
+                place(1, 0xFFFF | 5 << 40, 77 | 3 << 40)
+            img.write(
+                shards + 64 * index,
+                struct.pack("<IIQQQQ", 0, 0, array, len(entries), tomb, live_bytes),
+            )
+
+        stacks = img.map(16 + 8 * 256)
+        where["stacks"] = stacks
+        img.write(stacks, struct.pack("<QII", len(self.stacks), 16, 256))
+        if self.stacks:
+            chunk = img.map(8 * 65536)
+            img.write_u64(stacks + 16, chunk)
+            for i, frames in enumerate(self.stacks, start=1):
+                rec = img.map(8 + 8 * len(frames), align=8)
+                img.write(rec, struct.pack(f"<Q{len(frames)}Q", len(frames), *frames))
+                img.write_u64(chunk + 8 * i, rec)
+                where[f"stack{i}"] = rec
+
+        threads = img.map(16 + 8 * 4096)
+        where["threads"] = threads
+        img.write(threads, struct.pack("<QII", len(self.threads), 12, 4096))
+        if self.threads:
+            chunk = img.map(32 * 4096)
+            img.write_u64(threads + 16, chunk)
+            for i, (tid, flags, name) in enumerate(self.threads, start=1):
+                img.write(chunk + 32 * i, struct.pack("<II16s8x", tid, flags, name[:16]))
+
+        img.write(
+            header,
+            struct.pack(
+                "<8sIIIIII7Q40x",
+                b"MEMTRACE", 1, 128, 24, 64, 129, 16,
+                shards, stacks, threads, 0, self.next_seq, self.flags, self.untracked,
+            ),
+        )
+        return img, header, where
