@@ -1,0 +1,552 @@
+//! Shared harness of the integration tests: builds the tracer once, compiles fixtures, runs
+//! programs plain and under `LD_PRELOAD`, and runs fixture-embedded gdb scripts.
+//!
+//! Every child process runs in its own process group with a hard timeout: a hang fails the
+//! test with the output so far instead of stalling the suite. Outputs go to files next to the
+//! fixture binary (`target/mem-trace-tests/<fixture>/`), so a failure can be inspected and
+//! rerun by hand; each failure message prints the exact command line.
+//!
+//! gdb missing is a failure, not a skip: `.ci/run` installs it.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+pub mod script;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use script::Substitutions;
+
+/// Hard limit for one gdb session (start-up, symbol loading, the script, the kill at exit).
+pub const GDB_TIMEOUT: Duration = Duration::from_secs(90);
+/// Hard limit for one plain or preloaded run of a fixture or a real program.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Cargo's target directory: `$CARGO_TARGET_DIR` (relative to the package) or `target/`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => manifest_dir().join(dir),
+        _ => manifest_dir().join("target"),
+    }
+}
+
+/// The fixtures' sources.
+pub fn fixtures_dir() -> PathBuf {
+    manifest_dir().join("tests").join("fixtures")
+}
+
+/// Builds `libmem_trace.so` (release, `tracer` feature) once per test process and returns it.
+pub fn library() -> &'static Path {
+    static LIBRARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match LIBRARY.get_or_init(build_library) {
+        Ok(path) => path,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+fn build_library() -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.args(["build", "--release", "--features", "tracer", "--lib"])
+        .current_dir(manifest_dir());
+    let shown = format!("cd {} && {}", quote(manifest_dir()), render(&cmd));
+    let out = cmd
+        .output()
+        .map_err(|e| format!("mem-trace tests: cannot run `{shown}`: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "mem-trace tests: building the tracer failed ({}):\n  {shown}\n----- cargo stderr -----\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let so = target_dir().join("release").join("libmem_trace.so");
+    if !so.is_file() {
+        return Err(format!(
+            "mem-trace tests: `{shown}` succeeded but {} does not exist",
+            so.display()
+        ));
+    }
+    Ok(so)
+}
+
+/// A compiled fixture.
+#[derive(Debug, Clone)]
+pub struct Fixture {
+    /// File stem, e.g. `hooks` for `tests/fixtures/hooks.c`.
+    pub name: String,
+    /// Absolute path of the source (the path compiled into the debug info).
+    pub src: PathBuf,
+    /// `target/mem-trace-tests/<name>/`: binary, gdb scripts, logs.
+    pub dir: PathBuf,
+    /// The executable.
+    pub bin: PathBuf,
+}
+
+/// Flags for C fixtures: debug info, optimised enough that frame pointers are gone (so the
+/// tracer must unwind with CFI), small helpers not inlined behind our back.
+pub const C_FLAGS: &[&str] = &[
+    "-g",
+    "-O1",
+    "-fomit-frame-pointer",
+    "-fno-inline-small-functions",
+    "-Wall",
+];
+
+fn compile_once(file: &str, compile: impl FnOnce(&Path, &Path, &Path) -> Command) -> Fixture {
+    static COMPILED: Mutex<Option<HashMap<String, Fixture>>> = Mutex::new(None);
+    let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+    let map = compiled.get_or_insert_with(HashMap::new);
+    if let Some(f) = map.get(file) {
+        return f.clone();
+    }
+    let src = fixtures_dir().join(file);
+    assert!(src.is_file(), "no fixture {}", src.display());
+    let name = Path::new(file)
+        .file_stem()
+        .and_then(OsStr::to_str)
+        .expect("fixture file name")
+        .to_string();
+    let dir = target_dir().join("mem-trace-tests").join(&name);
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let bin = dir.join(&name);
+    let mut cmd = compile(&src, &bin, &dir);
+    let shown = render(&cmd);
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `{shown}`: {e}"));
+    assert!(
+        out.status.success(),
+        "compiling fixture failed ({}):\n  {shown}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fixture = Fixture {
+        name,
+        src,
+        dir,
+        bin,
+    };
+    map.insert(file.to_string(), fixture.clone());
+    fixture
+}
+
+/// Compiles `tests/fixtures/<file>` (C) with [`C_FLAGS`] plus `extra` (e.g. `-pthread`).
+pub fn c_fixture(file: &str, extra: &[&str]) -> Fixture {
+    compile_once(file, |src, bin, _| {
+        let mut cmd = Command::new("gcc");
+        cmd.args(C_FLAGS).args(extra).arg("-o").arg(bin).arg(src);
+        cmd
+    })
+}
+
+/// Compiles `tests/fixtures/<file>` (C) into a shared library `<dir>/lib<stem>.so`.
+pub fn c_shared_library(file: &str) -> Fixture {
+    compile_once(file, |src, _, dir| {
+        let stem = src.file_stem().and_then(OsStr::to_str).unwrap();
+        let mut cmd = Command::new("gcc");
+        cmd.args(C_FLAGS)
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(dir.join(format!("lib{stem}.so")))
+            .arg(src);
+        cmd
+    })
+    .with_bin_as_library()
+}
+
+impl Fixture {
+    fn with_bin_as_library(mut self) -> Self {
+        self.bin = self.dir.join(format!("lib{}.so", self.name));
+        self
+    }
+}
+
+/// Compiles `tests/fixtures/<file>` (Rust) with debug info and no optimisation.
+pub fn rust_fixture(file: &str) -> Fixture {
+    compile_once(file, |src, bin, _| {
+        let mut cmd = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()));
+        cmd.args(["-g", "-C", "opt-level=0", "--edition", "2021", "-o"])
+            .arg(bin)
+            .arg(src);
+        cmd
+    })
+}
+
+/// What a finished child did.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// The command line, ready to paste into a shell.
+    pub command: String,
+    pub elapsed: Duration,
+}
+
+impl Output {
+    /// A readable account of the run, for assertion messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "command: {}\nstatus: {} after {:.1?}\n----- stdout -----\n{}----- stderr -----\n{}------------------\n",
+            self.command,
+            describe_status(self.status),
+            self.elapsed,
+            self.stdout,
+            self.stderr
+        )
+    }
+
+    pub fn success(&self) -> bool {
+        self.status.success()
+    }
+}
+
+pub fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        _ => format!("{status}"),
+    }
+}
+
+/// Runs `cmd` in its own process group, stdout and stderr to `<log_base>.stdout`/`.stderr`
+/// (or both to `<log_base>.log` when `combined`), with stdin from `stdin` or `/dev/null`.
+/// Past `timeout` the whole process group is killed and the test fails with the output so far.
+pub fn run_with_timeout(
+    mut cmd: Command,
+    log_base: &Path,
+    combined: bool,
+    stdin: Option<&Path>,
+    timeout: Duration,
+    what: &str,
+) -> Output {
+    let command = render(&cmd);
+    let (out_path, err_path) = if combined {
+        let p = log_base.with_extension("log");
+        (p.clone(), p)
+    } else {
+        (
+            log_base.with_extension("stdout"),
+            log_base.with_extension("stderr"),
+        )
+    };
+    let out_file =
+        File::create(&out_path).unwrap_or_else(|e| panic!("create {}: {e}", out_path.display()));
+    let err_file = if combined {
+        out_file.try_clone().expect("dup log file")
+    } else {
+        File::create(&err_path).unwrap_or_else(|e| panic!("create {}: {e}", err_path.display()))
+    };
+    let stdin = match stdin {
+        Some(p) => {
+            Stdio::from(File::open(p).unwrap_or_else(|e| panic!("open {}: {e}", p.display())))
+        }
+        None => Stdio::null(),
+    };
+    cmd.stdin(stdin)
+        .stdout(out_file)
+        .stderr(err_file)
+        .process_group(0);
+    let start = Instant::now();
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "{what}: `{}` not found on PATH ({e}); install it (.ci/run does): the tests need it, they do not skip without it",
+            cmd.get_program().to_string_lossy()
+        ),
+        Err(e) => panic!("{what}: cannot run `{command}`: {e}"),
+    };
+    let read = |p: &Path| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            let stdout = read(&out_path);
+            let stderr = if combined {
+                String::new()
+            } else {
+                read(&err_path)
+            };
+            return Output {
+                status,
+                stdout,
+                stderr,
+                command,
+                elapsed: start.elapsed(),
+            };
+        }
+        if start.elapsed() > timeout {
+            // SAFETY: plain syscall; the child leads its own process group (process_group(0)),
+            // so -pid names exactly the group we created.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.kill();
+            let _ = child.wait();
+            let mut msg = format!(
+                "{what} did not return within {} s; killed its process group.\n  rerun: {command}\n",
+                timeout.as_secs_f64()
+            );
+            let _ = write!(
+                msg,
+                "----- output so far ({}) -----\n{}",
+                out_path.display(),
+                read(&out_path)
+            );
+            if !combined {
+                let _ = write!(msg, "----- stderr so far -----\n{}", read(&err_path));
+            }
+            panic!("{msg}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How to run a program for a plain-vs-preloaded comparison.
+#[derive(Debug, Clone, Default)]
+pub struct Job {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub stdin: Option<PathBuf>,
+    /// Directory for the logs; defaults to the program's directory.
+    pub log_dir: Option<PathBuf>,
+    /// Log file base name, e.g. `sqlite`.
+    pub label: String,
+}
+
+impl Job {
+    pub fn new(program: impl Into<PathBuf>, label: &str) -> Self {
+        Job {
+            program: program.into(),
+            label: label.to_string(),
+            ..Job::default()
+        }
+    }
+
+    pub fn fixture(f: &Fixture) -> Self {
+        Job::new(&f.bin, &f.name)
+    }
+
+    /// Runs the job, with `LD_PRELOAD` set to the tracer when `preload`.
+    pub fn run(&self, preload: bool) -> Output {
+        let dir = self
+            .log_dir
+            .clone()
+            .or_else(|| self.program.parent().map(Path::to_path_buf))
+            .expect("log dir");
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args);
+        cmd.env_remove("LD_PRELOAD");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        if preload {
+            cmd.env("LD_PRELOAD", library());
+        }
+        let suffix = if preload { "preload" } else { "plain" };
+        let log_base = dir.join(format!("{}.{suffix}", self.label));
+        let what = format!("{} ({suffix})", self.label);
+        run_with_timeout(
+            cmd,
+            &log_base,
+            false,
+            self.stdin.as_deref(),
+            RUN_TIMEOUT,
+            &what,
+        )
+    }
+
+    /// Runs plain, then preloaded; asserts both succeed with identical stdout.
+    /// Returns the preloaded run for further checks.
+    pub fn assert_same_with_preload(&self) -> Output {
+        let plain = self.run(false);
+        assert!(
+            plain.success(),
+            "{}: the program fails even without the tracer:\n{}",
+            self.label,
+            plain.describe()
+        );
+        let traced = self.run(true);
+        assert!(
+            traced.success(),
+            "{}: fails under LD_PRELOAD={} but not without it\n{}\n----- plain run -----\n{}",
+            self.label,
+            library().display(),
+            traced.describe(),
+            plain.describe()
+        );
+        assert!(
+            plain.stdout == traced.stdout,
+            "{}: stdout differs under the tracer\n{}\n----- plain run -----\n{}",
+            self.label,
+            traced.describe(),
+            plain.describe()
+        );
+        traced
+    }
+}
+
+/// Result of a gdb session.
+#[derive(Debug)]
+pub struct GdbRun {
+    /// gdb's stdout and stderr interleaved (the inferior's output included).
+    pub output: String,
+    /// `cd <dir> && gdb -nx -batch -x <script> <bin>`.
+    pub rerun: String,
+    pub elapsed: Duration,
+}
+
+/// Written at the top of every generated script: output that does not depend on the terminal.
+const GDB_PRELUDE: &str = "\
+set pagination off
+set width 0
+set height 0
+set confirm off
+set debuginfod enabled off
+";
+
+/// Runs the fixture's gdb script `script` (see [`script`]) and matches its checks; panics
+/// with the fixture's file:line of the first missing check and the whole output.
+pub fn run_gdb_script(fixture: &Fixture, script: &str) -> GdbRun {
+    let text = fs::read_to_string(&fixture.src).expect("read fixture");
+    let source = script::parse(&fixture.src, &text).unwrap_or_else(|e| panic!("{e}"));
+    let s = source.script(script).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        !s.commands.is_empty(),
+        "{}: script {script:?} has no gdb-command",
+        fixture.src.display()
+    );
+    let subs = Substitutions {
+        so: library().display().to_string(),
+        src: fixture.src.display().to_string(),
+        dir: fixture.dir.display().to_string(),
+        bin: fixture.bin.display().to_string(),
+    };
+    let expand = |d| {
+        source
+            .substitute(d, &subs)
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let mut file = format!(
+        "# generated by the mem-trace test harness from {} (script {script:?})\n{GDB_PRELUDE}",
+        fixture.src.display()
+    );
+    for d in &s.commands {
+        file.push_str(&expand(d));
+        file.push('\n');
+    }
+    let checks: Vec<String> = s.checks.iter().map(expand).collect();
+
+    let stem = if script.is_empty() {
+        fixture.name.clone()
+    } else {
+        format!("{}.{script}", fixture.name)
+    };
+    let script_path = fixture.dir.join(format!("{stem}.gdb"));
+    fs::write(&script_path, file).expect("write gdb script");
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-nx", "-batch", "-x"])
+        .arg(&script_path)
+        .arg(&fixture.bin)
+        .current_dir(&fixture.dir)
+        .env_remove("LD_PRELOAD");
+    let rerun = format!("cd {} && {}", quote(&fixture.dir), render(&cmd));
+    let out = run_with_timeout(
+        cmd,
+        &fixture.dir.join(format!("{stem}.gdb-out")),
+        true,
+        None,
+        GDB_TIMEOUT,
+        &format!("gdb (rerun: {rerun})"),
+    );
+    let run = GdbRun {
+        output: out.stdout,
+        rerun,
+        elapsed: out.elapsed,
+    };
+    if let Err(mismatch) = script::match_checks(&run.output, &checks) {
+        panic!(
+            "{}rerun: {}\n",
+            script::describe_mismatch(&source, s, &checks, &mismatch, &run.output),
+            run.rerun
+        );
+    }
+    run
+}
+
+impl GdbRun {
+    /// The output between the lines `start` and `end` (exclusive), e.g. two `echo` markers.
+    pub fn between(&self, start: &str, end: &str) -> &str {
+        let from = self
+            .output
+            .find(start)
+            .map(|i| i + start.len())
+            .unwrap_or_else(|| panic!("no `{start}` in gdb output\n{}", self.report()));
+        let to = self.output[from..]
+            .find(end)
+            .map(|i| from + i)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no `{end}` after `{start}` in gdb output\n{}",
+                    self.report()
+                )
+            });
+        &self.output[from..to]
+    }
+
+    /// The whole output and how to rerun, for assertion messages.
+    pub fn report(&self) -> String {
+        format!(
+            "rerun: {}\n----- gdb output -----\n{}----- end of gdb output -----",
+            self.rerun, self.output
+        )
+    }
+}
+
+/// Shell-quotes one word if it needs it.
+pub fn quote(word: impl AsRef<OsStr>) -> String {
+    let s = word.as_ref().to_string_lossy();
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:+,@%".contains(c))
+    {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// A command as a shell line: explicit environment first, then program and arguments.
+pub fn render(cmd: &Command) -> String {
+    let mut words = Vec::new();
+    let envs: Vec<_> = cmd.get_envs().collect();
+    if !envs.is_empty() {
+        words.push("env".to_string());
+        for (k, v) in envs {
+            match v {
+                Some(v) => words.push(quote(format!(
+                    "{}={}",
+                    k.to_string_lossy(),
+                    v.to_string_lossy()
+                ))),
+                None => {
+                    words.push("-u".into());
+                    words.push(quote(k));
+                }
+            }
+        }
+    }
+    words.push(quote(cmd.get_program()));
+    words.extend(cmd.get_args().map(quote));
+    words.join(" ")
+}
