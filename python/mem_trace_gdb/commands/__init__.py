@@ -1,0 +1,31 @@
+"""The gdb commands, one module each; `register()` instantiates them."""
+
+import gdb
+
+from .. import symbolize
+from . import info, why
+
+COMMANDS = (why.WhyCommand, info.InfoCommand)
+
+_connected = []
+
+
+def register():
+    """Create every command and connect the symbol-cache invalidation."""
+    for command in COMMANDS:
+        # gdb replaces a command of the same name, so sourcing twice is harmless.
+        command()
+    if not _connected:
+        for registry in (gdb.events.new_objfile, gdb.events.clear_objfiles):
+            registry.connect(symbolize.clear_cache)
+            _connected.append(registry)
+
+
+def unregister():
+    """Disconnect event handlers so a reloaded copy does not leave stale ones."""
+    while _connected:
+        registry = _connected.pop()
+        try:
+            registry.disconnect(symbolize.clear_cache)
+        except (ValueError, RuntimeError):
+            pass

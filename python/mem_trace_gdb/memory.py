@@ -1,0 +1,103 @@
+"""Reading the traced process from gdb: live or from a core file, never calling in.
+
+Calling into a stopped process can deadlock on any lock a stopped thread holds
+(docs: DESIGN.md fact 3), so everything here is `read_memory` and symbol lookup.
+"""
+
+from __future__ import annotations
+
+import re
+
+import gdb
+
+from .layout import Inaccessible, MemTraceError, NotLoaded, Tracer
+
+HEADER_SYMBOL = "MEM_TRACE_HEADER"
+
+PRELOAD_HINT = (
+    "mem-trace is not loaded in this process (run it with "
+    "LD_PRELOAD=/path/to/libmem_trace.so, or in gdb: "
+    "set exec-wrapper env LD_PRELOAD=/path/to/libmem_trace.so)"
+)
+
+
+class NoProcess(MemTraceError):
+    """gdb has neither a live process nor a core file."""
+
+
+class InferiorReader:
+    """The layout's memory reader over a gdb inferior."""
+
+    def __init__(self, inferior: "gdb.Inferior"):
+        self.inferior = inferior
+
+    def read(self, addr: int, n: int) -> bytes:
+        """Exactly ``n`` bytes at ``addr``, or Inaccessible."""
+        try:
+            return bytes(self.inferior.read_memory(addr, n))
+        except (gdb.MemoryError, gdb.error, OverflowError, ValueError) as e:
+            # A core file only holds what the kernel dumped; a live process may
+            # have unmapped it. Both are "cannot read", not a bug here.
+            raise Inaccessible(addr, n, detail=str(e).splitlines()[0] if str(e) else "") from e
+
+
+def require_process() -> "gdb.Inferior":
+    """The selected inferior if it has a process or a core file."""
+    inferior = gdb.selected_inferior()
+    if inferior is None or inferior.pid == 0:
+        raise NoProcess("no process and no core file")
+    return inferior
+
+
+def _language_c():
+    """Context manager: evaluate under `set language c`, then restore the user's setting."""
+
+    class _Lang:
+        def __enter__(self):
+            self.saved = gdb.parameter("language")
+            if self.saved != "c":
+                gdb.execute("set language c", to_string=True)
+            return self
+
+        def __exit__(self, *exc):
+            if self.saved != "c":
+                gdb.execute(f"set language {self.saved}", to_string=True)
+            return False
+
+    return _Lang()
+
+
+_INFO_ADDRESS = re.compile(r"\bis at (0x[0-9a-fA-F]+)")
+
+
+def header_address() -> int:
+    """Address of MEM_TRACE_HEADER in the selected inferior, or NotLoaded.
+
+    The symbol is a data symbol of the preloaded .so, usually without a debug-info
+    type (release builds, stripped builds keep only the dynamic symbol). In C,
+    `&sym` of such a minimal symbol is fine; in Rust or C++ frames it may not be,
+    hence the temporary language switch. `info address` is the fallback.
+    """
+    try:
+        with _language_c():
+            value = gdb.parse_and_eval(f"(unsigned long)&{HEADER_SYMBOL}")
+        addr = int(value)
+        if addr:
+            return addr
+    except gdb.error:
+        pass
+    try:
+        text = gdb.execute(f"info address {HEADER_SYMBOL}", to_string=True)
+    except gdb.error:
+        text = ""
+    m = _INFO_ADDRESS.search(text)
+    if m:
+        return int(m.group(1), 16)
+    raise NotLoaded(PRELOAD_HINT)
+
+
+def open_tracer() -> Tracer:
+    """A fresh decoder over the selected inferior (header validated)."""
+    inferior = require_process()
+    address = header_address()
+    return Tracer.open(InferiorReader(inferior), address)

