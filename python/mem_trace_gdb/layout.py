@@ -550,7 +550,7 @@ class Tracer:
         return Stack(stack_id, frames)
 
     def thread(self, index: int) -> Optional[Thread]:
-        """Thread record ``index``; None for 0 ("unknown") or an unpublished record."""
+        """Thread record ``index``; None for 0 ("unknown") or an unpublished record (tid 0)."""
         if index == 0 or not self.header.threads:
             return None
         count = self.thread_count()
@@ -566,6 +566,10 @@ class Tracer:
         offset = (index & ((1 << THREAD_CHUNK_BITS) - 1)) * THREAD_RECORD_SIZE
         raw = self._read(chunk + offset, THREAD_RECORD_SIZE, f"thread record {index}")
         tid, flags, name = self._THREAD.unpack(raw)
+        if tid == 0:
+            # The tracer stores tid last (release): 0 is a record still being
+            # written when the process stopped, and never a real kernel tid.
+            return None
         name = name.split(b"\0", 1)[0].decode("utf-8", "replace")
         return Thread(index=index, tid=tid, exited=bool(flags & 1), name=name)
 

@@ -203,6 +203,26 @@ class FindBlockTests(Fixture):
         self.assertTrue(all(a in allowed for a, _ in self.img.reads), self.img.reads)
 
 
+class ScaleTests(Fixture):
+    def test_big_shard_is_fast(self):
+        """200k blocks in one 64 KiB-region stride: one shard of 2^19 slots, decoded quickly."""
+        import time
+
+        b = TraceBuilder()
+        r = HEAP >> 16
+        same = [k for k in range(r, r + 400000) if shard_of(k) == shard_of(r)][:2000]
+        for k in same:
+            for j in range(100):
+                b.add_block((k << 16) + 32 * j, 24, seq=len(b.blocks) + 1)
+        t = self.build(b)
+        start = time.perf_counter()
+        target = (same[-1] << 16) + 32 * 99 + 5
+        m = t.find_block(target)
+        elapsed = time.perf_counter() - start
+        self.assertEqual((m.relation, m.offset, m.block.size), ("inside", 5, 24))
+        self.assertLess(elapsed, 2.0)
+
+
 class BitfieldTests(Fixture):
     def test_extremes(self):
         b = TraceBuilder()
@@ -250,6 +270,11 @@ class StackThreadTests(Fixture):
         th = t.thread(self.t_worker)
         self.assertEqual((th.tid, th.name, th.exited), (4243, "worker-with-a-lo", True))
         self.assertIsNone(t.thread(0))
+
+    def test_unpublished_thread_is_none(self):
+        b = TraceBuilder()
+        b.add_thread(0, "half-written")
+        self.assertIsNone(self.build(b).thread(1))
 
     def test_out_of_range_ids(self):
         t = self.standard()
