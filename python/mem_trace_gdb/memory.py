@@ -20,6 +20,11 @@ PRELOAD_HINT = (
     "set exec-wrapper env LD_PRELOAD=/path/to/libmem_trace.so)"
 )
 
+CORE_HINT = (
+    "mem-trace is not loaded in this core file, or gdb did not find its shared "
+    "libraries (check `info sharedlibrary`; set sysroot / solib-search-path)"
+)
+
 
 class NoProcess(MemTraceError):
     """gdb has neither a live process nor a core file."""
@@ -38,7 +43,18 @@ class InferiorReader:
         except (gdb.MemoryError, gdb.error, OverflowError, ValueError) as e:
             # A core file only holds what the kernel dumped; a live process may
             # have unmapped it. Both are "cannot read", not a bug here.
-            raise Inaccessible(addr, n, detail=str(e).splitlines()[0] if str(e) else "") from e
+            detail = str(e).splitlines()[0] if str(e) else ""
+            if _is_core(self.inferior):
+                detail += (
+                    " (the core file lacks it: mem-trace's tables are anonymous private"
+                    " memory, dumped when bit 0 of /proc/PID/coredump_filter is set)"
+                )
+            raise Inaccessible(addr, n, detail=detail.strip()) from e
+
+
+def _is_core(inferior: "gdb.Inferior") -> bool:
+    connection = getattr(inferior, "connection", None)  # gdb >= 13
+    return connection is not None and connection.type == "core"
 
 
 def require_process() -> "gdb.Inferior":
@@ -93,6 +109,8 @@ def header_address() -> int:
     m = _INFO_ADDRESS.search(text)
     if m:
         return int(m.group(1), 16)
+    if _is_core(gdb.selected_inferior()):
+        raise NotLoaded(CORE_HINT)
     raise NotLoaded(PRELOAD_HINT)
 
 
