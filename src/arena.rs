@@ -1,0 +1,352 @@
+//! The tracer's own allocator: the cdylib's `#[global_allocator]`.
+//!
+//! Everything the tracer allocates (tables, interned stacks, the unwinder's module list) comes
+//! from anonymous `mmap`, never from the hooked `malloc` nor from glibc's heap. Two reasons:
+//! a hook that called `malloc` would recurse into itself, and a thread that gdb stopped inside
+//! glibc's allocator holds an arena lock that would block the tracer (DESIGN.md, fact 3).
+//! Anonymous private mappings are also what a default core dump keeps, so the gdb reader finds
+//! the tables in a core.
+//!
+//! Layout of the algorithm:
+//! - requests up to 32 KiB go to one of 22 size classes (powers of two and their 1.5x
+//!   midpoints), each a free list plus a bump pointer into 1 MiB chunks, behind a spin lock;
+//! - larger requests, or alignments above a page, are their own `mmap`;
+//! - while a thread runs `print_trace` (see [`ScratchScope`]) its requests come from a scratch
+//!   region instead, a bump allocator that takes no lock at all and is emptied when
+//!   `print_trace` returns; frees into it are no-ops. That keeps `print_trace` from waiting on
+//!   a class lock held by a thread gdb has stopped.
+
+use crate::guard;
+use crate::sync::SpinLock;
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+const PAGE: usize = 4096;
+const CHUNK: usize = 1 << 20;
+const SMALL_MAX: usize = 32 << 10;
+
+/// Block sizes of the small classes. Powers of two give naturally aligned blocks (a chunk is
+/// page-aligned and carved from its start), which is how alignments up to a page are served.
+const CLASSES: [usize; 22] = [
+    16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
+    12288, 16384, 24576, 32768,
+];
+
+/// Bytes the tracer has mapped for itself (chunks and large blocks), for `MEM_TRACE_STATS`.
+pub static MAPPED: AtomicUsize = AtomicUsize::new(0);
+/// The highest value [`MAPPED`] has reached.
+pub static PEAK_MAPPED: AtomicUsize = AtomicUsize::new(0);
+
+struct Class {
+    /// Head of the free list (a block's first word links to the next), as an address.
+    free: usize,
+    /// Next unused byte of the current chunk, and its end.
+    bump: usize,
+    end: usize,
+}
+
+static CLASS_STATE: [SpinLock<Class>; 22] = [const {
+    SpinLock::new(Class {
+        free: 0,
+        bump: 0,
+        end: 0,
+    })
+}; 22];
+
+/// The global allocator of the cdylib.
+pub struct Arena;
+
+fn class_for(layout: Layout) -> Option<usize> {
+    let size = layout.size().max(1);
+    let align = layout.align();
+    if align > PAGE || size > SMALL_MAX {
+        return None;
+    }
+    if align <= 16 {
+        return CLASSES.iter().position(|&c| c >= size);
+    }
+    let want = size.max(align).next_power_of_two();
+    CLASSES.iter().position(|&c| c == want)
+}
+
+fn note_mapped(bytes: usize) {
+    let now = MAPPED.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK_MAPPED.fetch_max(now, Ordering::Relaxed);
+}
+
+/// Maps `len` bytes of zeroed, private, anonymous memory; null on failure.
+fn map(len: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
+    // existing memory.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return ptr::null_mut();
+    }
+    note_mapped(len);
+    p.cast()
+}
+
+/// # Safety
+/// - `p..p+len` must be a whole mapping (or page-aligned part of one) made by [`map`] that
+///   nothing refers to any more.
+unsafe fn unmap(p: *mut u8, len: usize) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { libc::munmap(p.cast(), len) };
+    MAPPED.fetch_sub(len, Ordering::Relaxed);
+}
+
+fn round_up(n: usize, to: usize) -> usize {
+    (n + to - 1) & !(to - 1)
+}
+
+fn alloc_small(class: usize) -> *mut u8 {
+    let size = CLASSES[class];
+    let mut st = CLASS_STATE[class].lock();
+    if st.free != 0 {
+        let p = st.free as *mut usize;
+        // SAFETY: a free-list entry is a block of this class we own; its first word is the link.
+        st.free = unsafe { p.read() };
+        return p.cast();
+    }
+    if st.bump + size > st.end {
+        let chunk = map(CHUNK);
+        if chunk.is_null() {
+            return ptr::null_mut();
+        }
+        st.bump = chunk as usize;
+        st.end = chunk as usize + CHUNK;
+    }
+    let p = st.bump;
+    st.bump += size;
+    p as *mut u8
+}
+
+/// # Safety
+/// - `p` must come from `alloc_small(class)` and not be in use.
+unsafe fn free_small(p: *mut u8, class: usize) {
+    let mut st = CLASS_STATE[class].lock();
+    // SAFETY: the block is ours and unused, so its first word may hold the link.
+    unsafe { (p as *mut usize).write(st.free) };
+    st.free = p as usize;
+}
+
+fn large_len(layout: Layout) -> usize {
+    round_up(layout.size().max(1), PAGE)
+}
+
+fn alloc_large(layout: Layout) -> *mut u8 {
+    let len = large_len(layout);
+    if layout.align() <= PAGE {
+        return map(len);
+    }
+    // Over-map by the alignment, then give the unaligned head and the tail back.
+    let p = map(len + layout.align());
+    if p.is_null() {
+        return p;
+    }
+    let start = round_up(p as usize, layout.align());
+    let head = start - p as usize;
+    let tail = layout.align() - head;
+    // SAFETY: both ranges are page-aligned parts of the mapping just made, outside the block.
+    unsafe {
+        if head > 0 {
+            unmap(p, head);
+        }
+        if tail > 0 {
+            unmap((start + len) as *mut u8, tail);
+        }
+    }
+    start as *mut u8
+}
+
+// SAFETY: every block handed out is exclusively the caller's until `dealloc`; small blocks come
+// from disjoint slices of chunks, large ones from their own mappings, and `class_for`/`large_len`
+// recompute the same placement from the same layout on `dealloc`.
+unsafe impl GlobalAlloc for Arena {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if guard::in_scratch() {
+            return scratch_alloc(layout);
+        }
+        match class_for(layout) {
+            Some(c) => alloc_small(c),
+            None => alloc_large(layout),
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        let p = unsafe { self.alloc(layout) };
+        if !p.is_null() && class_for(layout).is_some() {
+            // Small blocks may be recycled; large mappings and fresh scratch pages are zero.
+            // SAFETY: `p` is valid for `layout.size()` bytes.
+            unsafe { ptr::write_bytes(p, 0, layout.size()) };
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        if scratch_contains(p) {
+            return;
+        }
+        match class_for(layout) {
+            // SAFETY: `p` was returned by `alloc` with this layout, hence by this class.
+            Some(c) => unsafe { free_small(p, c) },
+            // SAFETY: a large block is exactly its own page-rounded mapping.
+            None => unsafe { unmap(p, large_len(layout)) },
+        }
+    }
+}
+
+/// Locks every class, for the `fork` prepare handler: the child must not inherit a lock held
+/// by a thread that does not exist there.
+pub fn lock_all() {
+    for c in &CLASS_STATE {
+        c.raw().lock();
+    }
+}
+
+/// Releases the locks taken by [`lock_all`] (parent and child side of `fork`).
+pub fn unlock_all() {
+    for c in &CLASS_STATE {
+        c.raw().unlock();
+    }
+}
+
+// ---- scratch region ----------------------------------------------------------------------
+
+/// Virtual size reserved for the scratch region: symbolizing a large binary's DWARF parses
+/// tens of MB; the reservation costs nothing until touched (`MAP_NORESERVE`).
+const SCRATCH_LEN: usize = 1 << 30;
+
+static SCRATCH_BASE: AtomicUsize = AtomicUsize::new(0);
+static SCRATCH_USED: AtomicUsize = AtomicUsize::new(0);
+
+fn scratch_contains(p: *mut u8) -> bool {
+    let base = SCRATCH_BASE.load(Ordering::Relaxed);
+    base != 0 && (p as usize) >= base && (p as usize) < base + SCRATCH_LEN
+}
+
+fn scratch_alloc(layout: Layout) -> *mut u8 {
+    let base = SCRATCH_BASE.load(Ordering::Relaxed);
+    if base == 0 {
+        return ptr::null_mut();
+    }
+    let used = SCRATCH_USED.load(Ordering::Relaxed);
+    let start = round_up(base + used, layout.align().max(16));
+    let end = start + layout.size();
+    if end > base + SCRATCH_LEN {
+        return ptr::null_mut();
+    }
+    SCRATCH_USED.store(end - base, Ordering::Relaxed);
+    start as *mut u8
+}
+
+/// While alive, the current thread's Rust allocations come from the scratch region.
+///
+/// Only one scope may exist at a time in the process; `print_trace` ensures that with its own
+/// busy flag. Everything allocated inside the scope must be dropped before the scope ends.
+pub struct ScratchScope(());
+
+impl ScratchScope {
+    /// Enters scratch mode, reserving the region on first use. `None` if it cannot be reserved.
+    pub fn enter() -> Option<Self> {
+        if SCRATCH_BASE.load(Ordering::Relaxed) == 0 {
+            // SAFETY: an anonymous private reservation at a kernel-chosen address.
+            let p = unsafe {
+                libc::mmap(
+                    ptr::null_mut(),
+                    SCRATCH_LEN,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return None;
+            }
+            SCRATCH_BASE.store(p as usize, Ordering::Relaxed);
+        }
+        guard::set_scratch(true);
+        Some(ScratchScope(()))
+    }
+}
+
+impl Drop for ScratchScope {
+    fn drop(&mut self) {
+        guard::set_scratch(false);
+        let base = SCRATCH_BASE.load(Ordering::Relaxed);
+        let used = round_up(SCRATCH_USED.swap(0, Ordering::Relaxed), PAGE);
+        if used > 0 {
+            // Give the touched pages back so repeated print_trace calls do not pin memory.
+            // SAFETY: the pages belong to the scratch reservation and nothing refers to them
+            // any more (the scope's contract).
+            unsafe { libc::madvise(base as *mut libc::c_void, used, libc::MADV_DONTNEED) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_cover_sizes_and_alignments() {
+        for size in [1, 15, 16, 17, 100, 4096, 4097, 32768] {
+            let c = class_for(Layout::from_size_align(size, 8).unwrap()).unwrap();
+            assert!(CLASSES[c] >= size);
+        }
+        assert_eq!(class_for(Layout::from_size_align(32769, 8).unwrap()), None);
+        let c = class_for(Layout::from_size_align(40, 64).unwrap()).unwrap();
+        assert_eq!(CLASSES[c], 64);
+        assert_eq!(class_for(Layout::from_size_align(16, 8192).unwrap()), None);
+    }
+
+    #[test]
+    fn blocks_are_aligned_and_reused() {
+        let a = Arena;
+        for align in [8, 16, 32, 64, 256, 4096, 16384] {
+            let l = Layout::from_size_align(24, align).unwrap();
+            // SAFETY: valid non-zero layout; freed with the same layout.
+            unsafe {
+                let p = a.alloc(l);
+                assert!(!p.is_null());
+                assert_eq!(p as usize % align, 0);
+                p.write_bytes(0xab, 24);
+                a.dealloc(p, l);
+            }
+        }
+        let l = Layout::from_size_align(200, 8).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            let p = a.alloc(l);
+            a.dealloc(p, l);
+            let q = a.alloc(l);
+            assert_eq!(p, q, "a freed small block is handed out again");
+            a.dealloc(q, l);
+        }
+    }
+
+    #[test]
+    fn large_blocks_round_trip() {
+        let a = Arena;
+        let l = Layout::from_size_align(5 << 20, 8).unwrap();
+        // SAFETY: valid layout; freed with the same layout.
+        unsafe {
+            let p = a.alloc_zeroed(l);
+            assert!(!p.is_null());
+            assert_eq!(*p.add((5 << 20) - 1), 0);
+            a.dealloc(p, l);
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! `MEM_TRACE_*` environment variables: read once, at the first hooked call, into atomics the
+//! hot path reads without locking. Every variable, its default and its meaning is listed here
+//! and in README.adoc. A bad value is reported on one line naming the variable, and the default
+//! is used: a typo must not take the traced program down.
+
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Default number of frames kept per stack.
+pub const DEFAULT_FRAMES: usize = 64;
+
+/// Frames kept per allocation stack (`MEM_TRACE_FRAMES`, 1..=128, default 64).
+pub static FRAMES: AtomicUsize = AtomicUsize::new(DEFAULT_FRAMES);
+/// Whether stacks are captured at all (`MEM_TRACE_UNWIND=cfi` (default) or `none`).
+pub static UNWIND: AtomicBool = AtomicBool::new(true);
+/// Print one line of statistics to stderr at exit (`MEM_TRACE_STATS=1`).
+pub static STATS: AtomicBool = AtomicBool::new(false);
+
+/// A parsed configuration, separate from the globals so it can be tested.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Config {
+    pub frames: usize,
+    pub unwind: bool,
+    pub stats: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            frames: DEFAULT_FRAMES,
+            unwind: true,
+            stats: false,
+        }
+    }
+}
+
+/// One rejected variable: its name, the value given, and what was expected.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Rejected {
+    pub var: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
+/// Parses the configuration from a variable lookup.
+pub fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Rejected>) {
+    let mut c = Config::default();
+    let mut bad = Vec::new();
+    let mut reject = |var, value: String, expected| {
+        bad.push(Rejected {
+            var,
+            value,
+            expected,
+        })
+    };
+    if let Some(v) = get("MEM_TRACE_FRAMES") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if (1..=crate::unwind::MAX_FRAMES).contains(&n) => c.frames = n,
+            _ => reject("MEM_TRACE_FRAMES", v, "a whole number from 1 to 128"),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_UNWIND") {
+        match v.trim() {
+            "cfi" => c.unwind = true,
+            "none" => c.unwind = false,
+            _ => reject("MEM_TRACE_UNWIND", v, "cfi or none"),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_STATS") {
+        match v.trim() {
+            "1" | "yes" | "true" => c.stats = true,
+            "0" | "no" | "false" | "" => c.stats = false,
+            _ => reject("MEM_TRACE_STATS", v, "0 or 1"),
+        }
+    }
+    (c, bad)
+}
+
+fn getenv(name: &str) -> Option<String> {
+    let mut buf = [0u8; 64];
+    let bytes = name.as_bytes();
+    buf[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: `buf` is NUL-terminated; getenv neither allocates nor locks, and the value is
+    // copied out at once.
+    let p = unsafe { libc::getenv(buf.as_ptr().cast()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: getenv returns a NUL-terminated string.
+    Some(String::from_utf8_lossy(unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes()).into_owned())
+}
+
+/// Reads the environment into the globals and reports bad values on stderr.
+pub fn load() {
+    let (c, bad) = parse(getenv);
+    for r in &bad {
+        let mut out = crate::print::Out::stderr();
+        let _ = core::fmt::write(
+            &mut out,
+            format_args!(
+                "mem-trace: {}={:?} is not valid (expected {}); using the default\n",
+                r.var, r.value, r.expected
+            ),
+        );
+    }
+    FRAMES.store(c.frames, Ordering::Relaxed);
+    UNWIND.store(c.unwind, Ordering::Relaxed);
+    STATS.store(c.stats, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        assert_eq!(parse(env(&[])), (Config::default(), vec![]));
+    }
+
+    #[test]
+    fn good_values() {
+        let (c, bad) = parse(env(&[
+            ("MEM_TRACE_FRAMES", "16"),
+            ("MEM_TRACE_UNWIND", "none"),
+            ("MEM_TRACE_STATS", "1"),
+        ]));
+        assert!(bad.is_empty());
+        assert_eq!(
+            c,
+            Config {
+                frames: 16,
+                unwind: false,
+                stats: true
+            }
+        );
+    }
+
+    #[test]
+    fn bad_values_are_named_and_defaulted() {
+        let (c, bad) = parse(env(&[
+            ("MEM_TRACE_FRAMES", "lots"),
+            ("MEM_TRACE_UNWIND", "fast"),
+            ("MEM_TRACE_STATS", "maybe"),
+        ]));
+        assert_eq!(c, Config::default());
+        let names: Vec<_> = bad.iter().map(|r| r.var).collect();
+        assert_eq!(
+            names,
+            ["MEM_TRACE_FRAMES", "MEM_TRACE_UNWIND", "MEM_TRACE_STATS"]
+        );
+        assert_eq!(parse(env(&[("MEM_TRACE_FRAMES", "0")])).1.len(), 1);
+        assert_eq!(parse(env(&[("MEM_TRACE_FRAMES", "129")])).1.len(), 1);
+    }
+}

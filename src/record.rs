@@ -1,0 +1,201 @@
+//! What a hook does once the real allocator has answered: capture, intern, publish. Also the
+//! tracer's life cycle (lazy initialisation, fork, thread exit, statistics at exit).
+//!
+//! Lifecycle: `UNINIT` → (first hooked call, or our ELF constructor, whichever comes first)
+//! `INITIALISING` → `READY`. Calls that arrive while another thread initialises are served
+//! untracked rather than made to wait; in practice the first call comes before any thread.
+
+use crate::guard::{self, Guard, ThreadState};
+use crate::layout::{FLAG_INITIALISED, MEM_TRACE_HEADER};
+use crate::table::{self, Block};
+use crate::{arena, config, modules, stacks, threads, unwind};
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+const UNINIT: u8 = 0;
+const INITIALISING: u8 = 1;
+const READY: u8 = 2;
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+/// pthread key whose destructor tells us a thread exits (value: its thread index).
+static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+/// Frees seen, for statistics.
+static FREES: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the tracer is ready to record; initialises it on first call.
+#[inline(always)]
+pub fn ready() -> bool {
+    STATE.load(Ordering::Acquire) == READY || init()
+}
+
+#[cold]
+#[inline(never)]
+fn init() -> bool {
+    if STATE
+        .compare_exchange(UNINIT, INITIALISING, Ordering::Acquire, Ordering::Acquire)
+        .is_err()
+    {
+        return STATE.load(Ordering::Acquire) == READY;
+    }
+    config::load();
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: creates a key with a destructor that only touches our own state.
+    if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0 {
+        EXIT_KEY.store(key, Ordering::Relaxed);
+    }
+    MEM_TRACE_HEADER
+        .flags
+        .fetch_or(FLAG_INITIALISED, Ordering::Relaxed);
+    STATE.store(READY, Ordering::Release);
+    true
+}
+
+/// Records a block the real allocator just returned.
+#[inline(always)]
+pub fn allocated(g: &Guard, p: *mut c_void, size: usize) {
+    if !p.is_null() && ready() {
+        record(g.state(), p as u64, size as u64);
+    }
+}
+
+fn record(state: &ThreadState, addr: u64, size: u64) {
+    let thread = thread_index(state);
+    let mut buf = [0u64; unwind::MAX_FRAMES];
+    let n = if config::UNWIND.load(Ordering::Relaxed) {
+        let max = config::FRAMES
+            .load(Ordering::Relaxed)
+            .min(unwind::MAX_FRAMES);
+        unwind::capture(state, &mut buf[..max])
+    } else {
+        0
+    };
+    let stack = stacks::intern(&buf[..n]);
+    let seq = MEM_TRACE_HEADER.next_seq.fetch_add(1, Ordering::Relaxed);
+    table::insert(Block {
+        addr,
+        size,
+        thread,
+        seq,
+        stack,
+    });
+}
+
+/// Forgets a block that is about to be freed, returning what was recorded. Called *before*
+/// the real `free`: once freed, another thread may get the same address from `malloc` and
+/// record it, and forgetting afterwards would erase that new block.
+#[inline(always)]
+pub fn freed(_g: &Guard, p: *mut c_void) -> Option<Block> {
+    if p.is_null() || STATE.load(Ordering::Acquire) != READY {
+        return None;
+    }
+    FREES.fetch_add(1, Ordering::Relaxed);
+    table::remove(p as u64)
+}
+
+/// Puts back a block that `realloc` failed to move (the old block is still valid).
+pub fn restore(block: Block) {
+    table::insert(block);
+}
+
+#[inline(always)]
+fn thread_index(state: &ThreadState) -> u32 {
+    match state.index.get() {
+        0 => register_thread(state),
+        i => i,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn register_thread(state: &ThreadState) -> u32 {
+    let index = threads::register_current();
+    state.index.set(index);
+    if state.stack_hi.get() == 0 {
+        // SAFETY: getpid and gettid have no preconditions.
+        if unsafe { libc::gettid() == libc::getpid() } {
+            unwind::set_bounds_main(state);
+        } else {
+            // A thread not started through our pthread_create (which sets bounds first).
+            unwind::set_bounds_from_pthread(state);
+        }
+    }
+    let key = EXIT_KEY.load(Ordering::Relaxed);
+    if key != u32::MAX && index != 0 {
+        // SAFETY: a key we created; the value is an integer, never dereferenced.
+        unsafe { libc::pthread_setspecific(key, index as usize as *const c_void) };
+    }
+    index
+}
+
+unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
+    let state = guard::current();
+    state.exiting.set(true);
+    unwind::drop_cache(state);
+    threads::mark_exited(value as usize as u32);
+}
+
+/// Thread start-up work done outside any hook: the stack bounds the unwinder reads within.
+pub fn thread_started() {
+    let state = guard::current();
+    if let Some(_g) = Guard::enter() {
+        unwind::set_bounds_from_pthread(state);
+    }
+}
+
+extern "C" fn fork_prepare() {
+    // Lock order: everything a hook may hold, in the order hooks take them.
+    modules_lock(true);
+    stacks::lock_all();
+    table::lock_all();
+    arena::lock_all();
+}
+
+extern "C" fn fork_parent() {
+    arena::unlock_all();
+    table::unlock_all();
+    stacks::unlock_all();
+    modules_lock(false);
+}
+
+extern "C" fn fork_child() {
+    fork_parent();
+    // The child's only thread is a new kernel thread: give it its own record on next use.
+    guard::current().index.set(0);
+}
+
+fn modules_lock(lock: bool) {
+    // The module-set build lock is internal to `modules`; a rebuild allocates from the arena
+    // and calls dl_iterate_phdr, so it must not straddle a fork either.
+    modules::fork_lock(lock);
+}
+
+/// ELF constructor: initialise before `main` even if nothing allocated yet, and register the
+/// fork handlers here rather than from inside a hook (pthread_atfork takes a glibc lock that
+/// the first `malloc` may be called under).
+pub extern "C" fn on_load() {
+    ready();
+    // SAFETY: handlers are plain functions of this library, which is never unloaded.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+}
+
+/// ELF destructor: the statistics line, when asked for.
+pub extern "C" fn on_unload() {
+    if !config::STATS.load(Ordering::Relaxed) {
+        return;
+    }
+    let (live, _) = table::totals();
+    let mut out = crate::print::Out::stderr();
+    let _ = core::fmt::write(
+        &mut out,
+        format_args!(
+            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} stacks={} allocs={} frees={} untracked={}\n",
+            live,
+            table::peak_live(),
+            arena::MAPPED.load(Ordering::Relaxed),
+            arena::PEAK_MAPPED.load(Ordering::Relaxed),
+            stacks::count(),
+            MEM_TRACE_HEADER.next_seq.load(Ordering::Relaxed) - 1,
+            FREES.load(Ordering::Relaxed),
+            MEM_TRACE_HEADER.untracked.load(Ordering::Relaxed),
+        ),
+    );
+}

@@ -1,0 +1,552 @@
+//! The live-block table: every block the program holds, by address, with its size, thread,
+//! sequence number and stack id. Exported through `MEM_TRACE_HEADER` (docs/LAYOUT.md).
+//!
+//! Algorithm. 128 region shards plus one shard for large blocks. A block of at most 64 KiB
+//! lives in the shard picked by hashing its 64 KiB region (`addr >> 16`), so a reader looking
+//! for the block that contains an address needs only the shards of that region, of the region
+//! before, and the large shard. Glibc gives each thread its own arena at its own addresses, so
+//! threads mostly land on different shards and rarely share a lock (one global lock measured
+//! 3-4x slower with 2 threads). Inside a shard: open addressing with linear probing on
+//! `hash(addr)`, tombstones for removal, growth by doubling when three quarters of the slots
+//! are used.
+//!
+//! Publication. A slot's `addr` is stored last with release ordering when inserting and first
+//! when removing, so a reader that sees `addr > 1` sees the whole entry — even in a core taken
+//! while a writer was stopped halfway. Growth fills the new array completely before switching
+//! the shard's pointer; the capacity travels inside the array for the same reason.
+
+use crate::sync::RawSpin;
+use core::alloc::Layout;
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+/// Number of region shards (the shard index is 7 bits of a hash).
+pub const REGION_SHARDS: usize = 128;
+/// Region shards plus the large-block shard.
+pub const SHARD_COUNT: usize = REGION_SHARDS + 1;
+const LARGE: usize = REGION_SHARDS;
+/// Blocks larger than one region go to the large shard (docs/LAYOUT.md).
+const REGION_BYTES: u64 = 1 << crate::layout::REGION_SHIFT;
+const MULT: u64 = 0x9E37_79B9_7F4A_7C15;
+const EMPTY: u64 = 0;
+const TOMBSTONE: u64 = 1;
+const SIZE_BITS: u32 = 40;
+const LOW40: u64 = (1 << SIZE_BITS) - 1;
+const MIN_CAPACITY: u64 = 64;
+
+/// One table entry (24 bytes, docs/LAYOUT.md "Slot").
+#[repr(C)]
+pub struct Slot {
+    pub addr: AtomicU64,
+    pub size_thread: AtomicU64,
+    pub seq_stack: AtomicU64,
+}
+
+/// Head of a slot array; `capacity` slots follow it.
+#[repr(C)]
+pub struct SlotArray {
+    capacity: u64,
+    reserved: u64,
+}
+
+/// One shard (64 bytes, docs/LAYOUT.md "Shards").
+#[repr(C, align(64))]
+pub struct Shard {
+    lock: RawSpin,
+    reserved0: u32,
+    array: AtomicPtr<SlotArray>,
+    live: AtomicU64,
+    tombstones: AtomicU64,
+    live_bytes: AtomicU64,
+    reserved: [u64; 3],
+}
+
+impl Shard {
+    const fn new() -> Self {
+        Self {
+            lock: RawSpin::new(),
+            reserved0: 0,
+            array: AtomicPtr::new(ptr::null_mut()),
+            live: AtomicU64::new(0),
+            tombstones: AtomicU64::new(0),
+            live_bytes: AtomicU64::new(0),
+            reserved: [0; 3],
+        }
+    }
+}
+
+/// The shards, in the order `docs/LAYOUT.md` gives; the last one holds large blocks.
+pub static SHARDS: [Shard; SHARD_COUNT] = [const { Shard::new() }; SHARD_COUNT];
+
+/// `print_trace` calls that are reading a shard without its lock; growth must not free an old
+/// array while one is in progress.
+static LOCKLESS_READERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Highest live count each shard reached. Their sum bounds the process's peak from above and
+/// equals it for programs that build up and then release (what the `live` benchmark does).
+static PEAK_LIVE: [AtomicU64; SHARD_COUNT] = [const { AtomicU64::new(0) }; SHARD_COUNT];
+
+/// Sum of the shards' peak live counts (see [`PEAK_LIVE`]).
+pub fn peak_live() -> u64 {
+    PEAK_LIVE.iter().map(|p| p.load(Ordering::Relaxed)).sum()
+}
+
+/// A live block as recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub addr: u64,
+    pub size: u64,
+    /// Index in the thread table (1-based; 0 unknown).
+    pub thread: u32,
+    pub seq: u64,
+    /// Stack id in the stack store (0: no stack).
+    pub stack: u32,
+}
+
+impl Block {
+    fn pack(&self) -> (u64, u64) {
+        (
+            self.size.min(LOW40) | (u64::from(self.thread) << SIZE_BITS),
+            (self.seq & LOW40) | (u64::from(self.stack) << SIZE_BITS),
+        )
+    }
+
+    fn unpack(addr: u64, size_thread: u64, seq_stack: u64) -> Self {
+        Block {
+            addr,
+            size: size_thread & LOW40,
+            thread: (size_thread >> SIZE_BITS) as u32,
+            seq: seq_stack & LOW40,
+            stack: (seq_stack >> SIZE_BITS) as u32,
+        }
+    }
+
+    /// Whether `a` lies inside the block (a zero-sized block contains only its start).
+    pub fn contains(&self, a: u64) -> bool {
+        a == self.addr || (a > self.addr && a - self.addr < self.size)
+    }
+}
+
+/// Shard of a region number (docs/LAYOUT.md `shard_of`).
+pub fn region_shard(region: u64) -> usize {
+    (region.wrapping_mul(MULT) >> 57) as usize
+}
+
+fn shard_for(addr: u64, size: u64) -> usize {
+    if size > REGION_BYTES {
+        LARGE
+    } else {
+        region_shard(addr >> crate::layout::REGION_SHIFT)
+    }
+}
+
+fn array_layout(capacity: u64) -> Layout {
+    let bytes =
+        core::mem::size_of::<SlotArray>() + capacity as usize * core::mem::size_of::<Slot>();
+    Layout::from_size_align(bytes, 64).expect("slot array layout")
+}
+
+/// # Safety
+/// - `arr` must be a live slot array and `i < capacity`.
+unsafe fn slot<'a>(arr: *mut SlotArray, i: u64) -> &'a Slot {
+    // SAFETY: guaranteed by the caller; slots follow the head contiguously.
+    unsafe { &*(arr.add(1) as *const Slot).add(i as usize) }
+}
+
+fn home(addr: u64, capacity: u64) -> u64 {
+    addr.wrapping_mul(MULT) >> (64 - capacity.trailing_zeros())
+}
+
+/// Records a new live block. Never fails loudly: if no memory is left for the table the block
+/// goes untracked and is counted in the header.
+pub fn insert(block: Block) {
+    let shard = &SHARDS[shard_for(block.addr, block.size)];
+    shard.lock.lock();
+    let ok = locked_insert(shard, block);
+    shard.lock.unlock();
+    if !ok {
+        crate::layout::MEM_TRACE_HEADER
+            .untracked
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Inserts with the shard's lock held. Kept out of line and named so that tests can stop a
+/// thread here (holding the lock) and check that `print_trace` still answers.
+#[inline(never)]
+pub fn locked_insert(shard: &Shard, block: Block) -> bool {
+    let Some(arr) = room_for_one(shard) else {
+        return false;
+    };
+    // SAFETY: `arr` is the shard's live array and we hold the shard's lock.
+    unsafe { put(shard, arr, block) };
+    true
+}
+
+/// # Safety
+/// - the shard's lock is held and `arr` is its array, with at least one empty slot.
+unsafe fn put(shard: &Shard, arr: *mut SlotArray, block: Block) {
+    // SAFETY: `arr` is live (caller).
+    let cap = unsafe { (*arr).capacity };
+    let mut i = home(block.addr, cap);
+    let mut tomb = None;
+    let target = loop {
+        // SAFETY: `i < cap`.
+        let s = unsafe { slot(arr, i) };
+        match s.addr.load(Ordering::Relaxed) {
+            EMPTY => break tomb.unwrap_or(i),
+            TOMBSTONE => {
+                tomb.get_or_insert(i);
+            }
+            a if a == block.addr => {
+                // A block we never saw freed (freed by a path we do not hook): the new one
+                // replaces it.
+                let old = Block::unpack(a, s.size_thread.load(Ordering::Relaxed), 0);
+                shard.live.fetch_sub(1, Ordering::Relaxed);
+                shard.live_bytes.fetch_sub(old.size, Ordering::Relaxed);
+                s.addr.store(TOMBSTONE, Ordering::Release);
+                shard.tombstones.fetch_add(1, Ordering::Relaxed);
+                tomb.get_or_insert(i);
+            }
+            _ => {}
+        }
+        i = (i + 1) & (cap - 1);
+    };
+    // SAFETY: `target < cap`.
+    let s = unsafe { slot(arr, target) };
+    if s.addr.load(Ordering::Relaxed) == TOMBSTONE {
+        shard.tombstones.fetch_sub(1, Ordering::Relaxed);
+    }
+    let (size_thread, seq_stack) = block.pack();
+    s.size_thread.store(size_thread, Ordering::Relaxed);
+    s.seq_stack.store(seq_stack, Ordering::Relaxed);
+    s.addr.store(block.addr, Ordering::Release);
+    let live = shard.live.fetch_add(1, Ordering::Relaxed) + 1;
+    shard.live_bytes.fetch_add(block.size, Ordering::Relaxed);
+    let idx =
+        (shard as *const Shard as usize - SHARDS.as_ptr() as usize) / core::mem::size_of::<Shard>();
+    PEAK_LIVE[idx].fetch_max(live, Ordering::Relaxed);
+}
+
+/// Makes sure the shard's array can take one more entry, growing (or cleaning tombstones)
+/// when three quarters of it are used. Lock held by the caller.
+fn room_for_one(shard: &Shard) -> Option<*mut SlotArray> {
+    let arr = shard.array.load(Ordering::Relaxed);
+    let live = shard.live.load(Ordering::Relaxed);
+    let used = live + shard.tombstones.load(Ordering::Relaxed) + 1;
+    let cap = if arr.is_null() {
+        0
+    } else {
+        // SAFETY: non-null arrays are live while the lock is held.
+        unsafe { (*arr).capacity }
+    };
+    if cap != 0 && used * 4 <= cap * 3 {
+        return Some(arr);
+    }
+    let new_cap = if cap == 0 {
+        MIN_CAPACITY
+    } else if (live + 1) * 2 > cap {
+        cap * 2
+    } else {
+        cap // mostly tombstones: rebuild at the same size
+    };
+    rebuild(shard, arr, new_cap)
+}
+
+#[cold]
+#[inline(never)]
+fn rebuild(shard: &Shard, old: *mut SlotArray, new_cap: u64) -> Option<*mut SlotArray> {
+    // SAFETY: a valid non-zero layout; the arena returns zeroed memory (all slots EMPTY).
+    let new = unsafe { std::alloc::alloc_zeroed(array_layout(new_cap)) } as *mut SlotArray;
+    if new.is_null() {
+        return None;
+    }
+    // SAFETY: `new` is ours until published.
+    unsafe { (*new).capacity = new_cap };
+    if !old.is_null() {
+        // SAFETY: lock held; `old` is the live array.
+        let old_cap = unsafe { (*old).capacity };
+        shard.live.store(0, Ordering::Relaxed);
+        shard.live_bytes.store(0, Ordering::Relaxed);
+        for i in 0..old_cap {
+            // SAFETY: `i < old_cap`.
+            let s = unsafe { slot(old, i) };
+            let a = s.addr.load(Ordering::Relaxed);
+            if a > TOMBSTONE {
+                let b = Block::unpack(
+                    a,
+                    s.size_thread.load(Ordering::Relaxed),
+                    s.seq_stack.load(Ordering::Relaxed),
+                );
+                // SAFETY: `new` is unpublished and larger than the live count.
+                unsafe { put_fresh(new, b) };
+                shard.live.fetch_add(1, Ordering::Relaxed);
+                shard.live_bytes.fetch_add(b.size, Ordering::Relaxed);
+            }
+        }
+    }
+    shard.tombstones.store(0, Ordering::Relaxed);
+    shard.array.store(new, Ordering::SeqCst);
+    if !old.is_null() {
+        // A lockless reader that loaded `old` before the switch registered itself first (both
+        // sides are SeqCst), so either we see it and keep `old`, or it sees `new`.
+        if LOCKLESS_READERS.load(Ordering::SeqCst) == 0 {
+            // SAFETY: unpublished and unread; allocated with this layout.
+            unsafe { std::alloc::dealloc(old.cast(), array_layout((*old).capacity)) };
+        }
+    }
+    Some(new)
+}
+
+/// # Safety
+/// - `arr` is unpublished (no other reader or writer) and has an empty slot.
+unsafe fn put_fresh(arr: *mut SlotArray, b: Block) {
+    // SAFETY: caller.
+    let cap = unsafe { (*arr).capacity };
+    let mut i = home(b.addr, cap);
+    loop {
+        // SAFETY: `i < cap`.
+        let s = unsafe { slot(arr, i) };
+        if s.addr.load(Ordering::Relaxed) == EMPTY {
+            let (st, ss) = b.pack();
+            s.size_thread.store(st, Ordering::Relaxed);
+            s.seq_stack.store(ss, Ordering::Relaxed);
+            s.addr.store(b.addr, Ordering::Relaxed);
+            return;
+        }
+        i = (i + 1) & (cap - 1);
+    }
+}
+
+/// Forgets the block starting at `addr` and returns what was recorded, or `None` if the
+/// address is not a tracked block start.
+pub fn remove(addr: u64) -> Option<Block> {
+    let region = &SHARDS[region_shard(addr >> crate::layout::REGION_SHIFT)];
+    if let Some(b) = remove_from(region, addr) {
+        return Some(b);
+    }
+    remove_from(&SHARDS[LARGE], addr)
+}
+
+fn remove_from(shard: &Shard, addr: u64) -> Option<Block> {
+    if shard.live.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    shard.lock.lock();
+    let r = locked_remove(shard, addr);
+    shard.lock.unlock();
+    r
+}
+
+fn locked_remove(shard: &Shard, addr: u64) -> Option<Block> {
+    let arr = shard.array.load(Ordering::Relaxed);
+    if arr.is_null() {
+        return None;
+    }
+    // SAFETY: lock held; array live.
+    let cap = unsafe { (*arr).capacity };
+    let mut i = home(addr, cap);
+    for _ in 0..cap {
+        // SAFETY: `i < cap`.
+        let s = unsafe { slot(arr, i) };
+        match s.addr.load(Ordering::Relaxed) {
+            EMPTY => return None,
+            a if a == addr => {
+                s.addr.store(TOMBSTONE, Ordering::Release);
+                let b = Block::unpack(
+                    a,
+                    s.size_thread.load(Ordering::Relaxed),
+                    s.seq_stack.load(Ordering::Relaxed),
+                );
+                shard.live.fetch_sub(1, Ordering::Relaxed);
+                shard.live_bytes.fetch_sub(b.size, Ordering::Relaxed);
+                shard.tombstones.fetch_add(1, Ordering::Relaxed);
+                return Some(b);
+            }
+            _ => {}
+        }
+        i = (i + 1) & (cap - 1);
+    }
+    None
+}
+
+/// How a lookup got its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Every shard consulted was locked while reading.
+    Locked,
+    /// Some shard's lock was held elsewhere (a thread stopped by the debugger, or the calling
+    /// thread itself); it was read without the lock.
+    Lockless,
+}
+
+/// Finds the block that contains `addr`, for `print_trace`. Never waits on a lock for long:
+/// a shard whose lock stays busy is read without it, which is safe because arrays are only
+/// freed when no lockless reader is active.
+pub fn find_containing(addr: u64) -> (Option<Block>, Access) {
+    let region = addr >> crate::layout::REGION_SHIFT;
+    let mut candidates = [region_shard(region), LARGE, LARGE];
+    if region > 0 {
+        candidates[2] = region_shard(region - 1);
+    }
+    let mut access = Access::Locked;
+    let mut found = None;
+    for (n, &idx) in candidates.iter().enumerate() {
+        if candidates[..n].contains(&idx) {
+            continue;
+        }
+        let shard = &SHARDS[idx];
+        if try_lock_briefly(&shard.lock) {
+            found = found.or_else(|| scan(shard, addr));
+            shard.lock.unlock();
+        } else {
+            access = Access::Lockless;
+            LOCKLESS_READERS.fetch_add(1, Ordering::SeqCst);
+            found = found.or_else(|| scan(shard, addr));
+            LOCKLESS_READERS.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    (found, access)
+}
+
+/// Tries a lock for about a millisecond: enough for a running holder to finish its few dozen
+/// instructions, short enough that a holder stopped by gdb costs nothing noticeable.
+fn try_lock_briefly(lock: &RawSpin) -> bool {
+    for i in 0..200 {
+        if lock.try_lock() {
+            return true;
+        }
+        if i > 20 {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        } else {
+            core::hint::spin_loop();
+        }
+    }
+    false
+}
+
+fn scan(shard: &Shard, addr: u64) -> Option<Block> {
+    let arr = shard.array.load(Ordering::SeqCst);
+    if arr.is_null() {
+        return None;
+    }
+    // SAFETY: arrays stay allocated while we hold the lock or are a registered lockless reader.
+    let cap = unsafe { (*arr).capacity };
+    (0..cap).find_map(|i| {
+        // SAFETY: `i < cap`.
+        let s = unsafe { slot(arr, i) };
+        let a = s.addr.load(Ordering::Acquire);
+        if a <= TOMBSTONE || a > addr {
+            return None;
+        }
+        let b = Block::unpack(
+            a,
+            s.size_thread.load(Ordering::Relaxed),
+            s.seq_stack.load(Ordering::Relaxed),
+        );
+        b.contains(addr).then_some(b)
+    })
+}
+
+/// Live blocks and bytes over all shards (approximate while threads run).
+pub fn totals() -> (u64, u64) {
+    SHARDS.iter().fold((0, 0), |(n, b), s| {
+        (
+            n + s.live.load(Ordering::Relaxed),
+            b + s.live_bytes.load(Ordering::Relaxed),
+        )
+    })
+}
+
+/// Locks every shard (fork prepare handler).
+pub fn lock_all() {
+    for s in &SHARDS {
+        s.lock.lock();
+    }
+}
+
+/// Unlocks every shard (fork parent and child handlers).
+pub fn unlock_all() {
+    for s in &SHARDS {
+        s.lock.unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(addr: u64, size: u64, seq: u64) -> Block {
+        Block {
+            addr,
+            size,
+            thread: 3,
+            seq,
+            stack: 7,
+        }
+    }
+
+    // The table is global: each test uses its own address range.
+    #[test]
+    fn insert_find_remove() {
+        let base = 0x1_0000_0000u64;
+        for i in 0..10_000u64 {
+            insert(block(base + i * 64, 48, i));
+        }
+        let (b, access) = find_containing(base + 64 * 77 + 10);
+        assert_eq!(access, Access::Locked);
+        assert_eq!(b, Some(block(base + 64 * 77, 48, 77)));
+        assert_eq!(
+            find_containing(base + 64 * 77 + 48).0,
+            None,
+            "one past the end"
+        );
+        assert_eq!(remove(base + 64 * 77), Some(block(base + 64 * 77, 48, 77)));
+        assert_eq!(remove(base + 64 * 77), None);
+        assert_eq!(find_containing(base + 64 * 77).0, None);
+        for i in 0..10_000u64 {
+            if i != 77 {
+                assert!(remove(base + i * 64).is_some(), "block {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn large_blocks_span_regions() {
+        let base = 0x2_0000_0000u64;
+        insert(block(base, 1 << 20, 1));
+        let (b, _) = find_containing(base + (1 << 19));
+        assert_eq!(b.map(|b| b.addr), Some(base));
+        // A block just under a region long, starting late in a region, is found from the next.
+        insert(block(base + (3 << 20) + 0xff00, 0x1000, 2));
+        let (b, _) = find_containing(base + (3 << 20) + 0x10000 + 0x10);
+        assert_eq!(b.map(|b| b.seq), Some(2));
+        assert!(remove(base).is_some());
+        assert!(remove(base + (3 << 20) + 0xff00).is_some());
+    }
+
+    #[test]
+    fn bitfields_round_trip_and_saturate() {
+        let b = Block {
+            addr: 0x10,
+            size: 1 << 45,
+            thread: 0xff_ffff,
+            seq: 0x12_3456_789a,
+            stack: 0xab_cdef,
+        };
+        let (st, ss) = b.pack();
+        let u = Block::unpack(0x10, st, ss);
+        assert_eq!(u.size, LOW40);
+        assert_eq!((u.thread, u.seq, u.stack), (b.thread, b.seq, b.stack));
+    }
+
+    #[test]
+    fn reinserting_a_stale_address_replaces_it() {
+        let a = 0x3_0000_0000u64;
+        insert(block(a, 16, 1));
+        insert(block(a, 32, 2));
+        assert_eq!(remove(a).map(|b| b.seq), Some(2));
+        assert_eq!(remove(a), None);
+    }
+}
