@@ -233,14 +233,13 @@ pub fn run_with_timeout(
     what: &str,
 ) -> Output {
     let command = render(&cmd);
+    // Appended, not `with_extension`: `hooks.plain` and `hooks.preload` must not collide.
+    let with_suffix = |suffix: &str| PathBuf::from(format!("{}.{suffix}", log_base.display()));
     let (out_path, err_path) = if combined {
-        let p = log_base.with_extension("log");
+        let p = with_suffix("log");
         (p.clone(), p)
     } else {
-        (
-            log_base.with_extension("stdout"),
-            log_base.with_extension("stderr"),
-        )
+        (with_suffix("stdout"), with_suffix("stderr"))
     };
     let out_file =
         File::create(&out_path).unwrap_or_else(|e| panic!("create {}: {e}", out_path.display()));
@@ -463,7 +462,7 @@ pub fn run_gdb_script(fixture: &Fixture, script: &str) -> GdbRun {
     let rerun = format!("cd {} && {}", quote(&fixture.dir), render(&cmd));
     let out = run_with_timeout(
         cmd,
-        &fixture.dir.join(format!("{stem}.gdb-out")),
+        &fixture.dir.join(format!("{stem}.gdb-output")),
         true,
         None,
         GDB_TIMEOUT,

@@ -1,0 +1,32 @@
+//! `print_trace` from gdb against the real tracer (issue 2): every hooked function's block
+//! shows its size, its allocating function and file:line; interior addresses name the block
+//! and the offset; untracked addresses get one line. The expectations are the `gdb-check`
+//! comments in the fixtures, with line numbers taken from their `// @name` markers.
+
+mod common;
+
+use common::{c_fixture, run_gdb_script, rust_fixture};
+
+/// `call mem_trace::print_trace(p)` from a C frame, one block per hooked function.
+#[test]
+fn each_hooked_function_is_traced_from_a_c_frame() {
+    run_gdb_script(&c_fixture("hooks.c", &[]), "");
+}
+
+/// The fallback spelling `call (void)print_trace(p)`, through the plain exported symbol.
+#[test]
+fn the_plain_symbol_spelling_works_from_a_c_frame() {
+    run_gdb_script(&c_fixture("hooks.c", &[]), "void");
+}
+
+/// `call mem_trace::print_trace(addr)` from a Rust frame (DESIGN.md fact 2).
+#[test]
+fn rust_blocks_are_traced_from_a_rust_frame() {
+    run_gdb_script(&rust_fixture("rust_frames.rs"), "");
+}
+
+/// The documented fallback for Rust frames: `set language c` and `call (void)print_trace(p)`.
+#[test]
+fn the_c_language_fallback_works_from_a_rust_frame() {
+    run_gdb_script(&rust_fixture("rust_frames.rs"), "c");
+}
