@@ -376,6 +376,14 @@ impl Job {
             plain.describe()
         );
         let traced = self.run(true);
+        // ld.so only warns when it cannot preload, and the program then runs untraced: a
+        // comparison would pass without testing anything.
+        assert!(
+            !traced.stderr.contains("cannot be preloaded"),
+            "{}: the tracer was not preloaded\n{}",
+            self.label,
+            traced.describe()
+        );
         assert!(
             traced.success(),
             "{}: fails under LD_PRELOAD={} but not without it\n{}\n----- plain run -----\n{}",
