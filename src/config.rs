@@ -14,6 +14,11 @@ pub static FRAMES: AtomicUsize = AtomicUsize::new(DEFAULT_FRAMES);
 pub static UNWIND: AtomicBool = AtomicBool::new(true);
 /// Print one line of statistics to stderr at exit (`MEM_TRACE_STATS=1`).
 pub static STATS: AtomicBool = AtomicBool::new(false);
+/// Capture the freeing stack of every free (`MEM_TRACE_FREE_STACKS`, default 1).
+pub static FREE_STACKS: AtomicBool = AtomicBool::new(true);
+/// Abort right after reporting a double or invalid free, so a core is written there
+/// (`MEM_TRACE_ON_ERROR=abort`; default `report`: report and go on without freeing).
+pub static ABORT_ON_ERROR: AtomicBool = AtomicBool::new(false);
 
 /// A parsed configuration, separate from the globals so it can be tested.
 #[derive(Debug, PartialEq, Eq)]
@@ -21,6 +26,12 @@ pub struct Config {
     pub frames: usize,
     pub unwind: bool,
     pub stats: bool,
+    /// Frees remembered in the history ring (`MEM_TRACE_FREED`, 0 disables).
+    pub freed: u64,
+    /// Bytes of freed blocks held back from reuse (`MEM_TRACE_QUARANTINE`, 0 disables).
+    pub quarantine: u64,
+    pub free_stacks: bool,
+    pub abort_on_error: bool,
 }
 
 impl Default for Config {
@@ -29,6 +40,10 @@ impl Default for Config {
             frames: DEFAULT_FRAMES,
             unwind: true,
             stats: false,
+            freed: crate::freed::DEFAULT_CAPACITY,
+            quarantine: crate::quarantine::DEFAULT_LIMIT,
+            free_stacks: true,
+            abort_on_error: false,
         }
     }
 }
@@ -72,7 +87,55 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Rejected>) {
             _ => reject("MEM_TRACE_STATS", v, "0 or 1"),
         }
     }
+    if let Some(v) = get("MEM_TRACE_FREED") {
+        match parse_size(&v) {
+            Some(n) if n <= 1 << 26 => c.freed = n,
+            _ => reject("MEM_TRACE_FREED", v, "a number of frees from 0 to 67108864"),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_QUARANTINE") {
+        match parse_size(&v) {
+            Some(n) if n <= 1 << 40 => c.quarantine = n,
+            _ => reject(
+                "MEM_TRACE_QUARANTINE",
+                v,
+                "a size in bytes, optionally with K, M or G (0 disables)",
+            ),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_FREE_STACKS") {
+        match v.trim() {
+            "1" | "yes" | "true" => c.free_stacks = true,
+            "0" | "no" | "false" => c.free_stacks = false,
+            _ => reject("MEM_TRACE_FREE_STACKS", v, "0 or 1"),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_ON_ERROR") {
+        match v.trim() {
+            "report" => c.abort_on_error = false,
+            "abort" => c.abort_on_error = true,
+            _ => reject("MEM_TRACE_ON_ERROR", v, "report or abort"),
+        }
+    }
     (c, bad)
+}
+
+/// `4096`, `64K`, `4M`, `1G` (binary units, case-insensitive, optional trailing `B`/`iB`).
+fn parse_size(v: &str) -> Option<u64> {
+    let t = v.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.chars().last()? {
+        'k' | 'K' => (&t[..t.len() - 1], 10),
+        'm' | 'M' => (&t[..t.len() - 1], 20),
+        'g' | 'G' => (&t[..t.len() - 1], 30),
+        _ => (t, 0),
+    };
+    let n: u64 = digits.trim().parse().ok()?;
+    n.checked_mul(1 << shift)
 }
 
 fn getenv(name: &str) -> Option<String> {
@@ -105,6 +168,12 @@ pub fn load() {
     FRAMES.store(c.frames, Ordering::Relaxed);
     UNWIND.store(c.unwind, Ordering::Relaxed);
     STATS.store(c.stats, Ordering::Relaxed);
+    FREE_STACKS.store(c.free_stacks, Ordering::Relaxed);
+    ABORT_ON_ERROR.store(c.abort_on_error, Ordering::Relaxed);
+    crate::freed::configure(c.freed, c.free_stacks);
+    crate::freed::HISTORY
+        .quarantine_limit
+        .store(c.quarantine, Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -138,8 +207,43 @@ mod tests {
             Config {
                 frames: 16,
                 unwind: false,
-                stats: true
+                stats: true,
+                ..Config::default()
             }
+        );
+    }
+
+    #[test]
+    fn freed_block_settings() {
+        let (c, bad) = parse(env(&[
+            ("MEM_TRACE_FREED", "1000"),
+            ("MEM_TRACE_QUARANTINE", "64K"),
+            ("MEM_TRACE_FREE_STACKS", "0"),
+            ("MEM_TRACE_ON_ERROR", "abort"),
+        ]));
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!((c.freed, c.quarantine), (1000, 64 << 10));
+        assert!(!c.free_stacks && c.abort_on_error);
+        assert_eq!(parse_size("4M"), Some(4 << 20));
+        assert_eq!(parse_size("2GiB"), Some(2 << 30));
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size("lots"), None);
+        assert_eq!(parse_size("K"), None);
+        let (_, bad) = parse(env(&[
+            ("MEM_TRACE_FREED", "-1"),
+            ("MEM_TRACE_QUARANTINE", "big"),
+            ("MEM_TRACE_FREE_STACKS", "2"),
+            ("MEM_TRACE_ON_ERROR", "explode"),
+        ]));
+        let names: Vec<_> = bad.iter().map(|r| r.var).collect();
+        assert_eq!(
+            names,
+            [
+                "MEM_TRACE_FREED",
+                "MEM_TRACE_QUARANTINE",
+                "MEM_TRACE_FREE_STACKS",
+                "MEM_TRACE_ON_ERROR"
+            ]
         );
     }
 

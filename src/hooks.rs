@@ -11,7 +11,7 @@
 
 use crate::guard::Guard;
 use crate::real;
-use crate::record;
+use crate::record::{self, Disposition};
 use core::ffi::{c_int, c_void};
 
 #[cfg_attr(not(test), no_mangle)]
@@ -46,36 +46,61 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 }
 
 #[cfg_attr(not(test), no_mangle)]
-/// `free(3)`.
+/// `free(3)`. A freed block may be held in quarantine instead of going back to glibc at once,
+/// and a double or invalid free is reported and kept from glibc (which would abort).
 ///
 /// # Safety
-/// `p` is null or a live block of this process's allocator.
+/// `p` is null or a live block of this process's allocator (violations are reported).
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    let g = Guard::enter();
-    if let Some(g) = &g {
-        record::freed(g, p);
+    if p.is_null() {
+        return;
     }
-    // SAFETY: forwarded contract.
-    unsafe { real::__libc_free(p) };
+    let disposition = match Guard::enter() {
+        Some(g) => record::free(&g, p),
+        None => Disposition::Release,
+    };
+    if disposition == Disposition::Release {
+        // SAFETY: forwarded contract; the tracer no longer refers to the block.
+        unsafe { real::__libc_free(p) };
+    }
 }
 
 #[cfg_attr(not(test), no_mangle)]
-/// `realloc(3)`: the result is recorded as a new block allocated here (ASan does the same).
+/// `realloc(3)`: the result is recorded as a new block allocated here (ASan does the same);
+/// when the block moves, or size 0 frees it, the old one joins the freed-block history.
 ///
 /// # Safety
 /// As for glibc's `realloc`.
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    let g = Guard::enter();
-    let old = g.as_ref().and_then(|g| record::freed(g, p));
+    if p.is_null() {
+        // SAFETY: realloc(NULL, n) is malloc(n).
+        return unsafe { malloc(size) };
+    }
+    let Some(g) = Guard::enter() else {
+        // SAFETY: forwarded contract.
+        return unsafe { real::__libc_realloc(p, size) };
+    };
+    let old = record::take(&g, p);
+    if old.is_none() && !record::realloc_unknown(&g, p) {
+        // A freed (or never allocated) block: glibc would corrupt its heap or abort.
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        return core::ptr::null_mut();
+    }
     // SAFETY: forwarded contract.
     let q = unsafe { real::__libc_realloc(p, size) };
-    if let Some(g) = g {
-        if !q.is_null() {
+    match (q.is_null(), old) {
+        (false, old) => {
+            if let Some(old) = old.filter(|_| q != p) {
+                record::freed_by_realloc(&g, old);
+            }
             record::allocated(&g, q, size);
-        } else if let Some(old) = old.filter(|_| size != 0) {
-            // Failed to grow: the old block is untouched and still the program's.
-            record::restore(old);
         }
+        // realloc(p, 0) freed the block.
+        (true, Some(old)) if size == 0 => record::freed_by_realloc(&g, old),
+        // Failed to grow: the old block is untouched and still the program's.
+        (true, Some(old)) => record::restore(old),
+        (true, None) => {}
     }
     q
 }

@@ -4,13 +4,14 @@
 //! The byte layout is a contract written down in `docs/LAYOUT.md`; `tests` below pin every
 //! offset so that a change here cannot silently drift from the Python reader.
 
+use crate::freed::{FreedHistory, HISTORY};
 use crate::stacks::{StackStore, STACKS};
 use crate::table::{Shard, SHARDS, SHARD_COUNT};
 use crate::threads::{ThreadTable, THREADS};
 use core::sync::atomic::AtomicU64;
 
 /// Layout version; bump on any change of meaning or position (docs/LAYOUT.md).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// `b"MEMTRACE"`.
 pub const MAGIC: [u8; 8] = *b"MEMTRACE";
 /// log2 of the region size used to pick a shard (docs/LAYOUT.md, "Shards").
@@ -20,6 +21,8 @@ pub const REGION_SHIFT: u32 = 16;
 pub const FLAG_INITIALISED: u64 = 1;
 /// Header flag: built with the `profiler` feature.
 pub const FLAG_PROFILER: u64 = 2;
+/// Header flag: free stacks are recorded (`MEM_TRACE_FREE_STACKS`).
+pub const FLAG_FREE_STACKS: u64 = 4;
 
 /// The exported header. Fields are in `docs/LAYOUT.md` order.
 #[repr(C)]
@@ -34,8 +37,8 @@ pub struct Header {
     pub shards: *const Shard,
     pub stacks: *const StackStore,
     pub threads: *const ThreadTable,
-    /// Freed-block history; reserved (null) in layout version 1.
-    pub freed: *const u8,
+    /// The freed-block history.
+    pub freed: *const FreedHistory,
     /// Sequence number of the next allocation; also the global allocation counter.
     pub next_seq: AtomicU64,
     pub flags: AtomicU64,
@@ -62,7 +65,7 @@ pub static MEM_TRACE_HEADER: Header = Header {
     shards: &SHARDS as *const Shard,
     stacks: &STACKS,
     threads: &THREADS,
-    freed: core::ptr::null(),
+    freed: &HISTORY,
     next_seq: AtomicU64::new(1),
     flags: AtomicU64::new(if cfg!(feature = "profiler") {
         FLAG_PROFILER

@@ -14,7 +14,9 @@
 //! - [`hooks`]: the exported `malloc` family; each calls glibc, then [`record`].
 //! - [`guard`]: the per-thread reentrancy flag that lets nested calls pass through.
 //! - [`unwind`] + [`modules`]: CFI stack capture, instruction pointers only.
-//! - [`stacks`]: interned stacks; [`table`]: live blocks by address; [`threads`]: who is who.
+//! - [`stacks`]: interned stacks; [`table`]: live blocks by address; [`threads`]: who is who;
+//!   [`freed`]: the history of frees; [`quarantine`]: freed blocks held back from reuse;
+//!   [`report`]: double and invalid frees.
 //! - [`layout`]: `MEM_TRACE_HEADER`, the exported root of those tables (docs/LAYOUT.md).
 //! - readers: [`print`] (in-process `print_trace`, with [`symbolize`]), and the gdb package in
 //!   `python/`, embedded in the `.so` by [`gdb_script`].
@@ -28,6 +30,7 @@
 
 pub mod arena;
 pub mod config;
+pub mod freed;
 mod gdb_script;
 pub mod guard;
 #[cfg(feature = "tracer")]
@@ -35,8 +38,10 @@ pub mod hooks;
 pub mod layout;
 pub mod modules;
 pub mod print;
+pub mod quarantine;
 pub mod real;
 pub mod record;
+pub mod report;
 pub mod stacks;
 pub mod symbolize;
 pub mod sync;

@@ -136,6 +136,12 @@ fn answer(a: u64, was_inside: bool, out: &mut Out) -> fmt::Result {
     let Some(frames) = stacks::frames(b.stack) else {
         return writeln!(out, "mem-trace: no stack was recorded for this block");
     };
+    stack_lines(out, frames)
+}
+
+/// Numbered frames with names and `file:line`; raw `module+offset` when symbolizing is not
+/// possible right now. The caller holds [`PRINTING`] (the scratch region is single-user).
+fn stack_lines(out: &mut Out, frames: &[u64]) -> fmt::Result {
     let Some(set) = modules::snapshot() else {
         return print_raw(out, frames, None, "no module list yet");
     };
@@ -144,6 +150,20 @@ fn answer(a: u64, was_inside: bool, out: &mut Out) -> fmt::Result {
     };
     let r = print_symbolized(out, frames, set);
     drop(scratch);
+    r
+}
+
+/// Writes a stack for an error report from a running thread (see `report`). Falls back to raw
+/// addresses if a `print_trace` is running at the same moment.
+pub fn write_stack(out: &mut Out, frames: &[u64]) -> fmt::Result {
+    if frames.is_empty() {
+        return writeln!(out, "   (no stack recorded)");
+    }
+    if PRINTING.swap(true, Ordering::Acquire) {
+        return print_raw(out, frames, modules::snapshot(), "print_trace is running");
+    }
+    let r = stack_lines(out, frames);
+    PRINTING.store(false, Ordering::Release);
     r
 }
 

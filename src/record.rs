@@ -5,10 +5,11 @@
 //! `INITIALISING` → `READY`. Calls that arrive while another thread initialises are served
 //! untracked rather than made to wait; in practice the first call comes before any thread.
 
+use crate::freed::{self, Freed};
 use crate::guard::{self, Guard, ThreadState};
 use crate::layout::{FLAG_INITIALISED, MEM_TRACE_HEADER};
 use crate::table::{self, Block};
-use crate::{arena, config, modules, stacks, threads, unwind};
+use crate::{arena, config, modules, quarantine, real, report, stacks, threads, unwind};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
@@ -42,11 +43,31 @@ fn init() -> bool {
     if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0 {
         EXIT_KEY.store(key, Ordering::Relaxed);
     }
-    MEM_TRACE_HEADER
-        .flags
-        .fetch_or(FLAG_INITIALISED, Ordering::Relaxed);
+    let mut flags = FLAG_INITIALISED;
+    if config::FREE_STACKS.load(Ordering::Relaxed) {
+        flags |= crate::layout::FLAG_FREE_STACKS;
+    }
+    MEM_TRACE_HEADER.flags.fetch_or(flags, Ordering::Relaxed);
     STATE.store(READY, Ordering::Release);
     true
+}
+
+/// What the free hook must do with a pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Hand it to glibc now.
+    Release,
+    /// Kept in quarantine; glibc gets it later.
+    Held,
+    /// A double or invalid free, reported; glibc must never see it (it would abort).
+    Reject,
+}
+
+/// The operation that met an unknown pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Free,
+    Realloc,
 }
 
 /// Records a block the real allocator just returned.
@@ -57,18 +78,23 @@ pub fn allocated(g: &Guard, p: *mut c_void, size: usize) {
     }
 }
 
+/// Captures and interns the calling thread's stack (0 when capture is off or failed).
+#[inline(always)]
+fn stack_here(state: &ThreadState) -> u32 {
+    if !config::UNWIND.load(Ordering::Relaxed) {
+        return 0;
+    }
+    let mut buf = [0u64; unwind::MAX_FRAMES];
+    let max = config::FRAMES
+        .load(Ordering::Relaxed)
+        .min(unwind::MAX_FRAMES);
+    let n = unwind::capture(state, &mut buf[..max]);
+    stacks::intern(&buf[..n])
+}
+
 fn record(state: &ThreadState, addr: u64, size: u64) {
     let thread = thread_index(state);
-    let mut buf = [0u64; unwind::MAX_FRAMES];
-    let n = if config::UNWIND.load(Ordering::Relaxed) {
-        let max = config::FRAMES
-            .load(Ordering::Relaxed)
-            .min(unwind::MAX_FRAMES);
-        unwind::capture(state, &mut buf[..max])
-    } else {
-        0
-    };
-    let stack = stacks::intern(&buf[..n]);
+    let stack = stack_here(state);
     let seq = MEM_TRACE_HEADER.next_seq.fetch_add(1, Ordering::Relaxed);
     table::insert(Block {
         addr,
@@ -79,17 +105,109 @@ fn record(state: &ThreadState, addr: u64, size: u64) {
     });
 }
 
-/// Forgets a block that is about to be freed, returning what was recorded. Called *before*
-/// the real `free`: once freed, another thread may get the same address from `malloc` and
-/// record it, and forgetting afterwards would erase that new block.
+/// Forgets a block that is about to be freed or moved, returning what was recorded. Called
+/// *before* the real `free`/`realloc`: once freed, another thread may get the same address
+/// from `malloc` and record it, and forgetting afterwards would erase that new block.
 #[inline(always)]
-pub fn freed(_g: &Guard, p: *mut c_void) -> Option<Block> {
+pub fn take(_g: &Guard, p: *mut c_void) -> Option<Block> {
     if p.is_null() || STATE.load(Ordering::Acquire) != READY {
         return None;
     }
-    FREES.fetch_add(1, Ordering::Relaxed);
     table::remove(p as u64)
 }
+
+/// The whole of `free` but the call into glibc: forget the block, remember who freed it, and
+/// say whether glibc gets it now, later (quarantine), or never (a double or invalid free).
+pub fn free(g: &Guard, p: *mut c_void) -> Disposition {
+    if STATE.load(Ordering::Acquire) != READY {
+        return Disposition::Release;
+    }
+    let Some(block) = take(g, p) else {
+        return match unknown_pointer(g, p as u64, Op::Free) {
+            true => Disposition::Release,
+            false => Disposition::Reject,
+        };
+    };
+    remember_free(g.state(), block, false);
+    let mut released = quarantine::released();
+    if !quarantine::hold(block.addr, block.size, &mut released) {
+        return Disposition::Release;
+    }
+    for &a in released.addrs() {
+        // SAFETY: a block the program freed and that we held back; nobody else owns it.
+        unsafe { real::__libc_free(a as *mut c_void) };
+    }
+    Disposition::Held
+}
+
+/// Notes that `realloc` freed `block` (it moved, or the new size was 0).
+pub fn freed_by_realloc(g: &Guard, block: Block) {
+    remember_free(g.state(), block, true);
+}
+
+fn remember_free(state: &ThreadState, block: Block, by_realloc: bool) {
+    FREES.fetch_add(1, Ordering::Relaxed);
+    let free_thread = thread_index(state);
+    let free_stack = if config::FREE_STACKS.load(Ordering::Relaxed) {
+        stack_here(state)
+    } else {
+        0
+    };
+    freed::push(&Freed {
+        block,
+        free_seq: MEM_TRACE_HEADER.next_seq.fetch_add(1, Ordering::Relaxed),
+        free_stack,
+        free_thread,
+        by_realloc,
+    });
+}
+
+/// A pointer given to `free` or `realloc` that is not a live block start. Returns whether glibc
+/// may see it: `false` for a double free (the block is in quarantine, or the history saw it
+/// freed and nothing allocated it since) and for pointers glibc would abort on (inside a live
+/// block, misaligned, on the stack, in code). Other pointers may be blocks made while the
+/// tracer was not recording (inside its own calls), so they pass.
+fn unknown_pointer(g: &Guard, addr: u64, op: Op) -> bool {
+    let state = g.state();
+    if quarantine::contains(addr) {
+        report::double_free(state, addr, freed::newest_at(addr), op);
+        return false;
+    }
+    let (inside, _) = table::find_containing(addr);
+    let on_stack = (state.stack_lo.get()..state.stack_hi.get()).contains(&addr);
+    let in_code = modules::snapshot().is_some_and(|m| m.find(addr).is_some());
+    if inside.is_some() || addr % 16 != 0 || on_stack || in_code {
+        let why = if let Some(b) = inside {
+            report::Why::Inside(b)
+        } else if on_stack {
+            report::Why::Stack
+        } else if in_code {
+            report::Why::Code
+        } else {
+            report::Why::Misaligned
+        };
+        report::invalid_free(state, addr, why, op);
+        return false;
+    }
+    // The history scan costs a pass over the ring: bound how often a program that frees many
+    // untracked blocks pays it.
+    if HISTORY_SCANS.fetch_sub(1, Ordering::Relaxed) > 0 {
+        if let Some(f) = freed::newest_at(addr) {
+            report::double_free(state, addr, Some(f), op);
+            return false;
+        }
+    } else {
+        HISTORY_SCANS.store(0, Ordering::Relaxed);
+    }
+    true
+}
+
+/// Whether `realloc` may pass `p` to glibc (see [`unknown_pointer`]); `p` is not a live block.
+pub fn realloc_unknown(g: &Guard, p: *mut c_void) -> bool {
+    STATE.load(Ordering::Acquire) != READY || unknown_pointer(g, p as u64, Op::Realloc)
+}
+
+static HISTORY_SCANS: core::sync::atomic::AtomicI64 = core::sync::atomic::AtomicI64::new(10_000);
 
 /// Puts back a block that `realloc` failed to move (the old block is still valid).
 pub fn restore(block: Block) {
@@ -144,6 +262,7 @@ pub fn thread_started() {
 extern "C" fn fork_prepare() {
     // Lock order: everything a hook may hold, in the order hooks take them.
     modules_lock(true);
+    quarantine::lock();
     stacks::lock_all();
     table::lock_all();
     arena::lock_all();
@@ -153,6 +272,7 @@ extern "C" fn fork_parent() {
     arena::unlock_all();
     table::unlock_all();
     stacks::unlock_all();
+    quarantine::unlock();
     modules_lock(false);
 }
 

@@ -1,0 +1,216 @@
+//! The freed-block history: one ring of the newest frees, shared by all threads and exported
+//! through `MEM_TRACE_HEADER.freed` (docs/LAYOUT.md "Freed-block history").
+//!
+//! A record keeps what the live table knew about the block (size, allocating thread, stack and
+//! sequence number) plus who freed it and when, so a dangling pointer can be explained after
+//! the fact, live or from a core. One ring rather than one per shard: a single-threaded program
+//! whose heap sits in a few regions would otherwise get only a few shards' worth of history.
+//! A writer claims a record with one `fetch_add` and publishes it like a table slot (`addr`
+//! cleared first, stored last). Two writers can only meet on one record if one of them stalls
+//! for a whole lap of the ring (`capacity` frees, 262144 by default) in the middle of its
+//! four stores; the reader then sees a mixed record. We accept that rather than lock.
+
+use crate::table::Block;
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+const SIZE_BITS: u32 = 40;
+const LOW40: u64 = (1 << SIZE_BITS) - 1;
+/// Default number of frees remembered (`MEM_TRACE_FREED`): 10 MiB of records.
+pub const DEFAULT_CAPACITY: u64 = 1 << 18;
+/// Record flag: freed by `realloc`.
+pub const BY_REALLOC: u32 = 1;
+/// History flag: free stacks are recorded.
+pub const FLAG_FREE_STACKS: u32 = 1;
+
+/// One free (40 bytes).
+#[repr(C)]
+pub struct FreedRecord {
+    pub addr: AtomicU64,
+    pub size_thread: AtomicU64,
+    pub seq_stack: AtomicU64,
+    pub free_seq_stack: AtomicU64,
+    pub free_thread: AtomicU32,
+    pub flags: AtomicU32,
+}
+
+/// The exported history header (64 bytes).
+#[repr(C)]
+pub struct FreedHistory {
+    pub record_size: u32,
+    pub flags: AtomicU32,
+    pub capacity: AtomicU64,
+    pub records: AtomicPtr<FreedRecord>,
+    pub written: AtomicU64,
+    pub quarantine_limit: AtomicU64,
+    pub quarantined_bytes: AtomicU64,
+    pub errors: AtomicU64,
+    pub reserved: u64,
+}
+
+/// The one history.
+pub static HISTORY: FreedHistory = FreedHistory {
+    record_size: core::mem::size_of::<FreedRecord>() as u32,
+    flags: AtomicU32::new(0),
+    capacity: AtomicU64::new(0),
+    records: AtomicPtr::new(core::ptr::null_mut()),
+    written: AtomicU64::new(0),
+    quarantine_limit: AtomicU64::new(0),
+    quarantined_bytes: AtomicU64::new(0),
+    errors: AtomicU64::new(0),
+    reserved: 0,
+};
+
+/// A free as remembered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Freed {
+    pub block: Block,
+    pub free_seq: u64,
+    pub free_stack: u32,
+    pub free_thread: u32,
+    pub by_realloc: bool,
+}
+
+/// Sets the ring's size (called once, at initialisation, before any free is recorded).
+pub fn configure(capacity: u64, free_stacks: bool) {
+    HISTORY.capacity.store(capacity, Ordering::Relaxed);
+    HISTORY.flags.store(
+        if free_stacks { FLAG_FREE_STACKS } else { 0 },
+        Ordering::Relaxed,
+    );
+}
+
+fn ring() -> Option<(*mut FreedRecord, u64)> {
+    let cap = HISTORY.capacity.load(Ordering::Relaxed);
+    if cap == 0 {
+        return None;
+    }
+    let p = HISTORY.records.load(Ordering::Acquire);
+    if !p.is_null() {
+        return Some((p, cap));
+    }
+    allocate(cap)
+}
+
+#[cold]
+#[inline(never)]
+fn allocate(cap: u64) -> Option<(*mut FreedRecord, u64)> {
+    let layout = core::alloc::Layout::array::<FreedRecord>(cap as usize).ok()?;
+    // SAFETY: non-zero layout; zeroed records are empty; the ring is never freed.
+    let fresh = unsafe { std::alloc::alloc_zeroed(layout) } as *mut FreedRecord;
+    if fresh.is_null() {
+        HISTORY.capacity.store(0, Ordering::Relaxed);
+        return None;
+    }
+    match HISTORY.records.compare_exchange(
+        core::ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => Some((fresh, cap)),
+        Err(existing) => {
+            // SAFETY: ours, never published.
+            unsafe { std::alloc::dealloc(fresh.cast(), layout) };
+            Some((existing, cap))
+        }
+    }
+}
+
+/// Remembers a free.
+pub fn push(f: &Freed) {
+    let Some((ring, cap)) = ring() else {
+        return;
+    };
+    let k = HISTORY.written.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the index is reduced modulo the ring's capacity.
+    let r = unsafe { &*ring.add((k % cap) as usize) };
+    r.addr.store(0, Ordering::Relaxed);
+    let b = &f.block;
+    r.size_thread.store(
+        b.size.min(LOW40) | (u64::from(b.thread) << SIZE_BITS),
+        Ordering::Relaxed,
+    );
+    r.seq_stack.store(
+        (b.seq & LOW40) | (u64::from(b.stack) << SIZE_BITS),
+        Ordering::Relaxed,
+    );
+    r.free_seq_stack.store(
+        (f.free_seq & LOW40) | (u64::from(f.free_stack) << SIZE_BITS),
+        Ordering::Relaxed,
+    );
+    r.free_thread.store(f.free_thread, Ordering::Relaxed);
+    r.flags
+        .store(if f.by_realloc { BY_REALLOC } else { 0 }, Ordering::Relaxed);
+    r.addr.store(b.addr, Ordering::Release);
+}
+
+/// The newest remembered free of a block starting exactly at `addr` (for double-free reports).
+/// Scans the whole ring: only called on the rare frees of unknown pointers.
+pub fn newest_at(addr: u64) -> Option<Freed> {
+    let cap = HISTORY.capacity.load(Ordering::Relaxed);
+    let ring = HISTORY.records.load(Ordering::Acquire);
+    if cap == 0 || ring.is_null() {
+        return None;
+    }
+    let written = HISTORY.written.load(Ordering::Acquire);
+    let n = written.min(cap);
+    (0..n).find_map(|back| {
+        let k = written - 1 - back;
+        // SAFETY: index reduced modulo capacity; records are never freed.
+        let r = unsafe { &*ring.add((k % cap) as usize) };
+        if r.addr.load(Ordering::Acquire) != addr {
+            return None;
+        }
+        let st = r.size_thread.load(Ordering::Relaxed);
+        let ss = r.seq_stack.load(Ordering::Relaxed);
+        let fs = r.free_seq_stack.load(Ordering::Relaxed);
+        Some(Freed {
+            block: Block {
+                addr,
+                size: st & LOW40,
+                thread: (st >> SIZE_BITS) as u32,
+                seq: ss & LOW40,
+                stack: (ss >> SIZE_BITS) as u32,
+            },
+            free_seq: fs & LOW40,
+            free_stack: (fs >> SIZE_BITS) as u32,
+            free_thread: r.free_thread.load(Ordering::Relaxed),
+            by_realloc: r.flags.load(Ordering::Relaxed) & BY_REALLOC != 0,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_newest_first() {
+        configure(8, true);
+        let mk = |addr, seq| Freed {
+            block: Block {
+                addr,
+                size: 48,
+                thread: 2,
+                seq,
+                stack: 9,
+            },
+            free_seq: seq + 100,
+            free_stack: 11,
+            free_thread: 3,
+            by_realloc: false,
+        };
+        push(&mk(0x1000, 1));
+        push(&mk(0x2000, 2));
+        push(&mk(0x1000, 3));
+        assert_eq!(newest_at(0x1000), Some(mk(0x1000, 3)));
+        assert_eq!(newest_at(0x2000), Some(mk(0x2000, 2)));
+        // Wrap the ring: the oldest records are overwritten.
+        for i in 0..8 {
+            push(&mk(0x9000 + i * 16, 10 + i));
+        }
+        assert_eq!(newest_at(0x2000), None);
+        assert_eq!(core::mem::size_of::<FreedRecord>(), 40);
+        assert_eq!(core::mem::size_of::<FreedHistory>(), 64);
+    }
+}

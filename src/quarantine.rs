@@ -1,0 +1,126 @@
+//! The quarantine: freed blocks held back from glibc, oldest released first, up to
+//! `MEM_TRACE_QUARANTINE` bytes, so that a dangling pointer keeps pointing into the block it
+//! came from instead of into whatever `malloc` hands out next. It also makes double frees
+//! certain: a block still held here cannot belong to anyone else.
+//!
+//! One FIFO for the process (a per-shard FIFO would give a single-threaded program only the
+//! few shards its heap lands in), with a set of its addresses for the double-free check.
+//! Released blocks are handed to glibc after the lock is dropped.
+
+use crate::freed::HISTORY;
+use crate::sync::SpinLock;
+use core::sync::atomic::Ordering;
+use hashbrown::HashTable;
+use std::collections::VecDeque;
+
+/// Default bytes held back (`MEM_TRACE_QUARANTINE`).
+pub const DEFAULT_LIMIT: u64 = 4 << 20;
+
+struct Quarantine {
+    fifo: VecDeque<(u64, u64)>,
+    members: HashTable<u64>,
+    bytes: u64,
+}
+
+static Q: SpinLock<Quarantine> = SpinLock::new(Quarantine {
+    fifo: VecDeque::new(),
+    members: HashTable::new(),
+    bytes: 0,
+});
+
+fn hash(addr: u64) -> u64 {
+    addr.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Blocks released from quarantine, to be freed for real by the caller.
+pub struct Released {
+    n: usize,
+    addrs: [u64; 32],
+}
+
+impl Released {
+    /// The released block starts.
+    pub fn addrs(&self) -> &[u64] {
+        &self.addrs[..self.n]
+    }
+}
+
+/// The configured limit in bytes (0: quarantine off).
+pub fn limit() -> u64 {
+    HISTORY.quarantine_limit.load(Ordering::Relaxed)
+}
+
+/// Holds a freed block. Returns `false` if it was not taken (quarantine off, or the block is
+/// larger than the whole quarantine): the caller frees it at once. `released` gets blocks
+/// pushed out (at most 32 per call: a big block may push out more on later calls, which keeps
+/// each free's work bounded).
+pub fn hold(addr: u64, size: u64, released: &mut Released) -> bool {
+    released.n = 0;
+    let limit = limit();
+    if limit == 0 || size > limit {
+        return false;
+    }
+    let mut q = Q.lock();
+    q.fifo.push_back((addr, size));
+    q.members.insert_unique(hash(addr), addr, |&a| hash(a));
+    q.bytes += size;
+    while q.bytes > limit && released.n < released.addrs.len() {
+        let Some((a, s)) = q.fifo.pop_front() else {
+            break;
+        };
+        if let Ok(e) = q.members.find_entry(hash(a), |&m| m == a) {
+            e.remove();
+        }
+        q.bytes -= s;
+        released.addrs[released.n] = a;
+        released.n += 1;
+    }
+    HISTORY.quarantined_bytes.store(q.bytes, Ordering::Relaxed);
+    true
+}
+
+/// An empty release list.
+pub fn released() -> Released {
+    Released {
+        n: 0,
+        addrs: [0; 32],
+    }
+}
+
+/// Whether the block starting at `addr` is held in quarantine (so freeing it again is a
+/// double free).
+pub fn contains(addr: u64) -> bool {
+    Q.lock().members.find(hash(addr), |&m| m == addr).is_some()
+}
+
+/// Locks the quarantine (fork prepare).
+pub fn lock() {
+    Q.raw().lock();
+}
+
+/// Unlocks it (fork parent and child).
+pub fn unlock() {
+    Q.raw().unlock();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_up_to_the_limit_oldest_out_first() {
+        HISTORY.quarantine_limit.store(100, Ordering::Relaxed);
+        let mut r = released();
+        assert!(hold(0x10, 40, &mut r));
+        assert!(hold(0x20, 40, &mut r));
+        assert!(r.addrs().is_empty());
+        assert!(contains(0x10));
+        assert!(hold(0x30, 40, &mut r));
+        assert_eq!(r.addrs(), &[0x10]);
+        assert!(!contains(0x10));
+        assert!(contains(0x20) && contains(0x30));
+        assert!(!hold(0x40, 101, &mut r), "larger than the whole quarantine");
+        HISTORY.quarantine_limit.store(0, Ordering::Relaxed);
+        assert!(!hold(0x50, 8, &mut r), "off");
+    }
+}
