@@ -104,7 +104,17 @@ pub const C_FLAGS: &[&str] = &[
     "-Wall",
 ];
 
-fn compile_once(file: &str, compile: impl FnOnce(&Path, &Path, &Path) -> Command) -> Fixture {
+/// Compiles `tests/fixtures/<file>` once per test process into `<dir>/<output>`, where
+/// `<dir>` is `target/mem-trace-tests/<stem>/`. `compile(src, out)` gives the command.
+///
+/// The compiler writes a temporary file that is then renamed, so a test process running the
+/// previous binary (or a concurrent one, e.g. under `cargo nextest`) never sees a half-written
+/// file.
+fn compile_once(
+    file: &str,
+    output: impl FnOnce(&str) -> String,
+    compile: impl FnOnce(&Path, &Path) -> Command,
+) -> Fixture {
     static COMPILED: Mutex<Option<HashMap<String, Fixture>>> = Mutex::new(None);
     let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
     let map = compiled.get_or_insert_with(HashMap::new);
@@ -120,8 +130,10 @@ fn compile_once(file: &str, compile: impl FnOnce(&Path, &Path, &Path) -> Command
         .to_string();
     let dir = target_dir().join("mem-trace-tests").join(&name);
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-    let bin = dir.join(&name);
-    let mut cmd = compile(&src, &bin, &dir);
+    let output = output(&name);
+    let bin = dir.join(&output);
+    let tmp = dir.join(format!(".{output}.tmp{}", std::process::id()));
+    let mut cmd = compile(&src, &tmp);
     let shown = render(&cmd);
     let out = cmd
         .output()
@@ -133,6 +145,8 @@ fn compile_once(file: &str, compile: impl FnOnce(&Path, &Path, &Path) -> Command
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    fs::rename(&tmp, &bin)
+        .unwrap_or_else(|e| panic!("rename {} to {}: {e}", tmp.display(), bin.display()));
     let fixture = Fixture {
         name,
         src,
@@ -145,40 +159,35 @@ fn compile_once(file: &str, compile: impl FnOnce(&Path, &Path, &Path) -> Command
 
 /// Compiles `tests/fixtures/<file>` (C) with [`C_FLAGS`] plus `extra` (e.g. `-pthread`).
 pub fn c_fixture(file: &str, extra: &[&str]) -> Fixture {
-    compile_once(file, |src, bin, _| {
+    compile_once(file, str::to_string, |src, out| {
         let mut cmd = Command::new("gcc");
-        cmd.args(C_FLAGS).args(extra).arg("-o").arg(bin).arg(src);
+        cmd.args(C_FLAGS).args(extra).arg("-o").arg(out).arg(src);
         cmd
     })
 }
 
-/// Compiles `tests/fixtures/<file>` (C) into a shared library `<dir>/lib<stem>.so`.
+/// Compiles `tests/fixtures/<file>` (C) into a shared library; `bin` is `<dir>/lib<stem>.so`.
 pub fn c_shared_library(file: &str) -> Fixture {
-    compile_once(file, |src, _, dir| {
-        let stem = src.file_stem().and_then(OsStr::to_str).unwrap();
-        let mut cmd = Command::new("gcc");
-        cmd.args(C_FLAGS)
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(dir.join(format!("lib{stem}.so")))
-            .arg(src);
-        cmd
-    })
-    .with_bin_as_library()
-}
-
-impl Fixture {
-    fn with_bin_as_library(mut self) -> Self {
-        self.bin = self.dir.join(format!("lib{}.so", self.name));
-        self
-    }
+    compile_once(
+        file,
+        |stem| format!("lib{stem}.so"),
+        |src, out| {
+            let mut cmd = Command::new("gcc");
+            cmd.args(C_FLAGS)
+                .args(["-shared", "-fPIC", "-o"])
+                .arg(out)
+                .arg(src);
+            cmd
+        },
+    )
 }
 
 /// Compiles `tests/fixtures/<file>` (Rust) with debug info and no optimisation.
 pub fn rust_fixture(file: &str) -> Fixture {
-    compile_once(file, |src, bin, _| {
+    compile_once(file, str::to_string, |src, out| {
         let mut cmd = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()));
         cmd.args(["-g", "-C", "opt-level=0", "--edition", "2021", "-o"])
-            .arg(bin)
+            .arg(out)
             .arg(src);
         cmd
     })
