@@ -1,4 +1,4 @@
-"""mem-trace's gdb support: which heap block holds an address, and who allocated it.
+"""mem-trace's gdb support: which heap block holds an address, who allocated and freed it.
 
 `layout` is pure Python (no gdb) and decodes docs/LAYOUT.md; everything else
 runs inside gdb. `register()` is what gdb/mem_trace.py calls.

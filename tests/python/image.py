@@ -1,4 +1,4 @@
-"""Synthetic process images in the mem-trace layout, version 1.
+"""Synthetic process images in the mem-trace layout, version 2.
 
 Written from docs/LAYOUT.md with its own struct formats and constants, not with
 the decoder's, so a misreading of the contract in one does not hide in both.
@@ -66,6 +66,15 @@ class TraceBuilder:
         self.next_seq = 1
         self.flags = 1
         self.untracked = 0
+        self.version = 2
+        # Freed-block history: None leaves header.freed at 0.
+        self.history_capacity = 8
+        self.history_flags = 1  # bit 0: free stacks recorded
+        self.frees = []  # (addr, size, thread, seq, stack, free_seq, free_stack, free_thread, flags)
+        self.written = None  # None: len(self.frees)
+        self.quarantine_limit = 0
+        self.quarantined_bytes = 0
+        self.errors = 0
 
     def add_stack(self, frames):
         self.stacks.append(list(frames))
@@ -81,6 +90,18 @@ class TraceBuilder:
         self.next_seq = max(self.next_seq, seq + 1)
         self.blocks.append((addr, size, thread, seq, stack))
         return seq
+
+    def add_freed(self, addr, size, thread=1, stack=0, seq=None, free_seq=None,
+                  free_stack=0, free_thread=None, realloc=False):
+        """A free, in ring order: the k-th call is record k (at index k % capacity)."""
+        if seq is None:
+            seq = self.next_seq
+        if free_seq is None:
+            free_seq = max(self.next_seq, seq + 1)
+        self.next_seq = max(self.next_seq, seq + 1, free_seq + 1)
+        self.frees.append((addr, size, thread, seq, stack, free_seq, free_stack,
+                           thread if free_thread is None else free_thread, 1 if realloc else 0))
+        return free_seq
 
     def add_tombstones(self, shard, n):
         self.tombstones[shard] += n
@@ -155,12 +176,30 @@ class TraceBuilder:
             for i, (tid, flags, name) in enumerate(self.threads, start=1):
                 img.write(chunk + 32 * i, struct.pack("<II16s8x", tid, flags, name[:16]))
 
+        freed = 0
+        if self.history_capacity is not None:
+            freed = img.map(64)
+            where["freed"] = freed
+            cap = self.history_capacity
+            ring = 0
+            if self.frees and cap:
+                ring = img.map(40 * cap, align=8)
+                where["ring"] = ring
+                for k, (addr, size, thread, seq, stack, fseq, fstack, fthread, fflags) in enumerate(self.frees):
+                    img.write(ring + 40 * (k % cap), struct.pack(
+                        "<QQQQII", addr, min(size, 2**40 - 1) | thread << 40, seq | stack << 40,
+                        fseq | fstack << 40, fthread, fflags))
+            written = len(self.frees) if self.written is None else self.written
+            img.write(freed, struct.pack(
+                "<IIQQQQQQ8x", 40, self.history_flags, cap, ring, written,
+                self.quarantine_limit, self.quarantined_bytes, self.errors))
+
         img.write(
             header,
             struct.pack(
                 "<8sIIIIII7Q40x",
-                b"MEMTRACE", 1, 128, 24, 64, 129, 16,
-                shards, stacks, threads, 0, self.next_seq, self.flags, self.untracked,
+                b"MEMTRACE", self.version, 128, 24, 64, 129, 16,
+                shards, stacks, threads, freed, self.next_seq, self.flags, self.untracked,
             ),
         )
         return img, header, where

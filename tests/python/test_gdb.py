@@ -63,6 +63,23 @@ class GdbTests(unittest.TestCase):
             "mtrace-why",
             "mtrace-why -h",
             "mtrace-why -n 1 buffer",
+            "mtrace-why dangling + 16",
+            "mtrace-why reused + 8",
+            "mtrace-why twice",
+            "mtrace-why moved_from",
+            "mtrace-why freed_then + 2",
+            "echo ==history-twice==\\n",
+            "mtrace-history twice + 1",
+            "echo ==history-reused==\\n",
+            "mtrace-history -n 1 reused",
+            "echo ==history-dangling==\\n",
+            "mtrace-history --no-stacks dangling",
+            "echo ==history-end==\\n",
+            "mtrace-history 0x10",
+            "mtrace-history -h",
+            "mtrace-history -n -1 buffer",
+            "mtrace-history",
+            "help mtrace-history",
             f"generate-core-file {cls.core}",
         ])
 
@@ -102,7 +119,7 @@ class GdbTests(unittest.TestCase):
     def test_after_large_thread_array(self):
         out = self.live
         self.assertLine(out, r"0x[0-9a-f]+ is 4 bytes after a 100-byte block .*")
-        self.assertLine(out, r"0x[0-9a-f]+ is 5000 bytes inside a 1048576-byte block .*allocated by thread 1 \(#4\).*")
+        self.assertLine(out, r"0x[0-9a-f]+ is 5000 bytes inside a 1048576-byte block .*allocated by thread 1 \(#\d+\).*")
         self.assertLine(out, r"0x[0-9a-f]+ is at the start of a 77-byte block .*allocated by thread 2 \(#\d+\).*")
         self.assertLine(out, rf"#0 0x[0-9a-f]+ in worker at \S*prog\.c:{marker_line('worker-malloc')}")
         self.assertLine(out, r"0x[0-9a-f]+ is 40 bytes inside a 4000-byte block .*")
@@ -132,7 +149,7 @@ class GdbTests(unittest.TestCase):
 
     def test_core_file(self):
         out = self.gdb([self.prog, self.core], [f"source {ENTRY}", "mtrace-info", "mtrace-why buffer + 37"])
-        self.assertLine(out, r"mem-trace is loaded: header at 0x[0-9a-f]+, layout version 1")
+        self.assertLine(out, r"mem-trace is loaded: header at 0x[0-9a-f]+, layout version 2")
         self.assertLine(out, r"0x[0-9a-f]+ is 37 bytes inside a 100-byte block .*allocated by thread 1 \(#1\).*")
         self.assertLine(out, rf"#0 0x[0-9a-f]+ in make_buffer at \S*prog\.c:{marker_line('make_buffer-malloc')}")
 
@@ -157,6 +174,95 @@ class GdbTests(unittest.TestCase):
         self.assertLine(out, r"usage: mtrace-why .*")
         self.assertLine(out, r"Show whether mem-trace is loaded.*")
         self.assertNotIn("rror", out)
+
+    # -- freed blocks (layout version 2)
+
+    def section(self, name):
+        out = self.live
+        start = out.index(f"=={name}==")
+        return out[start:out.index("==", out.index("\n", start))]
+
+    def test_why_dangling_pointer(self):
+        out = self.live
+        self.assertLine(out, r"0x[0-9a-f]+ is 16 bytes inside a 72-byte block \[0x[0-9a-f]+, 0x[0-9a-f]+\) "
+                             r'freed by thread 1 \(#\d+\), tid \d+ "prog", gdb thread 1')
+        self.assertLine(out, rf"#0 0x[0-9a-f]+ in release_node at \S*prog\.c:{marker_line('release_node-free')}")
+        self.assertLine(out, rf"#1 0x[0-9a-f]+ in main at \S*prog\.c:{marker_line('main-release_node')}")
+        self.assertLine(out, r'previously allocated by thread 1 \(#\d+\), tid \d+ "prog", gdb thread 1')
+        self.assertLine(out, rf"#0 0x[0-9a-f]+ in make_node at \S*prog\.c:{marker_line('make_node-malloc')}")
+        self.assertLine(out, rf"#1 0x[0-9a-f]+ in main at \S*prog\.c:{marker_line('main-make_node')}")
+        # The free comes right after its allocation, and the free stack comes first.
+        lines = [l.strip() for l in out.splitlines()]
+        head = next(i for i, l in enumerate(lines) if "72-byte block" in l and "freed by" in l)
+        self.assertRegex(lines[head + 1], r"#0 .* in release_node ")
+        alloc = next(i for i in range(head, len(lines)) if lines[i].startswith("previously allocated"))
+        self.assertRegex(lines[alloc + 1], r"#0 .* in make_node ")
+
+    def test_why_live_block_over_freed_memory(self):
+        self.assertLine(self.live, r"0x[0-9a-f]+ is 8 bytes inside a 200-byte block .* allocated by thread 1 .*")
+        self.assertLine(self.live, r"\(older freed blocks covered this address too: 1; see mtrace-history\)")
+
+    def test_why_newest_of_several_and_realloc(self):
+        out = self.live
+        self.assertLine(out, r"0x[0-9a-f]+ is at the start of a 300-byte block .* freed by thread 1 \(#\d+\).*")
+        self.assertLine(out, r"0x[0-9a-f]+ is at the start of a 24-byte block .* freed \(by realloc\) by thread 1 \(#\d+\).*")
+        self.assertLine(out, rf"#0 0x[0-9a-f]+ in main at \S*prog\.c:{marker_line('main-realloc')}")
+        # A freed block containing the address beats a nearby live block.
+        self.assertLine(out, r"0x[0-9a-f]+ is 2 bytes inside a 48-byte block .* freed by thread 1 .*")
+
+    def test_history(self):
+        twice = self.section("history-twice")
+        seqs = [int(n) for n in re.findall(r"^#(\d+) ", twice, re.M)]
+        self.assertEqual(len(seqs), 4, twice)
+        self.assertEqual(seqs, sorted(seqs, reverse=True), "newest first")
+        kinds = re.findall(r"^#\d+ (free|allocation) of a 300-byte block", twice, re.M)
+        self.assertEqual(kinds, ["free", "allocation", "free", "allocation"], twice)
+        self.assertLine(twice, r"0x[0-9a-f]+: 4 events, newest first")
+        self.assertLine(twice, rf"#\d+ allocation of a 300-byte block .* by thread 1 \(freed at #{seqs[0]}\), tid .*")
+        reused = self.section("history-reused")
+        self.assertLine(reused, r"#\d+ allocation of a 200-byte block .* by thread 1 \(live\), tid .*")
+        self.assertEqual(len(re.findall(r"\.\.\. \(-n 1\)", reused)), 3, reused)
+        dangling = self.section("history-dangling")
+        self.assertNotRegex(dangling, r"\n\s+#0 ")
+        self.assertLine(dangling, r"#\d+ free of a 72-byte block .* by thread 1, tid .*")
+
+    def test_history_errors_and_help(self):
+        out = self.live
+        self.assertLine(out, r"no remembered allocation or free touches 0x10")
+        self.assertLine(out, r"usage: mtrace-history \[-h\] \[-n N\] \[--no-stacks\] \[-r\] EXPR")
+        self.assertLine(out, r"mtrace-history: -n -1: the number of frames cannot be negative")
+        self.assertLine(out, r"mtrace-history: the following arguments are required: EXPR .*")
+        self.assertLine(out, r"List every remembered allocation and free .*")
+
+    def test_info_history_figures(self):
+        self.assertLine(self.live, r"freed history: +4096 records, \d+ frees written \(\d+ of 4096 held\)")
+        self.assertLine(self.live, r"free stacks: +on")
+        self.assertLine(self.live, r"quarantine: +0 of 0 bytes held")
+        self.assertLine(self.live, r"errors reported: +0 .*")
+
+    def test_core_file_freed_blocks(self):
+        out = self.gdb([self.prog, self.core], [f"source {ENTRY}", "mtrace-why dangling", "mtrace-history twice"])
+        self.assertLine(out, r"0x[0-9a-f]+ is at the start of a 72-byte block .* freed by thread 1 .*")
+        self.assertLine(out, rf"#0 0x[0-9a-f]+ in release_node at \S*prog\.c:{marker_line('release_node-free')}")
+        self.assertLine(out, rf"#0 0x[0-9a-f]+ in make_node at \S*prog\.c:{marker_line('make_node-malloc')}")
+        self.assertLine(out, r"0x[0-9a-f]+: 4 events, newest first")
+        self.assertNotIn("Traceback", out)
+
+    def test_free_stacks_off_and_wrapped_ring(self):
+        out = self.gdb([self.prog], [
+            f"set exec-wrapper env LD_PRELOAD={self.lib} MEM_TRACE_FREE_STACKS=0 MEM_TRACE_FREED=2",
+            "break break_here", "run", f"source {ENTRY}",
+            "mtrace-info", "mtrace-why moved_from", "mtrace-history moved_from", "mtrace-why dangling",
+        ])
+        self.assertLine(out, r"free stacks: +off \(MEM_TRACE_FREE_STACKS=0\)")
+        self.assertLine(out, r"freed history: +2 records, 6 frees written \(wrapped: keeps the last 2\)")
+        self.assertLine(out, r"0x[0-9a-f]+ is at the start of a 24-byte block .* freed \(by realloc\) by thread 1 .*")
+        self.assertLine(out, r"\(no free stack was recorded: MEM_TRACE_FREE_STACKS=0\)")
+        self.assertLine(out, r"\(history keeps the last 2 frees; older events are gone\)")
+        # dangling's free fell out of the ring: the answer falls back to a neighbour.
+        self.assertLine(out, r"0x[0-9a-f]+ is \d+ bytes (after|before) a \d+-byte block .*")
+        self.assertLine(out, r"\(not inside any live block nor any remembered freed block: .*\)")
+        self.assertNotIn("Traceback", out)
 
 
 if __name__ == "__main__":

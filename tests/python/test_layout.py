@@ -59,12 +59,12 @@ class HeaderTests(Fixture):
     def test_header_fields(self):
         t = self.standard()
         h = t.header
-        self.assertEqual(h.version, 1)
+        self.assertEqual(h.version, 2)
         self.assertEqual(h.address, self.header_addr)
         self.assertEqual(h.shards, self.where["shards"])
         self.assertEqual(h.stacks, self.where["stacks"])
         self.assertEqual(h.threads, self.where["threads"])
-        self.assertEqual(h.freed, 0)
+        self.assertEqual(h.freed, self.where["freed"])
         self.assertEqual(h.next_seq, 1236)
         self.assertTrue(h.initialised)
         self.assertFalse(h.profiler)
@@ -87,12 +87,15 @@ class HeaderTests(Fixture):
     def test_uninitialised_header_is_empty(self):
         img = Image()
         h = img.map(128)
-        img.write(h, struct.pack("<8sIIIIII7Q40x", b"MEMTRACE", 1, 128, 24, 64, 129, 16, 0, 0, 0, 0, 1, 0, 0))
+        img.write(h, struct.pack("<8sIIIIII7Q40x", b"MEMTRACE", 2, 128, 24, 64, 129, 16, 0, 0, 0, 0, 1, 0, 0))
         t = Tracer.open(img, h)
         self.assertIsNone(t.find_block(HEAP))
         self.assertEqual(t.totals().live_blocks, 0)
         self.assertIsNone(t.stack(1))
         self.assertIsNone(t.thread(1))
+        self.assertIsNone(t.history_header())
+        self.assertEqual(t.freed_blocks_containing(HEAP), [])
+        self.assertEqual(t.history(HEAP), [])
 
 
 class FindBlockTests(Fixture):
@@ -302,14 +305,16 @@ class ErrorTests(Fixture):
         self.assert_only(BadMagic, lambda: Tracer.open(self.img, self.header_addr))
 
     def test_version_mismatch_names_both(self):
-        self.standard()
-        self.img.write_u32(self.header_addr + 8, 2)
-        msg = self.assert_only(VersionMismatch, lambda: Tracer.open(self.img, self.header_addr))
-        self.assertEqual(
-            msg,
-            "mem-trace layout version 2 in the process, this gdb script reads version 1: "
-            "use the gdb/mem_trace.py from the same build",
-        )
+        # Version 1 (no freed-block history) is no longer produced: refused like any other.
+        for version in (1, 3, 0xFFFF_FFFF):
+            self.standard()
+            self.img.write_u32(self.header_addr + 8, version)
+            msg = self.assert_only(VersionMismatch, lambda: Tracer.open(self.img, self.header_addr))
+            self.assertEqual(
+                msg,
+                f"mem-trace layout version {version} in the process, this gdb script reads "
+                "version 2: use the gdb/mem_trace.py from the same build",
+            )
 
     def test_wrong_sizes(self):
         for off, value in ((12, 64), (16, 32), (20, 128), (24, 65), (28, 12)):
@@ -323,7 +328,7 @@ class ErrorTests(Fixture):
     def test_short_header(self):
         img = Image()
         h = img.map(100)  # the mapping ends inside the header
-        img.write(h, b"MEMTRACE" + struct.pack("<I", 1))
+        img.write(h, b"MEMTRACE" + struct.pack("<I", 2))
         self.assert_only(Inaccessible, lambda: Tracer.open(img, h))
 
     def test_reader_returning_short_bytes(self):
@@ -420,6 +425,266 @@ class ErrorTests(Fixture):
                         t.stack(m.block.stack)
                         t.thread(m.block.thread)
                 list(t.blocks())
+            except MemTraceError as e:
+                self.assertNotIn("\n", str(e))
+
+
+class HistoryTests(Fixture):
+    """The freed-block history ring (layout version 2)."""
+
+    def history_fixture(self, capacity=8):
+        b = TraceBuilder()
+        self.t_main = b.add_thread(4242, "prog")
+        self.t_other = b.add_thread(4243, "other")
+        self.s_alloc = b.add_stack([0x5555_5555_5100])
+        self.s_free = b.add_stack([0x5555_5555_5200, 0x5555_5555_5300])
+        b.history_capacity = capacity
+        b.quarantine_limit, b.quarantined_bytes, b.errors = 1 << 20, 4096, 3
+        # The same 48 bytes allocated and freed twice, then reused by a live block.
+        b.add_freed(HEAP, 48, thread=self.t_main, stack=self.s_alloc, seq=10, free_seq=11,
+                    free_stack=self.s_free, free_thread=self.t_other)
+        b.add_freed(HEAP, 48, thread=self.t_main, stack=self.s_alloc, seq=20, free_seq=25,
+                    free_stack=self.s_free, free_thread=self.t_main, realloc=True)
+        # A neighbour freed with no free stack, and a zero-size one.
+        b.add_freed(HEAP + 0x100, 64, thread=self.t_other, seq=30, free_seq=31)
+        b.add_freed(HEAP + 0x200, 0, seq=32, free_seq=33)
+        b.add_block(HEAP, 32, thread=self.t_other, stack=self.s_alloc, seq=40)
+        return b
+
+    def test_header(self):
+        t = self.build(self.history_fixture())
+        h = t.history_header()
+        self.assertEqual((h.address, h.capacity, h.written, h.held, h.wrapped),
+                         (self.where["freed"], 8, 4, 4, False))
+        self.assertEqual(h.records, self.where["ring"])
+        self.assertEqual((h.quarantine_limit, h.quarantined_bytes, h.errors), (1 << 20, 4096, 3))
+        self.assertTrue(h.free_stacks)
+        self.assertTrue(h.enabled)
+
+    def test_record_fields(self):
+        t = self.build(self.history_fixture())
+        r = t.freed_blocks_containing(HEAP + 40)
+        self.assertEqual([x.free_seq for x in r], [25, 11], "newest free first")
+        newest = r[0]
+        self.assertEqual((newest.addr, newest.size, newest.end), (HEAP, 48, HEAP + 48))
+        a = newest.allocation
+        self.assertEqual((a.thread, a.seq, a.stack), (self.t_main, 20, self.s_alloc))
+        self.assertEqual((newest.free_stack, newest.free_thread, newest.by_realloc),
+                         (self.s_free, self.t_main, True))
+        self.assertEqual((r[1].free_thread, r[1].by_realloc), (self.t_other, False))
+
+    def test_containment_bounds(self):
+        t = self.build(self.history_fixture())
+        self.assertEqual(len(t.freed_blocks_containing(HEAP)), 2)
+        self.assertEqual(len(t.freed_blocks_containing(HEAP + 47)), 2)
+        self.assertEqual(t.freed_blocks_containing(HEAP + 48), [])
+        self.assertEqual(t.freed_blocks_containing(HEAP - 1), [])
+        self.assertEqual([x.free_seq for x in t.freed_blocks_containing(HEAP + 0x13F)], [31])
+        self.assertEqual(t.freed_blocks_containing(HEAP + 0x140), [])
+        # Zero size: only its start.
+        self.assertEqual([x.free_seq for x in t.freed_blocks_containing(HEAP + 0x200)], [33])
+        self.assertEqual(t.freed_blocks_containing(HEAP + 0x201), [])
+        self.assertEqual(t.freed_blocks_containing(0), [])
+        self.assertEqual(t.freed_blocks_containing(layout.MASK64), [])
+
+    def test_history_newest_first(self):
+        t = self.build(self.history_fixture())
+        got = [(e.kind, e.seq, e.live) for e in t.history(HEAP + 8)]
+        self.assertEqual(got, [
+            ("allocation", 40, True),
+            ("free", 25, False),
+            ("allocation", 20, False),
+            ("free", 11, False),
+            ("allocation", 10, False),
+        ])
+        events = t.history(HEAP + 8)
+        self.assertEqual((events[0].thread, events[0].stack, events[0].block.size), (self.t_other, self.s_alloc, 32))
+        self.assertEqual((events[1].thread, events[1].stack, events[1].freed.by_realloc), (self.t_main, self.s_free, True))
+        self.assertEqual(events[2].freed.free_seq, 25, "an allocation event knows its free")
+        # Past the live block's 32 bytes, only the freed 48-byte blocks remain.
+        self.assertEqual([e.seq for e in t.history(HEAP + 40)], [25, 20, 11, 10])
+        self.assertEqual(t.history(HEAP + 0x1000), [])
+
+    def test_history_with_live_block_only(self):
+        t = self.standard()
+        self.assertEqual([(e.kind, e.seq, e.live) for e in t.history(HEAP + 0x2A5)], [("allocation", 1234, True)])
+        self.assertEqual([e.seq for e in t.history(BIG + 77)], [7])
+
+    def test_wrap_around_keeps_the_newest(self):
+        b = TraceBuilder()
+        b.history_capacity = 4
+        for k in range(10):  # record k lands at k % 4: 6..9 survive
+            b.add_freed(HEAP + 0x40 * (k % 3), 16, seq=100 + 2 * k, free_seq=101 + 2 * k)
+        t = self.build(b)
+        h = t.history_header()
+        self.assertEqual((h.written, h.held, h.wrapped), (10, 4, True))
+        self.assertEqual(sorted(r.free_seq for r in t.freed_records()), [113, 115, 117, 119])
+        # k = 6 and 9 are at HEAP (k % 3 == 0); 0 and 3 were overwritten.
+        self.assertEqual([r.free_seq for r in t.freed_blocks_containing(HEAP + 3)], [119, 113])
+        self.assertEqual([e.seq for e in t.history(HEAP)], [119, 118, 113, 112])
+
+    def test_reads_only_the_written_part_of_the_ring_in_one_read(self):
+        b = self.history_fixture(capacity=1024)
+        t = self.build(b)
+        self.img.reads.clear()
+        t.freed_blocks_containing(HEAP)
+        t.freed_blocks_containing(HEAP + 0x100)
+        t.history(HEAP)
+        ring_reads = [(a, n) for a, n in self.img.reads if a == self.where["ring"]]
+        self.assertEqual(ring_reads, [(self.where["ring"], 4 * 40)])
+
+    def test_empty_records_are_skipped(self):
+        b = self.history_fixture()
+        t = self.build(b)
+        # Record 1 (free #25) is being rewritten: addr cleared first, the rest stale.
+        self.img.write_u64(self.where["ring"] + 40, 0)
+        t = Tracer.open(self.img, self.header_addr)
+        self.assertEqual([r.free_seq for r in t.freed_blocks_containing(HEAP)], [11])
+        self.assertEqual(len(list(t.freed_records())), 3)
+        # A history written to fewer records than its capacity: the rest are zero.
+        self.assertEqual(t.freed_blocks_containing(0), [])
+
+    def test_no_free_yet_and_disabled(self):
+        b = TraceBuilder()
+        b.add_block(HEAP, 16, seq=1)
+        t = self.build(b)  # history present, no ring yet (records == 0)
+        h = t.history_header()
+        self.assertEqual((h.records, h.written, h.held), (0, 0, 0))
+        self.assertEqual(t.freed_blocks_containing(HEAP), [])
+        self.assertEqual([e.seq for e in t.history(HEAP)], [1])
+        b = TraceBuilder()
+        b.history_capacity = 0
+        b.add_freed(HEAP, 16)
+        t = self.build(b)
+        self.assertFalse(t.history_header().enabled)
+        self.assertEqual(t.freed_blocks_containing(HEAP), [])
+        b = TraceBuilder()
+        b.history_capacity = None  # header.freed == 0
+        t = self.build(b)
+        self.assertIsNone(t.history_header())
+        self.assertEqual(t.freed_blocks_containing(HEAP), [])
+
+    def test_free_stacks_flag(self):
+        b = self.history_fixture()
+        b.history_flags = 0
+        self.assertFalse(self.build(b).history_header().free_stacks)
+
+    def test_bitfield_extremes(self):
+        b = TraceBuilder()
+        b.add_freed(HEAP, (1 << 40) - 2, thread=(1 << 24) - 1, stack=(1 << 24) - 1, seq=(1 << 40) - 3,
+                    free_seq=(1 << 40) - 2, free_stack=(1 << 24) - 1, free_thread=0xFFFF_FFFF, realloc=True)
+        r = self.build(b).freed_blocks_containing(HEAP + (1 << 40) - 3)
+        self.assertEqual(len(r), 1)
+        r = r[0]
+        self.assertEqual((r.size, r.allocation.thread, r.allocation.stack, r.allocation.seq),
+                         ((1 << 40) - 2, (1 << 24) - 1, (1 << 24) - 1, (1 << 40) - 3))
+        self.assertEqual((r.free_seq, r.free_stack, r.free_thread, r.by_realloc),
+                         ((1 << 40) - 2, (1 << 24) - 1, 0xFFFF_FFFF, True))
+
+    def test_decode_freed(self):
+        r = layout.decode_freed([0x1000, 100 | 7 << 40, 1234 | 9 << 40, 1240 | 11 << 40, 3 | 1 << 32])
+        self.assertEqual((r.addr, r.size, r.allocation.thread, r.allocation.seq, r.allocation.stack),
+                         (0x1000, 100, 7, 1234, 9))
+        self.assertEqual((r.free_seq, r.free_stack, r.free_thread, r.flags, r.by_realloc), (1240, 11, 3, 1, True))
+
+    def test_scan_of_a_full_default_ring_is_fast(self):
+        """262144 records (the default capacity, a 10 MiB ring): one read, well under 1 s."""
+        import time
+
+        b = TraceBuilder()
+        cap = 262144
+        b.history_capacity = cap
+        for k in range(cap + 1000):  # wrapped
+            b.add_freed(HEAP + 64 * (k % 100000), 48, seq=2 * k + 1, free_seq=2 * k + 2)
+        t = self.build(b)
+        target = HEAP + 64 * 4242 + 10
+        start = time.perf_counter()
+        hits = t.freed_blocks_containing(target)
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        events = t.history(target)
+        second = time.perf_counter() - start
+        # k = 4242 + 100000 j for j = 0..2 survive (k >= 1000 after the wrap); j = 3 too.
+        self.assertEqual([r.free_seq for r in hits], [2 * (4242 + 100000 * j) + 2 for j in (2, 1, 0)])
+        self.assertEqual(len(events), 6)
+        self.assertLess(first, 1.0)
+        self.assertLess(second, 1.0)
+        if os.environ.get("MEM_TRACE_TIMINGS"):
+            print(f"\n  262144-record ring: first query {first * 1000:.1f} ms, next {second * 1000:.1f} ms")
+
+
+class HistoryErrorTests(Fixture):
+    """Truncated or corrupted history: typed one-line errors, never anything else."""
+
+    assert_only = ErrorTests.assert_only
+
+    def history(self):
+        b = HistoryTests.history_fixture(self)
+        return self.build(b)
+
+    def test_record_size(self):
+        self.history()
+        self.img.write_u32(self.where["freed"], 48)
+        t = Tracer.open(self.img, self.header_addr)
+        msg = self.assert_only(Corrupt, lambda: t.freed_blocks_containing(HEAP))
+        self.assertIn("record_size is 48", msg)
+
+    def test_absurd_capacity_and_written(self):
+        self.history()
+        self.img.write_u64(self.where["freed"] + 8, 1 << 40)
+        self.assert_only(Corrupt, lambda: Tracer.open(self.img, self.header_addr).history(HEAP))
+        self.history()
+        self.img.write_u64(self.where["freed"] + 24, 1 << 50)
+        self.assert_only(Corrupt, lambda: Tracer.open(self.img, self.header_addr).freed_blocks_containing(HEAP))
+
+    def test_truncated_ring(self):
+        # capacity and written larger than the ring that is mapped: one short read.
+        self.history()
+        self.img.write_u64(self.where["freed"] + 8, 4096)
+        self.img.write_u64(self.where["freed"] + 24, 5000)
+        t = Tracer.open(self.img, self.header_addr)
+        msg = self.assert_only(Inaccessible, lambda: t.freed_blocks_containing(HEAP))
+        self.assertIn("the freed-block history ring", msg)
+
+    def test_unreadable_history(self):
+        self.history()
+        self.img.write_u64(self.header_addr + 56, 0xDEAD_0000)
+        t = Tracer.open(self.img, self.header_addr)
+        msg = self.assert_only(Inaccessible, lambda: t.history(HEAP))
+        self.assertIn("freed-block history header", msg)
+        self.history()
+        self.img.write_u64(self.where["freed"] + 16, 0xDEAD_0000)
+        self.assert_only(Inaccessible, lambda: Tracer.open(self.img, self.header_addr).history(HEAP))
+        self.history()
+        self.img.write_u64(self.where["freed"] + 16, (1 << 64) - 16)
+        self.assert_only(Corrupt, lambda: Tracer.open(self.img, self.header_addr).history(HEAP))
+
+    def test_history_header_cut_short(self):
+        img = Image()
+        b = TraceBuilder()
+        self.img, self.header_addr, self.where = b.build(img)
+        short = img.map(40)  # the mapping ends inside the 64-byte history header
+        img.write_u64(self.header_addr + 56, short)
+        self.assert_only(Inaccessible, lambda: Tracer.open(img, self.header_addr).history_header())
+
+    def test_random_history_corruption(self):
+        rng = random.Random(99)
+        for _ in range(300):
+            self.history()
+            targets = [(self.where["freed"], 64), (self.where["ring"], 4 * 40)]
+            for _ in range(rng.randint(1, 6)):
+                base, n = rng.choice(targets)
+                pos = base + rng.randrange(n)
+                old = self.img.read(pos, 1)[0]
+                self.img.write(pos, bytes([rng.randrange(256) if rng.random() < 0.5 else old ^ (1 << rng.randrange(8))]))
+            try:
+                t = Tracer.open(self.img, self.header_addr)
+                t.history_header()
+                for a in (HEAP, HEAP + 40, HEAP + 0x100, HEAP + 0x200, 0x10):
+                    for e in t.history(a):
+                        t.stack(e.stack)
+                        t.thread(e.thread)
+                list(t.freed_records())
             except MemTraceError as e:
                 self.assertNotIn("\n", str(e))
 

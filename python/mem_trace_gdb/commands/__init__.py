@@ -3,9 +3,9 @@
 import gdb
 
 from .. import symbolize
-from . import info, why
+from . import history, info, why
 
-COMMANDS = (why.WhyCommand, info.InfoCommand)
+COMMANDS = (why.WhyCommand, history.HistoryCommand, info.InfoCommand)
 
 _connected = []
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import gdb
 
 from .. import memory
-from ..layout import NotLoaded
+from ..layout import MemTraceError, NotLoaded, Tracer
 from .common import ArgumentParser, command_errors, help_text, parse
 
 NAME = "mtrace-info"
 
 parser = ArgumentParser(
     prog=NAME,
-    description="Show whether mem-trace is loaded and its live blocks, stacks and threads.",
+    description=(
+        "Show whether mem-trace is loaded and its live blocks, stacks, threads and "
+        "freed-block history."
+    ),
     epilog="Reads the tracer's memory only: works live and on core files.\n\nExample:\n  mtrace-info",
 )
 
@@ -47,3 +50,28 @@ class InfoCommand(gdb.Command):
                 f"  next sequence:   {t.next_seq}\n"
                 f"  flags:           {', '.join(flags) or 'none'}\n"
             )
+            gdb.write("\n".join(history_lines(tracer)) + "\n")
+
+
+def history_lines(tracer: Tracer) -> list:
+    """The freed-block history's figures; an unreadable history is one line, not a failure."""
+    try:
+        h = tracer.history_header()
+    except MemTraceError as e:
+        return [f"  freed history:   unreadable ({e})"]
+    if h is None:
+        return ["  freed history:   none (header.freed is 0)"]
+    if not h.enabled:
+        lines = ["  freed history:   off (MEM_TRACE_FREED=0)"]
+    else:
+        kept = (
+            f"wrapped: keeps the last {h.capacity}" if h.wrapped
+            else f"{h.held} of {h.capacity} held"
+        )
+        lines = [f"  freed history:   {h.capacity} records, {h.written} frees written ({kept})"]
+    lines += [
+        f"  free stacks:     {'on' if h.free_stacks else 'off (MEM_TRACE_FREE_STACKS=0)'}",
+        f"  quarantine:      {h.quarantined_bytes} of {h.quarantine_limit} bytes held",
+        f"  errors reported: {h.errors} (double or invalid frees)",
+    ]
+    return lines

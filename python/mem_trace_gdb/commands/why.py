@@ -1,32 +1,58 @@
-"""`mtrace-why EXPR`: which heap block holds an address, and who allocated it.
+"""`mtrace-why EXPR`: which heap block holds an address, who allocated it, who freed it.
 
 The answer reads like AddressSanitizer's, the shape users already know:
 
     0x55555555a2c5 is 37 bytes inside a 100-byte block [0x55555555a2a0, 0x55555555a304) allocated by thread 1 (#1234), tid 4242 "prog"
         #0 0x55555555516d in make_buffer at /src/prog.c:12
         #1 0x5555555551a0 in main at /src/prog.c:30
+
+and for a dangling pointer, from the freed-block history (layout version 2):
+
+    0x55555555a2d0 is 16 bytes inside a 48-byte block [0x55555555a2c0, 0x55555555a2f0) freed by thread 1 (#7), tid 4242 "prog"
+        #0 0x5555555551f3 in release_node at /src/prog.c:40
+        #1 0x555555555290 in main at /src/prog.c:61
+    previously allocated by thread 1 (#6), tid 4242 "prog"
+        #0 0x5555555551c9 in make_node at /src/prog.c:35
+        #1 0x555555555284 in main at /src/prog.c:60
+
+Which answer wins: a live block containing the address (the memory was reused:
+the history is then only mentioned), else the newest freed block containing it,
+else a live block nearby ("N bytes after ...").
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import gdb
 
-from .. import layout, memory, symbolize
-from ..layout import Match, MemTraceError, Tracer
+from .. import layout, memory
+from ..layout import FreedBlock, Match, MemTraceError, Tracer
 from .common import ArgumentParser, command_errors, help_text, parse, to_address
+from .describe import (
+    block_text,
+    bytes_text,
+    history_or_none,
+    stack_lines,
+    thread_details,
+    thread_text,
+)
 
 NAME = "mtrace-why"
 
 parser = ArgumentParser(
     prog=NAME,
-    description="Show the heap block that holds an address and the stack that allocated it.",
+    description=(
+        "Show the heap block that holds an address, and the stacks that allocated "
+        "(and freed) it."
+    ),
     epilog=(
         "EXPR is any gdb expression: p, $rdi, &v[3], buf + 16, 0x55555555a2c5.\n"
         "Nothing is called in the process, so this works on core files and while\n"
-        "threads hold locks. An address up to --gap bytes outside a block is\n"
-        "reported as before or after the nearest block.\n"
+        "threads hold locks. An address in a freed block (one of the last\n"
+        "MEM_TRACE_FREED frees) is shown with the stacks that freed and allocated\n"
+        "it. An address up to --gap bytes outside a live block is reported as\n"
+        "before or after the nearest block. mtrace-history lists every event.\n"
         "\n"
         "Examples:\n"
         "  mtrace-why p\n"
@@ -35,7 +61,7 @@ parser = ArgumentParser(
     ),
 )
 parser.add_argument("-n", "--max-frames", type=int, default=None, metavar="N",
-                    help="print at most N frames of the allocation stack")
+                    help="print at most N frames of each stack")
 parser.add_argument("--gap", type=int, default=layout.DEFAULT_MAX_GAP, metavar="BYTES",
                     help="how far outside a block to still name it (default %(default)s, 0: off)")
 parser.add_argument("-r", "--raw", action="store_true",
@@ -43,76 +69,96 @@ parser.add_argument("-r", "--raw", action="store_true",
 parser.add_argument("expression", metavar="EXPR", help="the address to explain")
 
 
-def _bytes(n: int) -> str:
-    return "1 byte" if n == 1 else f"{n} bytes"
-
-
 def describe_match(match: Match) -> str:
-    """The first line of the answer, without the thread details."""
+    """The first line of a live-block answer, without the thread details."""
     b = match.block
-    size = f"a block of at least {b.size} bytes" if b.size_saturated else f"a {b.size}-byte block"
     where = f"{match.address:#x} is "
     if match.relation == "inside":
-        where += "at the start of " if match.offset == 0 else f"{_bytes(match.offset)} inside "
+        where += "at the start of " if match.offset == 0 else f"{bytes_text(match.offset)} inside "
     elif match.relation == "after":
-        where += f"{_bytes(match.offset)} after "
+        where += f"{bytes_text(match.offset)} after "
     else:
-        where += f"{_bytes(match.offset)} before "
-    who = f"thread {b.thread}" if b.thread else "an unknown thread"
-    return f"{where}{size} [{b.addr:#x}, {b.end:#x}) allocated by {who} (#{b.seq})"
+        where += f"{bytes_text(match.offset)} before "
+    return f"{where}{block_text(b)} allocated by {thread_text(b.thread)} (#{b.seq})"
 
 
-def _gdb_thread_of(tid: int) -> Optional[int]:
+def describe_freed(address: int, record: FreedBlock) -> str:
+    """The first line for an address in a freed block, without the thread details."""
+    offset = address - record.addr
+    where = "at the start of" if offset == 0 else f"{bytes_text(offset)} inside"
+    verb = "freed (by realloc)" if record.by_realloc else "freed"
+    return (
+        f"{address:#x} is {where} {block_text(record.allocation)} {verb} by "
+        f"{thread_text(record.free_thread)} (#{record.free_seq})"
+    )
+
+
+def older_line(count: int) -> str:
+    return f"    (older freed blocks covered this address too: {count}; see mtrace-history)"
+
+
+def freed_lookup(tracer: Tracer, address: int) -> Tuple[List[FreedBlock], Optional[str]]:
+    """Freed records containing ``address``, and a note line if the history is unreadable.
+
+    The history only adds to the answer: when it cannot be read, the live-block
+    answer still stands, with one line saying why the history is missing.
+    """
     try:
-        for thread in gdb.selected_inferior().threads():
-            if thread.ptid[1] == tid:
-                return thread.num
-    except gdb.error:
-        pass
-    return None
-
-
-def thread_details(tracer: Tracer, index: int) -> str:
-    """`, tid 4242 "prog"` and more when the thread record is readable."""
-    try:
-        thread = tracer.thread(index)
+        return tracer.freed_blocks_containing(address), None
     except MemTraceError as e:
-        return f" (thread record unreadable: {e})"
-    if thread is None:
-        return ""
-    text = f", tid {thread.tid}"
-    if thread.name:
-        text += f' "{thread.name}"'
-    if thread.exited:
-        text += ", exited"
-    else:
-        num = _gdb_thread_of(thread.tid)
-        if num is not None:
-            text += f", gdb thread {num}"
-    return text
+        return [], f"    (freed-block history unreadable: {e})"
 
 
-def stack_lines(tracer: Tracer, stack_id: int, max_frames: Optional[int], raw: bool) -> List[str]:
-    """The numbered allocation stack, or one line saying why there is none."""
-    if stack_id == 0:
-        return ["    (no allocation stack was recorded)"]
-    try:
-        stack = tracer.stack(stack_id)
-    except MemTraceError as e:
-        return [f"    (allocation stack {stack_id} unreadable: {e})"]
-    if stack is None:
-        return [f"    (allocation stack {stack_id} is not published yet)"]
-    lines: List[str] = []
-    for pc in stack.frames:
-        frames = (symbolize.Frame(pc),) if raw else symbolize.symbolize(pc)
-        for frame in frames:
-            if max_frames is not None and len(lines) >= max_frames:
-                lines.append(f"    ... (--max-frames {max_frames})")
-                return lines
-            lines.append(f"    #{len(lines)} {frame.describe()}")
-    if not lines:
-        lines.append("    (empty allocation stack)")
+def freed_answer(
+    tracer: Tracer, address: int, records: List[FreedBlock], max_frames: Optional[int], raw: bool
+) -> List[str]:
+    """ASan's shape: freed by (free stack), previously allocated by (allocation stack)."""
+    newest = records[0]
+    lines = [describe_freed(address, newest) + thread_details(tracer, newest.free_thread)]
+    lines += stack_lines(tracer, newest.free_stack, max_frames, raw, "free", history_or_none(tracer))
+    a = newest.allocation
+    lines.append(
+        f"previously allocated by {thread_text(a.thread)} (#{a.seq})"
+        + thread_details(tracer, a.thread)
+    )
+    lines += stack_lines(tracer, a.stack, max_frames, raw)
+    if len(records) > 1:
+        lines.append(older_line(len(records) - 1))
     return lines
+
+
+def answer(tracer: Tracer, address: int, max_gap: int, max_frames: Optional[int], raw: bool) -> List[str]:
+    """The lines of the answer: live block, else freed block, else a nearby live block."""
+    match = tracer.find_block(address, max_gap=max_gap)
+    freed, note = freed_lookup(tracer, address)
+    tail = [note] if note else []
+    if match is not None and match.relation == "inside":
+        lines = [describe_match(match) + thread_details(tracer, match.block.thread)]
+        lines += stack_lines(tracer, match.block.stack, max_frames, raw)
+        # The live block reuses memory freed before: one line, details in mtrace-history.
+        if freed:
+            lines.append(older_line(len(freed)))
+        return lines + tail
+    if freed:
+        # A freed block that contains the address beats a merely nearby live one:
+        # the pointer is dangling, not overflowing its neighbour.
+        return freed_answer(tracer, address, freed, max_frames, raw)
+    if match is None:
+        lines = [f"{address:#x} is not inside any block tracked by mem-trace"]
+        if tracer.header.untracked:
+            lines.append(
+                f"({tracer.header.untracked} blocks could not be tracked; it may be one of them)"
+            )
+        return lines + tail
+    lines = [describe_match(match) + thread_details(tracer, match.block.thread)]
+    # Glibc packs small blocks 16 bytes apart, so a pointer to a block freed too
+    # long ago for the history is "N bytes before/after" a live neighbour.
+    lines.append(
+        "    (not inside any live block nor any remembered freed block: an overflow, "
+        "or a pointer to an untracked or long-freed block)"
+    )
+    lines += stack_lines(tracer, match.block.stack, max_frames, raw)
+    return lines + tail
 
 
 class WhyCommand(gdb.Command):
@@ -127,22 +173,5 @@ class WhyCommand(gdb.Command):
             args = parse(parser, arg)
             address = to_address(args.expression)
             tracer = memory.open_tracer()
-            match = tracer.find_block(address, max_gap=max(0, args.gap))
-            if match is None:
-                gdb.write(f"{address:#x} is not inside any block tracked by mem-trace\n")
-                if tracer.header.untracked:
-                    gdb.write(
-                        f"({tracer.header.untracked} blocks could not be tracked; "
-                        "it may be one of them)\n"
-                    )
-                return
-            lines = [describe_match(match) + thread_details(tracer, match.block.thread)]
-            if match.relation != "inside":
-                # Glibc packs small blocks 16 bytes apart, so a dangling pointer to
-                # a freed block is usually "N bytes before/after" a live neighbour.
-                lines.append(
-                    "    (not inside any live block: an overflow, or a pointer to a "
-                    "freed or untracked block)"
-                )
-            lines += stack_lines(tracer, match.block.stack, args.max_frames, args.raw)
+            lines = answer(tracer, address, max(0, args.gap), args.max_frames, args.raw)
             gdb.write("\n".join(lines) + "\n")
