@@ -17,8 +17,7 @@ How an address is answered, in short (the contract explains why this is enough):
 * a freed block is in the freed-block history (``header.freed``), a ring of the
   last ``capacity`` frees shared by all threads. It is not indexed by address, so
   :meth:`Tracer.freed_blocks_containing` reads the used part of the ring in one
-  read and scans it as columns of u64s (262144 records, the default, in a few
-  tens of milliseconds).
+  read and scans it as columns of u64s (262144 records in about 0.1 s).
 
 Everything read from the process is untrusted: a core taken mid-update, a stray
 write, or a different build can leave any bytes there. Every count and size is
@@ -83,11 +82,14 @@ MAX_FRAMES = 4096
 MAX_STACK_ID = (1 << 24) - 1
 MAX_THREAD_INDEX = (1 << 24) - 1
 MAX_LIVE = 1 << FIELD_BITS
-# The history ring is read in one go: 2^24 records is a 640 MiB read, 64 times the
-# default (262144 records, 10 MiB). Sequence numbers are 40 bits, so more frees
-# than 2^40 cannot have been written.
-MAX_HISTORY_CAPACITY = 1 << 24
+# MEM_TRACE_FREED accepts at most 2^26 records (src/config.rs); sequence numbers
+# are 40 bits, so more frees than 2^40 cannot have been written.
+MAX_HISTORY_CAPACITY = 1 << 26
 MAX_WRITTEN = 1 << FIELD_BITS
+# The ring is read in one read up to this many records (40 MiB; the default ring,
+# 65536 records, is 2.5 MiB), in reads of this size beyond: as Python lists, a
+# full 2^26-record ring would take gigabytes of gdb's memory.
+RING_CHUNK = 1 << 20
 
 # How far from a block an address may be and still be reported as "N bytes
 # after/before" it. Overflows and underflows land within a few elements of the
@@ -426,7 +428,7 @@ class Tracer:
         self._slots: Dict[int, Tuple[Sequence[int], Sequence[int], Sequence[int]]] = {}
         self._dirs: Dict[int, Tuple[int, int]] = {}
         self._history: Optional[History] = None
-        self._ring: Optional[Tuple[Sequence[int], ...]] = None
+        self._ring: Optional[List[Tuple[Sequence[int], ...]]] = None
 
     # -- reading
 
@@ -754,38 +756,50 @@ class Tracer:
             )
         return self._history
 
-    def _ring_columns(self) -> Tuple[Sequence[int], ...]:
-        """The used part of the ring as five word columns, read once per Tracer.
+    def _ring_parts(self) -> Iterable[Tuple[Sequence[int], ...]]:
+        """The used part of the ring as five word columns, in parts of RING_CHUNK records.
 
         Before the ring wraps, records ``written..capacity`` were never written,
-        so only the first ``written`` are read. The addr and size columns are
+        so only the first ``written`` are read. A ring of up to RING_CHUNK records
+        is one read, kept for the Tracer's life; a bigger one is read part by part
+        on each scan, so memory stays bounded. The addr and size columns are
         lists: the scan is a plain loop, and list iteration beats a strided
         memoryview.
         """
-        if self._ring is None:
-            history = self.history_header()
-            held = history.held if history is not None else 0
-            if not held or not history.records:
-                # records is 0 until the first free; nothing to read either way.
-                self._ring = ((), (), (), (), ())  # type: ignore[assignment]
-            else:
-                raw = self._read(
-                    history.records, held * FREED_RECORD_SIZE, "the freed-block history ring"
-                )
-                words = _u64s(raw)
-                cols = [words[k::FREED_RECORD_WORDS] for k in range(FREED_RECORD_WORDS)]
-                # Only the two scanned columns become lists (~25 ms each for 262144
-                # records); the others are indexed for the few hits.
-                cols[0], cols[1] = _as_list(cols[0]), _as_list(cols[1])
-                self._ring = tuple(cols)
-        return self._ring  # type: ignore[return-value]
+        if self._ring is not None:
+            return self._ring
+        history = self.history_header()
+        held = history.held if history is not None else 0
+        if not held or not history.records:
+            # records is 0 until the first free; nothing to read either way.
+            self._ring = []
+            return self._ring
+        if held <= RING_CHUNK:
+            self._ring = [self._ring_part(history.records, 0, held)]
+            return self._ring
+        return (
+            self._ring_part(history.records, start, min(RING_CHUNK, held - start))
+            for start in range(0, held, RING_CHUNK)
+        )
+
+    def _ring_part(self, records: int, start: int, n: int) -> Tuple[Sequence[int], ...]:
+        raw = self._read(
+            records + start * FREED_RECORD_SIZE, n * FREED_RECORD_SIZE,
+            "the freed-block history ring",
+        )
+        words = _u64s(raw)
+        cols = [words[k::FREED_RECORD_WORDS] for k in range(FREED_RECORD_WORDS)]
+        # Only the two scanned columns become lists (~25 ms each for 262144
+        # records); the others are indexed for the few hits.
+        cols[0], cols[1] = _as_list(cols[0]), _as_list(cols[1])
+        return tuple(cols)
 
     def freed_records(self) -> Iterator[FreedBlock]:
         """Every published record of the ring, in ring order (empty ones skipped)."""
-        cols = self._ring_columns()
-        for i, a in enumerate(cols[0]):
-            if a:
-                yield decode_freed([c[i] for c in cols])
+        for cols in self._ring_parts():
+            for i, a in enumerate(cols[0]):
+                if a:
+                    yield decode_freed([c[i] for c in cols])
 
     def freed_blocks_containing(self, addr: int) -> List[FreedBlock]:
         """Remembered freed blocks whose [addr, addr + size) contains ``addr``.
@@ -793,15 +807,15 @@ class Tracer:
         A zero-size block contains only its start. Newest free first. Records with
         ``addr == 0`` are empty or being rewritten and never match.
         """
-        cols = self._ring_columns()
-        addrs, sizes = cols[0], cols[1]
-        # One pass in a comprehension: 262144 records take ~25 ms (see the tests).
-        hits = [
-            i
-            for i, (a, st) in enumerate(zip(addrs, sizes))
-            if 0 < a <= addr and (a == addr or addr < a + (st & FIELD_MASK))
-        ]
-        out = [decode_freed([c[i] for c in cols]) for i in hits]
+        out = []
+        for cols in self._ring_parts():
+            # One pass in a comprehension: 262144 records take ~40 ms (see the tests).
+            hits = [
+                i
+                for i, (a, st) in enumerate(zip(cols[0], cols[1]))
+                if 0 < a <= addr and (a == addr or addr < a + (st & FIELD_MASK))
+            ]
+            out += [decode_freed([c[i] for c in cols]) for i in hits]
         out.sort(key=lambda r: r.free_seq, reverse=True)
         return out
 

@@ -162,8 +162,10 @@ class GdbTests(unittest.TestCase):
         out = self.gdb_live(None, ["mtrace-why buffer", "mtrace-info"])
         self.assertLine(out, r"mtrace-why: mem-trace is not loaded in this process \(run it with LD_PRELOAD=.*")
         self.assertLine(out, r"mem-trace is not loaded in this process .*")
-        out = self.gdb([], [f"source {ENTRY}", "mtrace-why 0x10", "mtrace-info"])
+        out = self.gdb([self.prog], [f"source {ENTRY}", "mtrace-why 0x10", "mtrace-info",
+                                     "mtrace-history nosuchvar"])
         self.assertLine(out, r"mtrace-why: no process and no core file")
+        self.assertLine(out, r"mtrace-history: no process and no core file")
         self.assertLine(out, r"no process and no core file")
 
     def test_source_twice_from_elsewhere_through_a_symlink(self):

@@ -533,6 +533,27 @@ class HistoryTests(Fixture):
         ring_reads = [(a, n) for a, n in self.img.reads if a == self.where["ring"]]
         self.assertEqual(ring_reads, [(self.where["ring"], 4 * 40)])
 
+    def test_big_ring_is_scanned_in_parts(self):
+        b = TraceBuilder()
+        b.history_capacity = 16
+        for k in range(20):
+            b.add_freed(HEAP + 0x40 * (k % 5), 16, seq=100 + 2 * k, free_seq=101 + 2 * k)
+        t = self.build(b)
+        whole = [r.free_seq for r in t.freed_blocks_containing(HEAP + 0x40)]
+        self.assertEqual(whole, [133, 123, 113])  # k = 16, 11, 6 (1 was overwritten)
+        saved = layout.RING_CHUNK
+        layout.RING_CHUNK = 3
+        try:
+            t = Tracer.open(self.img, self.header_addr)
+            self.img.reads.clear()
+            self.assertEqual([r.free_seq for r in t.freed_blocks_containing(HEAP + 0x40)], whole)
+            ring = self.where["ring"]
+            parts = [(a, n) for a, n in self.img.reads if ring <= a < ring + 16 * 40]
+            self.assertEqual(parts, [(ring + 40 * k, 40 * min(3, 16 - k)) for k in range(0, 16, 3)])
+            self.assertEqual(len(list(t.freed_records())), 16)
+        finally:
+            layout.RING_CHUNK = saved
+
     def test_empty_records_are_skipped(self):
         b = self.history_fixture()
         t = self.build(b)
@@ -631,7 +652,7 @@ class HistoryErrorTests(Fixture):
 
     def test_absurd_capacity_and_written(self):
         self.history()
-        self.img.write_u64(self.where["freed"] + 8, 1 << 40)
+        self.img.write_u64(self.where["freed"] + 8, (1 << 26) + 1)
         self.assert_only(Corrupt, lambda: Tracer.open(self.img, self.header_addr).history(HEAP))
         self.history()
         self.img.write_u64(self.where["freed"] + 24, 1 << 50)

@@ -113,6 +113,9 @@ class HistoryCommand(gdb.Command):
             args = parse(parser, arg)
             if args.frames < 0:
                 raise UsageError(f"-n {args.frames}: the number of frames cannot be negative")
+            # No process, no core: say that, rather than the "No symbol" gdb gives
+            # for a local it cannot evaluate without one.
+            memory.require_process()
             address = to_address(args.expression)
             tracer = memory.open_tracer()
             lines = history_lines(tracer, address, args.frames or None, not args.no_stacks,

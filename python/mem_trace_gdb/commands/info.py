@@ -68,7 +68,8 @@ def history_lines(tracer: Tracer) -> list:
             f"wrapped: keeps the last {h.capacity}" if h.wrapped
             else f"{h.held} of {h.capacity} held"
         )
-        lines = [f"  freed history:   {h.capacity} records, {h.written} frees written ({kept})"]
+        frees = "1 free" if h.written == 1 else f"{h.written} frees"
+        lines = [f"  freed history:   {h.capacity} records, {frees} written ({kept})"]
     lines += [
         f"  free stacks:     {'on' if h.free_stacks else 'off (MEM_TRACE_FREE_STACKS=0)'}",
         f"  quarantine:      {h.quarantined_bytes} of {h.quarantine_limit} bytes held",

@@ -171,6 +171,9 @@ class WhyCommand(gdb.Command):
         self.dont_repeat()
         with command_errors(NAME):
             args = parse(parser, arg)
+            # No process, no core: say that, rather than the "No symbol" gdb gives
+            # for a local it cannot evaluate without one.
+            memory.require_process()
             address = to_address(args.expression)
             tracer = memory.open_tracer()
             lines = answer(tracer, address, max(0, args.gap), args.max_frames, args.raw)
