@@ -7,7 +7,7 @@
 //! whose heap sits in a few regions would otherwise get only a few shards' worth of history.
 //! A writer claims a record with one `fetch_add` and publishes it like a table slot (`addr`
 //! cleared first, stored last). Two writers can only meet on one record if one of them stalls
-//! for a whole lap of the ring (`capacity` frees, 262144 by default) in the middle of its
+//! for a whole lap of the ring (`capacity` frees, 65536 by default) in the middle of its
 //! four stores; the reader then sees a mixed record. We accept that rather than lock.
 
 use crate::table::Block;
@@ -15,8 +15,9 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 const SIZE_BITS: u32 = 40;
 const LOW40: u64 = (1 << SIZE_BITS) - 1;
-/// Default number of frees remembered (`MEM_TRACE_FREED`): 10 MiB of records.
-pub const DEFAULT_CAPACITY: u64 = 1 << 18;
+/// Default number of frees remembered (`MEM_TRACE_FREED`): 2.5 MiB of records, enough to
+/// explain a dangling pointer freed tens of thousands of frees ago.
+pub const DEFAULT_CAPACITY: u64 = 1 << 16;
 /// Record flag: freed by `realloc`.
 pub const BY_REALLOC: u32 = 1;
 /// History flag: free stacks are recorded.

@@ -307,11 +307,12 @@ pub extern "C" fn on_unload() {
     let _ = core::fmt::write(
         &mut out,
         format_args!(
-            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} stacks={} allocs={} frees={} untracked={}\n",
+            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} stacks={} allocs={} frees={} untracked={}\n",
             live,
             table::peak_live(),
             arena::MAPPED.load(Ordering::Relaxed),
             arena::PEAK_MAPPED.load(Ordering::Relaxed),
+            table::slot_bytes(),
             stacks::count(),
             MEM_TRACE_HEADER.next_seq.load(Ordering::Relaxed) - 1,
             FREES.load(Ordering::Relaxed),

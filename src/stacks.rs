@@ -16,7 +16,8 @@ const CHUNK_BITS: u32 = 16;
 const CHUNKS: usize = 256;
 /// Ids are 24 bits wide in a slot; id 0 means "no stack".
 pub const MAX_ID: u64 = (1 << 24) - 1;
-const SEGMENT_WORDS: usize = (1 << 20) / 8;
+/// 256 KiB segments: a typical program has a few thousand distinct stacks of ~20 frames.
+const SEGMENT_WORDS: usize = (256 << 10) / 8;
 const INTERN_SHARDS: usize = 16;
 
 /// The exported stack store (docs/LAYOUT.md).
