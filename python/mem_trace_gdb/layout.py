@@ -519,8 +519,10 @@ class Tracer:
             array = shards[index].array
             what = f"the slot array of shard {index}"
             capacity = struct.unpack("<Q", self._read(array, 8, what))[0]
-            if capacity == 0 or capacity & (capacity - 1):
-                raise Corrupt(f"{what} at {array:#x}: capacity {capacity} is not a power of two")
+            # Any capacity is valid since the table grows by quarters (docs/LAYOUT.md); an
+            # array is never published empty.
+            if capacity == 0:
+                raise Corrupt(f"{what} at {array:#x}: capacity 0")
             if capacity > MAX_CAPACITY:
                 raise Corrupt(f"{what} at {array:#x}: capacity {capacity} is absurd")
             words = _u64s(self._read(array + SLOT_ARRAY_HEADER, capacity * SLOT_SIZE, what))
