@@ -26,7 +26,13 @@ pub struct ThreadState {
     pub unwind_cache: Cell<*mut u8>,
     /// Set once the thread's exit handler ran: from then on no per-thread cache is created.
     pub exiting: Cell<bool>,
+    /// Recently interned stacks, so a repeated stack is found without the interner's lock:
+    /// entry `hash % N` holds the hash's top 40 bits and the stack id (see `stacks::intern`).
+    pub intern_cache: [Cell<u64>; INTERN_CACHE],
 }
+
+/// Entries of the per-thread intern cache.
+pub const INTERN_CACHE: usize = 64;
 
 impl ThreadState {
     const fn new() -> Self {
@@ -38,6 +44,7 @@ impl ThreadState {
             stack_hi: Cell::new(0),
             unwind_cache: Cell::new(core::ptr::null_mut()),
             exiting: Cell::new(false),
+            intern_cache: [const { Cell::new(0) }; INTERN_CACHE],
         }
     }
 }

@@ -89,7 +89,7 @@ fn stack_here(state: &ThreadState) -> u32 {
         .load(Ordering::Relaxed)
         .min(unwind::MAX_FRAMES);
     let n = unwind::capture(state, &mut buf[..max]);
-    stacks::intern(&buf[..n])
+    stacks::intern_cached(&state.intern_cache, &buf[..n])
 }
 
 fn record(state: &ThreadState, addr: u64, size: u64) {

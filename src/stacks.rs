@@ -85,13 +85,40 @@ pub fn frames(id: u32) -> Option<&'static [u64]> {
     }
 }
 
+/// [`intern`] through the thread's cache of recent stacks: a hit costs the hash and one
+/// comparison with the stored record, no lock. Programs allocate from a few hot stacks.
+#[inline]
+pub fn intern_cached(cache: &[core::cell::Cell<u64>], frames_in: &[u64]) -> u32 {
+    if frames_in.is_empty() {
+        return 0;
+    }
+    let h = hash(frames_in);
+    let slot = &cache[(h as usize) % cache.len()];
+    let tag = h >> 24 << 24;
+    let e = slot.get();
+    if e & !0xff_ffff == tag {
+        let id = (e & 0xff_ffff) as u32;
+        if frames(id) == Some(frames_in) {
+            return id;
+        }
+    }
+    let id = intern_hashed(h, frames_in);
+    if id != 0 {
+        slot.set(tag | u64::from(id));
+    }
+    id
+}
+
 /// Returns the id of `frames`, storing them if this stack is new. 0 for an empty stack, or
 /// when ids or memory have run out (the block is still recorded, without a stack).
 pub fn intern(frames_in: &[u64]) -> u32 {
     if frames_in.is_empty() {
         return 0;
     }
-    let h = hash(frames_in);
+    intern_hashed(hash(frames_in), frames_in)
+}
+
+fn intern_hashed(h: u64, frames_in: &[u64]) -> u32 {
     let mut table = INTERN[(h >> 60) as usize].lock();
     if let Some(&(_, id)) = table.find(h, |&(eh, id)| eh == h && frames(id) == Some(frames_in)) {
         return id;
@@ -207,6 +234,20 @@ mod tests {
         assert_eq!(frames(ib), Some(&b[..]));
         assert_eq!(intern(&[]), 0);
         assert_eq!(frames(0), None);
+    }
+
+    #[test]
+    fn cache_hits_and_misses_agree_with_the_interner() {
+        let cache: [core::cell::Cell<u64>; 4] = Default::default();
+        let a = [0xcafe_0000u64, 1, 2];
+        let b = [0xcafe_0000u64, 1, 3];
+        let ia = intern_cached(&cache, &a);
+        assert_eq!(intern_cached(&cache, &a), ia);
+        assert_eq!(intern(&a), ia);
+        let ib = intern_cached(&cache, &b);
+        assert_ne!(ia, ib);
+        assert_eq!(intern_cached(&cache, &a), ia);
+        assert_eq!(intern_cached(&cache, &[]), 0);
     }
 
     #[test]
