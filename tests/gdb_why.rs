@@ -1,0 +1,364 @@
+//! `mtrace-why` and `mtrace-info` under real gdb against the real `libmem_trace.so` (issue 3):
+//! live C and Rust programs, core files (gdb's `generate-core-file` and the kernel's own), a
+//! stripped `.so`, auto-load from the `.so`'s `.debug_gdb_scripts`, and every error case.
+//!
+//! The gdb scripts and their expectations are the `gdb-command` / `gdb-check` comments in
+//! `tests/fixtures/why_*.{c,rs}`, with line numbers taken from their `// @name` markers (see
+//! `tests/common/script.rs`); this file says which script runs against what, prepares what a
+//! script needs outside gdb (a core file, a stripped copy of the `.so`), and adds the checks a
+//! line-by-line match cannot make (no traceback anywhere, values that must agree across lines).
+//! Every failure prints the whole gdb output and the command that reruns it.
+
+mod common;
+
+use std::fs;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+
+use common::{
+    c_fixture, library, manifest_dir, run_gdb_script, run_with_timeout, rust_fixture, Fixture,
+    GdbRun, RUN_TIMEOUT,
+};
+
+/// Makes `{dir}/mem_trace.py` a symlink to the source tree's `gdb/mem_trace.py`, so fixtures
+/// can `source {dir}/mem_trace.py` wherever the target directory is (the entry script follows
+/// symlinks to find `python/`, as a user's symlink to it would).
+fn with_entry_script(fixture: Fixture) -> Fixture {
+    let link = fixture.dir.join("mem_trace.py");
+    let entry = manifest_dir().join("gdb").join("mem_trace.py");
+    // Tests of one binary run in parallel: a symlink already there is the same one.
+    if fs::read_link(&link).ok().as_deref() != Some(entry.as_path()) {
+        let _ = fs::remove_file(&link);
+        if let Err(e) = std::os::unix::fs::symlink(&entry, &link) {
+            assert!(
+                fs::read_link(&link).ok().as_deref() == Some(entry.as_path()),
+                "symlink {} -> {}: {e}",
+                link.display(),
+                entry.display()
+            );
+        }
+    }
+    fixture
+}
+
+fn why_c() -> Fixture {
+    with_entry_script(c_fixture("why_c.c", &[]))
+}
+
+fn why_rust() -> Fixture {
+    with_entry_script(rust_fixture("why_rust.rs"))
+}
+
+fn why_many() -> Fixture {
+    with_entry_script(c_fixture("why_many.c", &[]))
+}
+
+fn why_crash() -> Fixture {
+    with_entry_script(c_fixture("why_crash.c", &[]))
+}
+
+/// Runs a fixture's script (its checks are matched by the harness) and asserts what holds for
+/// every mem-trace command: errors are one `gdb.GdbError` line, never a Python traceback.
+fn gdb(fixture: &Fixture, script: &str) -> GdbRun {
+    let run = run_gdb_script(fixture, script);
+    for bad in ["Traceback", "Python Exception", "internal error"] {
+        assert!(
+            !run.output.contains(bad),
+            "{}: script {script:?}: `{bad}` in the gdb output\n{}",
+            fixture.src.display(),
+            run.report()
+        );
+    }
+    run
+}
+
+/// The hex number after `prefix` on the first output line that has it.
+fn hex_after(run: &GdbRun, prefix: &str) -> u64 {
+    let text = run
+        .output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no line starting with `{prefix}`\n{}", run.report()));
+    let digits: String = text
+        .trim_start_matches("0x")
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    u64::from_str_radix(&digits, 16)
+        .unwrap_or_else(|e| panic!("`{prefix}{text}`: not hex ({e})\n{}", run.report()))
+}
+
+// ----------------------------------------------------------------------------- live C
+
+/// Exact, interior, one-past-the-end and wild addresses; malloc, calloc, realloc and
+/// posix_memalign blocks; `p`, `p + 37`, `&arr[3]`, `s->name + 5`, `$rdi`: each answer names
+/// the allocating function and its file:line.
+#[test]
+fn c_every_expression_form_names_the_allocating_line() {
+    let run = gdb(&why_c(), "");
+    // The one-past-the-end answer's block ends exactly at the address asked about.
+    let section = run.between("=== one-past-the-end", "=== wild");
+    let first = section.lines().find(|l| l.contains(" is 0 bytes after "));
+    let first = first.unwrap_or_else(|| panic!("no answer\n{}", run.report()));
+    let addr = first.split_whitespace().next().unwrap();
+    assert!(
+        first.contains(&format!(", {addr})")),
+        "the block should end at {addr}: {first}\n{}",
+        run.report()
+    );
+}
+
+/// A literal hex address, printed by the program itself, is the block it named.
+#[test]
+fn c_a_literal_address_from_the_programs_output() {
+    let run = gdb(&why_c(), "literal");
+    let printed = hex_after(&run, "=== literal ");
+    let answer = run
+        .output
+        .lines()
+        .find(|l| l.contains("is at the start of a 2048-byte block"))
+        .unwrap_or_else(|| panic!("no answer\n{}", run.report()));
+    assert!(
+        answer.starts_with(&format!("{printed:#x} is at the start of")),
+        "answer is not about the printed address {printed:#x}: {answer}\n{}",
+        run.report()
+    );
+}
+
+/// `mtrace-info` on a traced process: loaded, layout version, counts.
+#[test]
+fn c_info_on_a_traced_process() {
+    let run = gdb(&why_c(), "info");
+    let line = run
+        .output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("live blocks:"))
+        .unwrap_or_else(|| panic!("no live blocks line\n{}", run.report()));
+    let blocks: u64 = line
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("live blocks not a number: {line}\n{}", run.report()));
+    // The fixture holds 8 blocks at break_here (and stdio's buffer).
+    assert!(blocks >= 8, "{blocks} live blocks\n{}", run.report());
+}
+
+/// No `source`: `add-auto-load-safe-path` lets gdb run the copy embedded in the `.so`.
+#[test]
+fn c_auto_load_from_the_library() {
+    gdb(&why_c(), "autoload");
+}
+
+// ----------------------------------------------------------------------------- errors
+
+#[test]
+fn error_no_process_and_no_core() {
+    gdb(&why_c(), "no-process");
+}
+
+/// `mtrace-why p` before `run`: `p` is a local, so gdb cannot evaluate it either; the line
+/// should name the cause the user can act on (start the program or load a core).
+#[test]
+fn error_no_process_and_no_core_for_a_local() {
+    gdb(&why_c(), "no-process-local");
+}
+
+#[test]
+fn error_library_not_loaded() {
+    gdb(&why_c(), "not-loaded");
+}
+
+#[test]
+fn error_expression_gdb_cannot_evaluate() {
+    gdb(&why_c(), "no-symbol");
+}
+
+#[test]
+fn error_a_struct_is_not_an_address() {
+    gdb(&why_c(), "struct");
+}
+
+#[test]
+fn error_a_float_is_not_an_address() {
+    gdb(&why_c(), "float");
+}
+
+#[test]
+fn error_no_expression() {
+    gdb(&why_c(), "no-argument");
+}
+
+#[test]
+fn help_prints_usage() {
+    gdb(&why_c(), "help");
+}
+
+/// A header from another build (version rewritten in the process): both versions named, the
+/// reader's being the one the process had before the rewrite.
+#[test]
+fn error_layout_version_from_another_build() {
+    let run = gdb(&why_c(), "version");
+    let reader = run
+        .output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("=== reader version "))
+        .unwrap_or_else(|| panic!("no version line\n{}", run.report()))
+        .to_string();
+    let expected = format!("this gdb script reads version {reader}:");
+    assert!(
+        run.output.contains(&expected),
+        "the reader should name version {reader}\n{}",
+        run.report()
+    );
+}
+
+#[test]
+fn error_bad_magic() {
+    gdb(&why_c(), "magic");
+}
+
+// ----------------------------------------------------------------------------- live Rust
+
+/// From a Rust frame: a `Vec<u64>` through a raw-pointer local with pointer arithmetic and
+/// through its field path, a `Box`, a `String`; Rust function paths and file:line.
+#[test]
+fn rust_vec_box_and_string_from_a_rust_frame() {
+    gdb(&why_rust(), "");
+}
+
+// ----------------------------------------------------------------------------- cores
+
+/// The first line of the answer after `=== marker`, up to " allocated by": address, offset,
+/// size and bounds, which must be the same live and in the core of the same process.
+fn answer_after(run: &GdbRun, marker: &str) -> String {
+    let start = run
+        .output
+        .find(marker)
+        .unwrap_or_else(|| panic!("no `{marker}` in gdb output\n{}", run.report()));
+    let line = run.output[start..]
+        .lines()
+        .find(|l| l.contains(" allocated by "))
+        .unwrap_or_else(|| panic!("no answer after `{marker}`\n{}", run.report()));
+    line.split(" allocated by ")
+        .next()
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Runs the script `live` (which writes `core_file` into the fixture's directory), then the
+/// script `core` on it; the answers after their markers must agree.
+fn live_then_core(
+    fixture: &Fixture,
+    (live, live_marker): (&str, &str),
+    core: &str,
+    core_file: &str,
+) {
+    // A core left by an earlier run must not stand in for one this run failed to write.
+    let _ = fs::remove_file(fixture.dir.join(core_file));
+    let live_run = gdb(fixture, live);
+    let core_run = gdb(fixture, core);
+    let (a, b) = (
+        answer_after(&live_run, live_marker),
+        answer_after(&core_run, &format!("=== {core}")),
+    );
+    assert_eq!(
+        a,
+        b,
+        "live and core answers differ\n----- live -----\n{}\n----- core -----\n{}",
+        live_run.report(),
+        core_run.report()
+    );
+}
+
+/// SIGSEGV under the preload: `mtrace-why localptr` in the crashing frame, live, then on the
+/// core gdb writes of the same process (`generate-core-file`), with the same answer.
+#[test]
+fn crash_live_and_on_its_core() {
+    live_then_core(
+        &why_crash(),
+        ("crash", "=== live"),
+        "core",
+        "why_crash.core",
+    );
+}
+
+/// The same with `strip -o` applied to the `.so`: the dynamic symbol is enough.
+#[test]
+fn crash_live_and_on_its_core_with_a_stripped_library() {
+    let fixture = why_crash();
+    let dir = fixture.dir.join("stripped");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let stripped = dir.join("libmem_trace.so");
+    let mut cmd = Command::new("strip");
+    cmd.arg("-o").arg(&stripped).arg(library());
+    let out = run_with_timeout(cmd, &dir.join("strip"), true, None, RUN_TIMEOUT, "strip");
+    assert!(out.success(), "strip failed\n{}", out.describe());
+    live_then_core(
+        &fixture,
+        ("crash-stripped", "=== live-stripped"),
+        "core-stripped",
+        "why_crash.stripped.core",
+    );
+}
+
+/// 200,000 live blocks: every shard's slot array has grown (and been replaced) many times;
+/// the reader still finds a block in the middle, live and on the core.
+#[test]
+fn many_blocks_live_and_on_a_core() {
+    live_then_core(&why_many(), ("live", "=== live"), "core", "why_many.core");
+}
+
+/// What `/proc/sys/kernel/core_pattern` says, if it makes the kernel write a file named
+/// `core` into the crashing process's working directory (the pattern this suite relies on).
+fn kernel_writes_plain_core() -> Result<(), String> {
+    let pattern = fs::read_to_string("/proc/sys/kernel/core_pattern")
+        .map_err(|e| format!("cannot read /proc/sys/kernel/core_pattern: {e}"))?;
+    let pattern = pattern.trim();
+    let uses_pid = fs::read_to_string("/proc/sys/kernel/core_uses_pid").unwrap_or_default();
+    if pattern != "core" || uses_pid.trim() != "0" {
+        return Err(format!(
+            "core_pattern is {pattern:?} (core_uses_pid {}), not a plain `core` file",
+            uses_pid.trim()
+        ));
+    }
+    Ok(())
+}
+
+/// A core dumped by the kernel (`ulimit -c unlimited`, the process run outside gdb).
+///
+/// Needs `core_pattern` = `core`. Where the kernel pipes cores to a handler (apport,
+/// systemd-coredump) a test cannot get the file without changing the machine, so there it
+/// checks only that the program dies of SIGSEGV under the preload, and says so on stderr.
+#[test]
+fn crash_on_a_kernel_core_dump() {
+    let fixture = why_crash();
+    let dir = fixture.dir.join("kernel");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let core = dir.join("core");
+    let _ = fs::remove_file(&core);
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "ulimit -c unlimited && exec \"$0\""])
+        .arg(&fixture.bin)
+        .env("LD_PRELOAD", library())
+        .current_dir(&dir);
+    let out = run_with_timeout(cmd, &dir.join("run"), false, None, RUN_TIMEOUT, "why_crash");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "why_crash should die of SIGSEGV\n{}",
+        out.describe()
+    );
+    if let Err(why) = kernel_writes_plain_core() {
+        eprintln!("crash_on_a_kernel_core_dump: kernel core not testable here: {why}");
+        return;
+    }
+    assert!(
+        out.status.core_dumped() && core.is_file(),
+        "the kernel reported no core dump (core_dumped: {}) or {} is missing\n{}",
+        out.status.core_dumped(),
+        core.display(),
+        out.describe()
+    );
+    gdb(&fixture, "kernel-core");
+}
