@@ -11,7 +11,8 @@ import contextlib
 
 import gdb
 
-from ..layout import MemTraceError
+from .. import memory
+from ..layout import MemTraceError, Tracer
 
 MASK64 = (1 << 64) - 1
 
@@ -165,3 +166,15 @@ def command_errors(name: str):
             f"{name}: internal error: {type(e).__name__}: {_first_line(e)} "
             "(`set python print-stack full` shows the traceback; please report it)"
         ) from None
+
+
+def address_and_tracer(expression: str) -> "tuple[int, Tracer]":
+    """The address EXPR names and a decoder over the tracer's tables, for commands that
+    explain an address.
+
+    The process check comes first: without a process or a core, gdb cannot evaluate a
+    local and would answer "No symbol", which hides the real problem.
+    """
+    memory.require_process()
+    address = to_address(expression)
+    return address, memory.open_tracer()

@@ -22,9 +22,15 @@ from typing import List, Optional
 
 import gdb
 
-from .. import memory
 from ..layout import Event, History, Tracer
-from .common import ArgumentParser, UsageError, command_errors, help_text, parse, to_address
+from .common import (
+    ArgumentParser,
+    UsageError,
+    address_and_tracer,
+    command_errors,
+    help_text,
+    parse,
+)
 from .describe import block_text, history_or_none, stack_lines, thread_details, thread_text
 
 NAME = "mtrace-history"
@@ -113,11 +119,7 @@ class HistoryCommand(gdb.Command):
             args = parse(parser, arg)
             if args.frames < 0:
                 raise UsageError(f"-n {args.frames}: the number of frames cannot be negative")
-            # No process, no core: say that, rather than the "No symbol" gdb gives
-            # for a local it cannot evaluate without one.
-            memory.require_process()
-            address = to_address(args.expression)
-            tracer = memory.open_tracer()
+            address, tracer = address_and_tracer(args.expression)
             lines = history_lines(tracer, address, args.frames or None, not args.no_stacks,
                                   args.raw)
             gdb.write("\n".join(lines) + "\n")

@@ -26,9 +26,9 @@ from typing import List, Optional, Tuple
 
 import gdb
 
-from .. import layout, memory
+from .. import layout
 from ..layout import FreedBlock, Match, MemTraceError, Tracer
-from .common import ArgumentParser, command_errors, help_text, parse, to_address
+from .common import ArgumentParser, address_and_tracer, command_errors, help_text, parse
 from .describe import (
     block_text,
     bytes_text,
@@ -171,10 +171,6 @@ class WhyCommand(gdb.Command):
         self.dont_repeat()
         with command_errors(NAME):
             args = parse(parser, arg)
-            # No process, no core: say that, rather than the "No symbol" gdb gives
-            # for a local it cannot evaluate without one.
-            memory.require_process()
-            address = to_address(args.expression)
-            tracer = memory.open_tracer()
+            address, tracer = address_and_tracer(args.expression)
             lines = answer(tracer, address, max(0, args.gap), args.max_frames, args.raw)
             gdb.write("\n".join(lines) + "\n")
