@@ -17,32 +17,9 @@ use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
+use common::mtrace::{gdb, with_entry_script};
 use common::script::{self, Directive, Substitutions};
-use common::{
-    c_fixture, library, manifest_dir, run_gdb_script, run_with_timeout, Fixture, GdbRun, Job,
-    Output, RUN_TIMEOUT,
-};
-
-/// Makes `{dir}/mem_trace.py` a symlink to the source tree's `gdb/mem_trace.py`, so the
-/// fixture can `source {dir}/mem_trace.py` wherever the target directory is (as in
-/// `tests/gdb_why.rs`; the entry script follows symlinks to find `python/`).
-fn with_entry_script(fixture: Fixture) -> Fixture {
-    let link = fixture.dir.join("mem_trace.py");
-    let entry = manifest_dir().join("gdb").join("mem_trace.py");
-    // Tests of one binary run in parallel: a symlink already there is the same one.
-    if fs::read_link(&link).ok().as_deref() != Some(entry.as_path()) {
-        let _ = fs::remove_file(&link);
-        if let Err(e) = std::os::unix::fs::symlink(&entry, &link) {
-            assert!(
-                fs::read_link(&link).ok().as_deref() == Some(entry.as_path()),
-                "symlink {} -> {}: {e}",
-                link.display(),
-                entry.display()
-            );
-        }
-    }
-    fixture
-}
+use common::{c_fixture, library, run_with_timeout, Fixture, GdbRun, Job, Output, RUN_TIMEOUT};
 
 fn dangling() -> Fixture {
     with_entry_script(c_fixture("freed_dangling.c", &[]))
@@ -50,28 +27,6 @@ fn dangling() -> Fixture {
 
 fn errors() -> Fixture {
     c_fixture("freed_errors.c", &[])
-}
-
-/// Runs a script of `freed_dangling.c` (the harness matches its checks) and asserts what
-/// holds for every mem-trace command: no Python traceback anywhere.
-fn gdb(fixture: &Fixture, script: &str) -> GdbRun {
-    let run = run_gdb_script(fixture, script);
-    for bad in ["Traceback", "Python Exception", "internal error"] {
-        assert!(
-            !run.output.contains(bad),
-            "{}: script {script:?}: `{bad}` in the gdb output\n{}",
-            fixture.src.display(),
-            run.report()
-        );
-    }
-    // Captured stacks start at the program's caller of malloc or free (DESIGN.md fact 6).
-    assert!(
-        !run.output.contains(" in mem_trace::"),
-        "{}: script {script:?}: a stack shows the tracer's own frames\n{}",
-        fixture.src.display(),
-        run.report()
-    );
-    run
 }
 
 // ----------------------------------------------------------------------------- stderr checks

@@ -15,31 +15,8 @@ use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
-use common::{
-    c_fixture, library, manifest_dir, run_gdb_script, run_with_timeout, rust_fixture, Fixture,
-    GdbRun, RUN_TIMEOUT,
-};
-
-/// Makes `{dir}/mem_trace.py` a symlink to the source tree's `gdb/mem_trace.py`, so fixtures
-/// can `source {dir}/mem_trace.py` wherever the target directory is (the entry script follows
-/// symlinks to find `python/`, as a user's symlink to it would).
-fn with_entry_script(fixture: Fixture) -> Fixture {
-    let link = fixture.dir.join("mem_trace.py");
-    let entry = manifest_dir().join("gdb").join("mem_trace.py");
-    // Tests of one binary run in parallel: a symlink already there is the same one.
-    if fs::read_link(&link).ok().as_deref() != Some(entry.as_path()) {
-        let _ = fs::remove_file(&link);
-        if let Err(e) = std::os::unix::fs::symlink(&entry, &link) {
-            assert!(
-                fs::read_link(&link).ok().as_deref() == Some(entry.as_path()),
-                "symlink {} -> {}: {e}",
-                link.display(),
-                entry.display()
-            );
-        }
-    }
-    fixture
-}
+use common::mtrace::{gdb, with_entry_script};
+use common::{c_fixture, library, run_with_timeout, rust_fixture, Fixture, GdbRun, RUN_TIMEOUT};
 
 fn why_c() -> Fixture {
     with_entry_script(c_fixture("why_c.c", &[]))
@@ -55,21 +32,6 @@ fn why_many() -> Fixture {
 
 fn why_crash() -> Fixture {
     with_entry_script(c_fixture("why_crash.c", &[]))
-}
-
-/// Runs a fixture's script (its checks are matched by the harness) and asserts what holds for
-/// every mem-trace command: errors are one `gdb.GdbError` line, never a Python traceback.
-fn gdb(fixture: &Fixture, script: &str) -> GdbRun {
-    let run = run_gdb_script(fixture, script);
-    for bad in ["Traceback", "Python Exception", "internal error"] {
-        assert!(
-            !run.output.contains(bad),
-            "{}: script {script:?}: `{bad}` in the gdb output\n{}",
-            fixture.src.display(),
-            run.report()
-        );
-    }
-    run
 }
 
 /// The hex number after `prefix` on the first output line that has it.

@@ -1,0 +1,51 @@
+//! What tests of the gdb commands (`mtrace-why`, `mtrace-history`, `mtrace-info`) share:
+//! fixtures that can `source` the entry script, and the checks every command's output must
+//! pass whatever the fixture asks.
+
+use std::fs;
+
+use super::{manifest_dir, run_gdb_script, Fixture, GdbRun};
+
+/// Makes `{dir}/mem_trace.py` a symlink to the source tree's `gdb/mem_trace.py`, so fixtures
+/// can `source {dir}/mem_trace.py` wherever the target directory is (the entry script follows
+/// symlinks to find `python/`, as a user's symlink to it would).
+pub fn with_entry_script(fixture: Fixture) -> Fixture {
+    let link = fixture.dir.join("mem_trace.py");
+    let entry = manifest_dir().join("gdb").join("mem_trace.py");
+    // Tests of one binary run in parallel: a symlink already there is the same one.
+    if fs::read_link(&link).ok().as_deref() != Some(entry.as_path()) {
+        let _ = fs::remove_file(&link);
+        if let Err(e) = std::os::unix::fs::symlink(&entry, &link) {
+            assert!(
+                fs::read_link(&link).ok().as_deref() == Some(entry.as_path()),
+                "symlink {} -> {}: {e}",
+                link.display(),
+                entry.display()
+            );
+        }
+    }
+    fixture
+}
+
+/// Runs a fixture's script (its checks are matched by the harness) and asserts what holds for
+/// every mem-trace command: errors are one `gdb.GdbError` line, never a Python traceback, and
+/// captured stacks start at the program's caller of malloc or free, never in the tracer
+/// (DESIGN.md fact 6).
+pub fn gdb(fixture: &Fixture, script: &str) -> GdbRun {
+    let run = run_gdb_script(fixture, script);
+    for bad in ["Traceback", "Python Exception", "internal error"] {
+        assert!(
+            !run.output.contains(bad),
+            "{}: script {script:?}: `{bad}` in the gdb output\n{}",
+            fixture.src.display(),
+            run.report()
+        );
+    }
+    assert!(
+        !run.output.contains(" in mem_trace::"),
+        "{}: script {script:?}: a stack shows the tracer's own frames\n{}",
+        fixture.src.display(),
+        run.report()
+    );
+    run
+}
