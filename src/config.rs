@@ -10,8 +10,11 @@ pub const DEFAULT_FRAMES: usize = 64;
 
 /// Frames kept per allocation stack (`MEM_TRACE_FRAMES`, 1..=128, default 64).
 pub static FRAMES: AtomicUsize = AtomicUsize::new(DEFAULT_FRAMES);
-/// Whether stacks are captured at all (`MEM_TRACE_UNWIND=cfi` (default) or `none`).
+/// Whether stacks are captured at all (`MEM_TRACE_UNWIND=cfi` (default), `fp` or `none`).
 pub static UNWIND: AtomicBool = AtomicBool::new(true);
+/// Whether the program's frames are walked by frame pointers (`MEM_TRACE_UNWIND=fp`) rather
+/// than by CFI: cheaper, and right only for code built with `-fno-omit-frame-pointer`.
+pub static UNWIND_FP: AtomicBool = AtomicBool::new(false);
 /// Print one line of statistics to stderr at exit (`MEM_TRACE_STATS=1`).
 pub static STATS: AtomicBool = AtomicBool::new(false);
 /// Capture the freeing stack of every free (`MEM_TRACE_FREE_STACKS`, default 1).
@@ -20,11 +23,22 @@ pub static FREE_STACKS: AtomicBool = AtomicBool::new(true);
 /// (`MEM_TRACE_ON_ERROR=abort`; default `report`: report and go on without freeing).
 pub static ABORT_ON_ERROR: AtomicBool = AtomicBool::new(false);
 
+/// How stacks are captured (`MEM_TRACE_UNWIND`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unwind {
+    /// `cfi`: `.eh_frame` rules, right for code built without frame pointers (the default).
+    Cfi,
+    /// `fp`: the rbp chain, for programs built with frame pointers.
+    FramePointers,
+    /// `none`: no stacks.
+    None,
+}
+
 /// A parsed configuration, separate from the globals so it can be tested.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Config {
     pub frames: usize,
-    pub unwind: bool,
+    pub unwind: Unwind,
     pub stats: bool,
     /// Frees remembered in the history ring (`MEM_TRACE_FREED`, 0 disables).
     pub freed: u64,
@@ -38,7 +52,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             frames: DEFAULT_FRAMES,
-            unwind: true,
+            unwind: Unwind::Cfi,
             stats: false,
             freed: crate::freed::DEFAULT_CAPACITY,
             quarantine: crate::quarantine::DEFAULT_LIMIT,
@@ -75,9 +89,10 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Rejected>) {
     }
     if let Some(v) = get("MEM_TRACE_UNWIND") {
         match v.trim() {
-            "cfi" => c.unwind = true,
-            "none" => c.unwind = false,
-            _ => reject("MEM_TRACE_UNWIND", v, "cfi or none"),
+            "cfi" => c.unwind = Unwind::Cfi,
+            "fp" => c.unwind = Unwind::FramePointers,
+            "none" => c.unwind = Unwind::None,
+            _ => reject("MEM_TRACE_UNWIND", v, "cfi, fp or none"),
         }
     }
     if let Some(v) = get("MEM_TRACE_STATS") {
@@ -166,7 +181,8 @@ pub fn load() {
         );
     }
     FRAMES.store(c.frames, Ordering::Relaxed);
-    UNWIND.store(c.unwind, Ordering::Relaxed);
+    UNWIND.store(c.unwind != Unwind::None, Ordering::Relaxed);
+    UNWIND_FP.store(c.unwind == Unwind::FramePointers, Ordering::Relaxed);
     STATS.store(c.stats, Ordering::Relaxed);
     FREE_STACKS.store(c.free_stacks, Ordering::Relaxed);
     ABORT_ON_ERROR.store(c.abort_on_error, Ordering::Relaxed);
@@ -206,7 +222,7 @@ mod tests {
             c,
             Config {
                 frames: 16,
-                unwind: false,
+                unwind: Unwind::None,
                 stats: true,
                 ..Config::default()
             }
@@ -245,6 +261,22 @@ mod tests {
                 "MEM_TRACE_ON_ERROR"
             ]
         );
+    }
+
+    #[test]
+    fn unwind_modes() {
+        for (v, mode) in [
+            ("cfi", Unwind::Cfi),
+            ("fp", Unwind::FramePointers),
+            (" none ", Unwind::None),
+        ] {
+            let (c, bad) = parse(env(&[("MEM_TRACE_UNWIND", v)]));
+            assert!(bad.is_empty(), "{v}: {bad:?}");
+            assert_eq!(c.unwind, mode, "{v}");
+        }
+        let (c, bad) = parse(env(&[("MEM_TRACE_UNWIND", "framepointer")]));
+        assert_eq!(c.unwind, Unwind::Cfi);
+        assert_eq!(bad[0].expected, "cfi, fp or none");
     }
 
     #[test]

@@ -23,6 +23,11 @@ pub struct ModuleInfo {
     /// Executable range in memory.
     pub start: u64,
     pub end: u64,
+    /// The module's `.eh_frame_hdr` and `.eh_frame` where they are mapped (empty slices when it
+    /// has none). The unwinder reads its CFI rules here, in place: their addresses are the base
+    /// addresses of the pointer encodings in them.
+    pub eh_frame_hdr: &'static [u8],
+    pub eh_frame: &'static [u8],
 }
 
 /// An immutable snapshot of the loaded modules.
@@ -147,6 +152,12 @@ struct Raw {
     phdrs: Vec<libc::Elf64_Phdr>,
 }
 
+/// A set built afresh and not published (tests of what happens when the set changes).
+#[cfg(test)]
+pub fn build_for_tests() -> ModuleSet {
+    build(0)
+}
+
 fn build(generation: u64) -> ModuleSet {
     unsafe extern "C" fn cb(
         info: *mut libc::dl_phdr_info,
@@ -195,14 +206,18 @@ fn build(generation: u64) -> ModuleSet {
         } else {
             r.name.clone()
         };
-        if let Some(m) = unwind_module(r, exec.clone(), &path) {
-            unwinder.add_module(m);
+        let sections = cfi_sections(r);
+        if let Some((hdr, eh_frame)) = sections {
+            unwinder.add_module(unwind_module(r, exec.clone(), &path, hdr, eh_frame));
         }
+        let (eh_frame_hdr, eh_frame) = sections.unwrap_or((&[], &[]));
         modules.push(ModuleInfo {
             path,
             bias: r.bias,
             start: exec.start,
             end: exec.end,
+            eh_frame_hdr,
+            eh_frame,
         });
     }
     modules.sort_by_key(|m| m.start);
@@ -244,8 +259,8 @@ fn self_exe() -> Vec<u8> {
     buf[..n as usize].to_vec()
 }
 
-/// Builds the unwinder's view of one module from its in-memory `.eh_frame_hdr`.
-fn unwind_module(r: &Raw, exec: Range<u64>, path: &[u8]) -> Option<Module<&'static [u8]>> {
+/// A module's in-memory `.eh_frame_hdr` and `.eh_frame`, found from `PT_GNU_EH_FRAME`.
+fn cfi_sections(r: &Raw) -> Option<(&'static [u8], &'static [u8])> {
     let hdr = r.phdrs.iter().find(|p| p.p_type == libc::PT_GNU_EH_FRAME)?;
     let hdr_avma = r.bias + hdr.p_vaddr;
     // SAFETY: PT_GNU_EH_FRAME lies inside a loaded segment of a module that is loaded now.
@@ -253,7 +268,7 @@ fn unwind_module(r: &Raw, exec: Range<u64>, path: &[u8]) -> Option<Module<&'stat
         unsafe { core::slice::from_raw_parts(hdr_avma as *const u8, hdr.p_memsz as usize) };
     let eh_frame_avma = eh_frame_address(hdr_data, hdr_avma)?;
     // `.eh_frame` has no program header of its own: it runs at most to the end of the loaded
-    // segment holding it, and the unwinder only reads the entries the header's table names.
+    // segment holding it, and the unwinders only read the entries the header's table names.
     let seg = r.phdrs.iter().find(|p| {
         p.p_type == libc::PT_LOAD
             && (r.bias + p.p_vaddr..r.bias + p.p_vaddr + p.p_memsz).contains(&eh_frame_avma)
@@ -266,16 +281,31 @@ fn unwind_module(r: &Raw, exec: Range<u64>, path: &[u8]) -> Option<Module<&'stat
             (seg_end - eh_frame_avma) as usize,
         )
     };
+    Some((hdr_data, eh_frame))
+}
+
+/// Builds framehop's view of one module from its in-memory CFI sections.
+fn unwind_module(
+    r: &Raw,
+    exec: Range<u64>,
+    path: &[u8],
+    hdr: &'static [u8],
+    eh_frame: &'static [u8],
+) -> Module<&'static [u8]> {
+    let svma = |s: &[u8]| {
+        let start = s.as_ptr() as u64 - r.bias;
+        start..start + s.len() as u64
+    };
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
-        eh_frame_hdr_svma: Some(hdr.p_vaddr..hdr.p_vaddr + hdr.p_memsz),
-        eh_frame_hdr: Some(hdr_data),
-        eh_frame_svma: Some(eh_frame_avma - r.bias..seg_end - r.bias),
+        eh_frame_hdr_svma: Some(svma(hdr)),
+        eh_frame_hdr: Some(hdr),
+        eh_frame_svma: Some(svma(eh_frame)),
         eh_frame: Some(eh_frame),
         ..Default::default()
     };
     let name = String::from_utf8_lossy(path).into_owned();
-    Some(Module::new(name, exec, r.bias, info))
+    Module::new(name, exec, r.bias, info)
 }
 
 /// Decodes `eh_frame_ptr` from an `.eh_frame_hdr` (LSB "Exception Frame Header").
