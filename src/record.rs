@@ -84,7 +84,9 @@ fn stack_here(state: &ThreadState) -> u32 {
     if !config::UNWIND.load(Ordering::Relaxed) {
         return 0;
     }
-    let mut buf = [0u64; unwind::MAX_FRAMES];
+    // SAFETY: the thread's frame buffer is used only here, and this never nests: it runs
+    // inside a hook holding the guard, and nothing it calls allocates through a hook.
+    let buf = unsafe { &mut *state.frames.get() };
     let max = config::FRAMES
         .load(Ordering::Relaxed)
         .min(unwind::MAX_FRAMES);
