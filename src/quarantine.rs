@@ -4,13 +4,14 @@
 //! certain: a block still held here cannot belong to anyone else.
 //!
 //! One FIFO for the process (a per-shard FIFO would give a single-threaded program only the
-//! few shards its heap lands in), with a set of its addresses for the double-free check.
-//! Released blocks are handed to glibc after the lock is dropped.
+//! few shards its heap lands in). Released blocks are handed to glibc after the lock is
+//! dropped. Membership ("is this block held?") is only asked for pointers that are not live
+//! blocks — double and invalid frees, rare in any program — so it is a scan of the FIFO
+//! rather than a set kept up to date on every free.
 
 use crate::freed::HISTORY;
 use crate::sync::SpinLock;
 use core::sync::atomic::Ordering;
-use hashbrown::HashTable;
 use std::collections::VecDeque;
 
 /// Default bytes held back (`MEM_TRACE_QUARANTINE`).
@@ -18,19 +19,13 @@ pub const DEFAULT_LIMIT: u64 = 4 << 20;
 
 struct Quarantine {
     fifo: VecDeque<(u64, u64)>,
-    members: HashTable<u64>,
     bytes: u64,
 }
 
 static Q: SpinLock<Quarantine> = SpinLock::new(Quarantine {
     fifo: VecDeque::new(),
-    members: HashTable::new(),
     bytes: 0,
 });
-
-fn hash(addr: u64) -> u64 {
-    addr.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
 
 /// Blocks released from quarantine, to be freed for real by the caller.
 pub struct Released {
@@ -62,15 +57,11 @@ pub fn hold(addr: u64, size: u64, released: &mut Released) -> bool {
     }
     let mut q = Q.lock();
     q.fifo.push_back((addr, size));
-    q.members.insert_unique(hash(addr), addr, |&a| hash(a));
     q.bytes += size;
     while q.bytes > limit && released.n < released.addrs.len() {
         let Some((a, s)) = q.fifo.pop_front() else {
             break;
         };
-        if let Ok(e) = q.members.find_entry(hash(a), |&m| m == a) {
-            e.remove();
-        }
         q.bytes -= s;
         released.addrs[released.n] = a;
         released.n += 1;
@@ -90,7 +81,7 @@ pub fn released() -> Released {
 /// Whether the block starting at `addr` is held in quarantine (so freeing it again is a
 /// double free).
 pub fn contains(addr: u64) -> bool {
-    Q.lock().members.find(hash(addr), |&m| m == addr).is_some()
+    Q.lock().fifo.iter().any(|&(a, _)| a == addr)
 }
 
 /// Locks the quarantine (fork prepare).

@@ -165,7 +165,9 @@ unsafe fn slot<'a>(arr: *mut SlotArray, i: u64) -> &'a Slot {
 }
 
 /// Home slot of `addr`: the hash scaled onto `[0, capacity)` by a multiply-shift, so any
-/// capacity works, not only powers of two.
+/// capacity works, not only powers of two. (Keeping neighbouring blocks in neighbouring slots,
+/// by hashing only 1 KiB granules, measured no better on python3, sqlite3 and `live`; hashing
+/// 64 KiB regions clustered badly.)
 fn home(addr: u64, capacity: u64) -> u64 {
     ((u128::from(addr.wrapping_mul(MULT)) * u128::from(capacity)) >> 64) as u64
 }
@@ -210,24 +212,19 @@ unsafe fn put(shard: &Shard, arr: *mut SlotArray, block: Block) {
     // SAFETY: `arr` is live (caller).
     let cap = unsafe { (*arr).capacity };
     let mut i = home(block.addr, cap);
-    let mut tomb = None;
     let target = loop {
         // SAFETY: `i < cap`.
         let s = unsafe { slot(arr, i) };
         match s.addr.load(Ordering::Relaxed) {
-            EMPTY => break tomb.unwrap_or(i),
-            TOMBSTONE => {
-                tomb.get_or_insert(i);
-            }
+            EMPTY => break i,
             a if a == block.addr => {
                 // A block we never saw freed (freed by a path we do not hook): the new one
-                // replaces it.
+                // replaces it in place.
                 let old = Block::unpack(a, s.size_thread.load(Ordering::Relaxed), 0);
                 bump(&shard.live, 1u64.wrapping_neg());
                 bump(&shard.live_bytes, old.size.wrapping_neg());
                 s.addr.store(TOMBSTONE, Ordering::Release);
-                bump(&shard.tombstones, 1);
-                tomb.get_or_insert(i);
+                break i;
             }
             _ => {}
         }
@@ -235,9 +232,6 @@ unsafe fn put(shard: &Shard, arr: *mut SlotArray, block: Block) {
     };
     // SAFETY: `target < cap`.
     let s = unsafe { slot(arr, target) };
-    if s.addr.load(Ordering::Relaxed) == TOMBSTONE {
-        bump(&shard.tombstones, 1u64.wrapping_neg());
-    }
     let (size_thread, seq_stack) = block.pack();
     s.size_thread.store(size_thread, Ordering::Relaxed);
     s.seq_stack.store(seq_stack, Ordering::Relaxed);
@@ -382,15 +376,16 @@ fn locked_remove(shard: &Shard, addr: u64) -> Option<Block> {
         match s.addr.load(Ordering::Relaxed) {
             EMPTY => return None,
             a if a == addr => {
-                s.addr.store(TOMBSTONE, Ordering::Release);
                 let b = Block::unpack(
                     a,
                     s.size_thread.load(Ordering::Relaxed),
                     s.seq_stack.load(Ordering::Relaxed),
                 );
+                s.addr.store(TOMBSTONE, Ordering::Release);
+                // SAFETY: lock held; `i < cap`; the array keeps at least one empty slot.
+                unsafe { close_gap(arr, cap, i) };
                 bump(&shard.live, 1u64.wrapping_neg());
                 bump(&shard.live_bytes, b.size.wrapping_neg());
-                bump(&shard.tombstones, 1);
                 return Some(b);
             }
             _ => {}
@@ -398,6 +393,53 @@ fn locked_remove(shard: &Shard, addr: u64) -> Option<Block> {
         i = next_slot(i, cap);
     }
     None
+}
+
+/// Backward-shift deletion: moves later entries of the probe run into the hole at `hole` so
+/// that no tombstone is left behind. Tombstones made a table under constant churn (python3:
+/// millions of frees) sit at its growth threshold, and every insert probed past them.
+///
+/// A moved entry is written into its new slot (fields, then `addr` with release) before its
+/// old slot is marked `TOMBSTONE`, so a lockless reader or a core taken halfway sees it once
+/// or twice, never zero times; `TOMBSTONE` now only marks a slot in the middle of a move.
+///
+/// # Safety
+/// - the shard's lock is held, `arr` is its array with `cap` slots, `hole < cap`, and the
+///   array has at least one empty slot.
+unsafe fn close_gap(arr: *mut SlotArray, cap: u64, mut hole: u64) {
+    let mut j = hole;
+    loop {
+        j = next_slot(j, cap);
+        // SAFETY: `j < cap`.
+        let sj = unsafe { slot(arr, j) };
+        let a = sj.addr.load(Ordering::Relaxed);
+        if a == EMPTY {
+            break;
+        }
+        // The entry at `j` may fill the hole only if its home is not cyclically in (hole, j].
+        let k = home(a, cap);
+        let stays = if hole <= j {
+            hole < k && k <= j
+        } else {
+            hole < k || k <= j
+        };
+        if stays {
+            continue;
+        }
+        // SAFETY: `hole < cap`.
+        let sh = unsafe { slot(arr, hole) };
+        sh.size_thread
+            .store(sj.size_thread.load(Ordering::Relaxed), Ordering::Relaxed);
+        sh.seq_stack
+            .store(sj.seq_stack.load(Ordering::Relaxed), Ordering::Relaxed);
+        sh.addr.store(a, Ordering::Release);
+        sj.addr.store(TOMBSTONE, Ordering::Release);
+        hole = j;
+    }
+    // SAFETY: `hole < cap`.
+    unsafe { slot(arr, hole) }
+        .addr
+        .store(EMPTY, Ordering::Release);
 }
 
 /// How a lookup got its answer.
@@ -571,6 +613,34 @@ mod tests {
         assert_eq!(b.map(|b| b.seq), Some(2));
         assert!(remove(base).is_some());
         assert!(remove(base + (3 << 20) + 0xff00).is_some());
+    }
+
+    #[test]
+    fn removals_leave_every_other_block_findable() {
+        // Dense addresses in one region collide on probe runs, so deletions shift entries.
+        let base = 0x4_0000_0000u64;
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut live = std::collections::BTreeSet::new();
+        for round in 0..20_000u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let a = base + (rng % 3000) * 16;
+            if live.remove(&a) {
+                assert_eq!(remove(a).map(|b| b.addr), Some(a), "round {round}");
+            } else {
+                insert(block(a, 16, round));
+                live.insert(a);
+            }
+        }
+        for &a in &live {
+            assert_eq!(find_containing(a + 8).0.map(|b| b.addr), Some(a));
+        }
+        let shard = &SHARDS[region_shard(base >> crate::layout::REGION_SHIFT)];
+        assert_eq!(shard.tombstones.load(Ordering::Relaxed), 0);
+        for &a in &live {
+            assert!(remove(a).is_some());
+        }
     }
 
     #[test]
