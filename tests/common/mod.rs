@@ -167,6 +167,15 @@ pub fn c_fixture(file: &str, extra: &[&str]) -> Fixture {
     })
 }
 
+/// Compiles a C++ fixture with g++ and the same flags as C fixtures (no frame pointers).
+pub fn cpp_fixture(file: &str) -> Fixture {
+    compile_once(file, str::to_string, |src, out| {
+        let mut cmd = Command::new("g++");
+        cmd.args(C_FLAGS).arg("-o").arg(out).arg(src);
+        cmd
+    })
+}
+
 /// Compiles `tests/fixtures/<file>` (C) into a shared library; `bin` is `<dir>/lib<stem>.so`.
 pub fn c_shared_library(file: &str) -> Fixture {
     compile_once(
