@@ -19,7 +19,7 @@ const READY: u8 = 2;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 /// pthread key whose destructor tells us a thread exits (value: its thread index).
 static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
-/// Frees seen, for statistics.
+/// Frees seen, for statistics (`MEM_TRACE_STATS=1` only).
 static FREES: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the tracer is ready to record; initialises it on first call.
@@ -148,7 +148,11 @@ pub fn freed_by_realloc(g: &Guard, block: Block) {
 }
 
 fn remember_free(state: &ThreadState, block: Block, by_realloc: bool) {
-    FREES.fetch_add(1, Ordering::Relaxed);
+    // A shared counter costs a cache-line transfer per free between threads: count only
+    // when the statistics line was asked for.
+    if config::STATS.load(Ordering::Relaxed) {
+        FREES.fetch_add(1, Ordering::Relaxed);
+    }
     let free_thread = thread_index(state);
     let free_stack = if config::FREE_STACKS.load(Ordering::Relaxed) {
         stack_here(state)
