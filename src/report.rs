@@ -96,9 +96,14 @@ pub fn double_free(state: &ThreadState, addr: u64, previous: Option<Freed>, op: 
             recorded_stack(&mut out, b.stack);
         }
         None => {
+            let why = if HISTORY.capacity.load(Ordering::Relaxed) == 0 {
+                "MEM_TRACE_FREED=0 keeps no history"
+            } else {
+                "its history record was overwritten"
+            };
             let _ = writeln!(
                 out,
-                "mem-trace: {what} of {addr:#x}: the block is already freed (held in quarantine; its history record was overwritten)"
+                "mem-trace: {what} of {addr:#x}: the block is already freed (held in quarantine; {why})"
             );
             this_call(&mut out, state, op);
         }
