@@ -17,10 +17,6 @@ fn new_vector_and_string_are_one_block_each_explained_below_operator_new() {
 #[test]
 fn cpp_program_output_is_unchanged_by_the_preload() {
     let traced = Job::fixture(&cpp_fixture("cpp_new.cpp")).assert_same_with_preload();
-    assert!(
-        traced.stdout == "7 300 100 0 x\n",
-        "{}",
-        traced.describe()
-    );
+    assert!(traced.stdout == "7 300 100 0 x\n", "{}", traced.describe());
     assert!(traced.stderr.is_empty(), "{}", traced.describe());
 }
