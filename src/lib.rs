@@ -18,8 +18,8 @@
 //!   [`freed`]: the history of frees; [`quarantine`]: freed blocks held back from reuse;
 //!   [`report`]: double and invalid frees.
 //! - [`layout`]: `MEM_TRACE_HEADER`, the exported root of those tables (docs/LAYOUT.md).
-//! - readers: [`print`] (in-process `print_trace`, with [`symbolize`]), and the gdb package in
-//!   `python/`, embedded in the `.so` by [`gdb_script`].
+//! - readers: [`print`](mod@print) (in-process `print_trace`, with [`symbolize`]), and the gdb package in
+//!   `python/`, embedded in the `.so` by `gdb_script`.
 //! - [`arena`]: the tracer's own memory, never glibc's heap; [`config`]: `MEM_TRACE_*`.
 //!
 //! Blocks allocated before the library is initialised are not recorded, and freeing them is

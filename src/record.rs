@@ -208,7 +208,7 @@ fn unknown_pointer(g: &Guard, addr: u64, op: Op) -> bool {
     true
 }
 
-/// Whether `realloc` may pass `p` to glibc (see [`unknown_pointer`]); `p` is not a live block.
+/// Whether `realloc` may pass `p` to glibc (see `unknown_pointer`); `p` is not a live block.
 pub fn realloc_unknown(g: &Guard, p: *mut c_void) -> bool {
     STATE.load(Ordering::Acquire) != READY || unknown_pointer(g, p as u64, Op::Realloc)
 }

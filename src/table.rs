@@ -86,7 +86,7 @@ static LOCKLESS_READERS: AtomicUsize = AtomicUsize::new(0);
 /// equals it for programs that build up and then release (what the `live` benchmark does).
 static PEAK_LIVE: [AtomicU64; SHARD_COUNT] = [const { AtomicU64::new(0) }; SHARD_COUNT];
 
-/// Sum of the shards' peak live counts (see [`PEAK_LIVE`]).
+/// Sum of the shards' peak live counts (each an upper bound of its shard's share).
 pub fn peak_live() -> u64 {
     PEAK_LIVE.iter().map(|p| p.load(Ordering::Relaxed)).sum()
 }
