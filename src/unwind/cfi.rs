@@ -20,6 +20,7 @@ use gimli::{
 
 /// What a rule tells the unwinder to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// `repr(u8)` pins tag 0 to `CfaRsp`: the rule cache starts as zeroed memory.
 #[repr(u8)]
 pub enum Kind {
     /// CFA = rsp + `cfa_offset`.
