@@ -911,6 +911,28 @@ impl ThreadCache {
     }
 }
 
+/// The module of the last frame looked up: consecutive frames are mostly in one module, so
+/// it is tried before searching the module set.
+#[derive(Default)]
+struct KnownModule(core::ops::Range<u64>);
+
+impl KnownModule {
+    /// Whether `pc` lies in a known module (remembering which).
+    #[inline(always)]
+    fn holds(&mut self, set: &ModuleSet, pc: u64) -> bool {
+        if self.0.contains(&pc) {
+            return true;
+        }
+        match set.find(pc) {
+            Some(m) => {
+                self.0 = m.start..m.end;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// Follows the rbp chain from the program's first frame, `(pc, sp, bp)`, whose `pc` is already
 /// `out[n - 1]`: `[bp]` is the caller's rbp and `[bp + 8]` the return address into it. Stops
 /// when a link does not move up the stack, leaves it, or is 0.
@@ -921,21 +943,16 @@ fn fp_chain(
     out: &mut [u64],
     mut n: usize,
 ) -> Walk {
-    let mut known = 0..0;
+    let mut known = KnownModule::default();
     let mut low = sp;
     let mut a = pc;
     loop {
         // Consecutive frames are mostly in one module: try the last one before searching.
-        if !known.contains(&a) {
-            match set.find(a) {
-                Some(m) => known = m.start..m.end,
-                None => {
-                    return Walk {
-                        frames: n,
-                        outside: true,
-                    }
-                }
-            }
+        if !known.holds(set, a) {
+            return Walk {
+                frames: n,
+                outside: true,
+            };
         }
         if n == out.len() || bp < low {
             break;
@@ -975,24 +992,19 @@ fn walk_framehop(
         &mut read_stack,
     );
     let mut n = 0;
-    let mut known = 0..0;
+    let mut known = KnownModule::default();
     while let Ok(Some(frame)) = frames.next() {
         let a = frame.address();
         if !record(set, own, a, out, &mut n) {
             break;
         }
-        if !known.contains(&a) {
-            match set.find(a) {
-                Some(m) => known = m.start..m.end,
-                // Past an unknown module framehop falls back to frame pointers: stop here
-                // rather than record guesses.
-                None => {
-                    return Walk {
-                        frames: n,
-                        outside: true,
-                    }
-                }
-            }
+        if !known.holds(set, a) {
+            // Past an unknown module framehop falls back to frame pointers: stop here rather
+            // than record guesses.
+            return Walk {
+                frames: n,
+                outside: true,
+            };
         }
     }
     Walk {
