@@ -10,11 +10,9 @@
 //! for a whole lap of the ring (`capacity` frees, 65536 by default) in the middle of its
 //! four stores; the reader then sees a mixed record. We accept that rather than lock.
 
-use crate::table::Block;
+use crate::table::{pack_seq_id, unpack_seq_id, Block};
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-const SIZE_BITS: u32 = 40;
-const LOW40: u64 = (1 << SIZE_BITS) - 1;
 /// Default number of frees remembered (`MEM_TRACE_FREED`): 2.5 MiB of records, enough to
 /// explain a dangling pointer freed tens of thousands of frees ago.
 pub const DEFAULT_CAPACITY: u64 = 1 << 16;
@@ -126,23 +124,16 @@ pub fn push(f: &Freed) {
     // SAFETY: the index is reduced modulo the ring's capacity.
     let r = unsafe { &*ring.add((k % cap) as usize) };
     r.addr.store(0, Ordering::Relaxed);
-    let b = &f.block;
-    r.size_thread.store(
-        b.size.min(LOW40) | (u64::from(b.thread) << SIZE_BITS),
-        Ordering::Relaxed,
-    );
-    r.seq_stack.store(
-        (b.seq & LOW40) | (u64::from(b.stack) << SIZE_BITS),
-        Ordering::Relaxed,
-    );
-    r.free_seq_stack.store(
-        (f.free_seq & LOW40) | (u64::from(f.free_stack) << SIZE_BITS),
-        Ordering::Relaxed,
-    );
+    // The same encoding as a table slot.
+    let (size_thread, seq_stack) = f.block.pack();
+    r.size_thread.store(size_thread, Ordering::Relaxed);
+    r.seq_stack.store(seq_stack, Ordering::Relaxed);
+    r.free_seq_stack
+        .store(pack_seq_id(f.free_seq, f.free_stack), Ordering::Relaxed);
     r.free_thread.store(f.free_thread, Ordering::Relaxed);
     r.flags
         .store(if f.by_realloc { BY_REALLOC } else { 0 }, Ordering::Relaxed);
-    r.addr.store(b.addr, Ordering::Release);
+    r.addr.store(f.block.addr, Ordering::Release);
 }
 
 /// The newest remembered free of a block starting exactly at `addr` (for double-free reports).
@@ -162,19 +153,15 @@ pub fn newest_at(addr: u64) -> Option<Freed> {
         if r.addr.load(Ordering::Acquire) != addr {
             return None;
         }
-        let st = r.size_thread.load(Ordering::Relaxed);
-        let ss = r.seq_stack.load(Ordering::Relaxed);
-        let fs = r.free_seq_stack.load(Ordering::Relaxed);
+        let (free_seq, free_stack) = unpack_seq_id(r.free_seq_stack.load(Ordering::Relaxed));
         Some(Freed {
-            block: Block {
+            block: Block::unpack(
                 addr,
-                size: st & LOW40,
-                thread: (st >> SIZE_BITS) as u32,
-                seq: ss & LOW40,
-                stack: (ss >> SIZE_BITS) as u32,
-            },
-            free_seq: fs & LOW40,
-            free_stack: (fs >> SIZE_BITS) as u32,
+                r.size_thread.load(Ordering::Relaxed),
+                r.seq_stack.load(Ordering::Relaxed),
+            ),
+            free_seq,
+            free_stack,
             free_thread: r.free_thread.load(Ordering::Relaxed),
             by_realloc: r.flags.load(Ordering::Relaxed) & BY_REALLOC != 0,
         })

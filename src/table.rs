@@ -103,21 +103,35 @@ pub struct Block {
     pub stack: u32,
 }
 
+/// A sequence number (low 40 bits) and a 24-bit id in one word: a slot's `seq_stack`, and a
+/// freed record's `seq_stack` and `free_seq_stack` (docs/LAYOUT.md).
+pub(crate) fn pack_seq_id(seq: u64, id: u32) -> u64 {
+    (seq & LOW40) | (u64::from(id) << SIZE_BITS)
+}
+
+/// The inverse of [`pack_seq_id`].
+pub(crate) fn unpack_seq_id(word: u64) -> (u64, u32) {
+    (word & LOW40, (word >> SIZE_BITS) as u32)
+}
+
 impl Block {
-    fn pack(&self) -> (u64, u64) {
+    /// The `size_thread` and `seq_stack` words of a slot (or of a freed record).
+    pub(crate) fn pack(&self) -> (u64, u64) {
         (
             self.size.min(LOW40) | (u64::from(self.thread) << SIZE_BITS),
-            (self.seq & LOW40) | (u64::from(self.stack) << SIZE_BITS),
+            pack_seq_id(self.seq, self.stack),
         )
     }
 
-    fn unpack(addr: u64, size_thread: u64, seq_stack: u64) -> Self {
+    /// The block a slot's (or freed record's) words describe.
+    pub(crate) fn unpack(addr: u64, size_thread: u64, seq_stack: u64) -> Self {
+        let (seq, stack) = unpack_seq_id(seq_stack);
         Block {
             addr,
             size: size_thread & LOW40,
             thread: (size_thread >> SIZE_BITS) as u32,
-            seq: seq_stack & LOW40,
-            stack: (seq_stack >> SIZE_BITS) as u32,
+            seq,
+            stack,
         }
     }
 
