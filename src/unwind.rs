@@ -1437,24 +1437,31 @@ mod tests {
     fn inner(out: &mut [u64]) -> usize {
         std::hint::black_box(fast_walk(registers(), out, false))
     }
+
+    /// The function that captures, at the top of the two call chains below.
+    type Leaf = fn(&mut [u64]) -> usize;
+
+    /// One function reached from two callers of one frame size: its frame sits at the same
+    /// stack address under both, with a different caller above it.
     #[inline(never)]
-    fn shared_middle(out: &mut [u64]) -> usize {
-        let n = inner(out);
+    fn shared_middle(out: &mut [u64], leaf: Leaf) -> usize {
+        let n = leaf(out);
         std::hint::black_box(out.len());
         n
     }
     #[inline(never)]
-    fn via_a(out: &mut [u64]) -> usize {
-        let n = shared_middle(out);
+    fn via_a(out: &mut [u64], leaf: Leaf) -> usize {
+        let n = shared_middle(out, leaf);
         std::hint::black_box(1);
         n
     }
     #[inline(never)]
-    fn via_b(out: &mut [u64]) -> usize {
-        let n = shared_middle(out);
+    fn via_b(out: &mut [u64], leaf: Leaf) -> usize {
+        let n = shared_middle(out, leaf);
         std::hint::black_box(2);
         n
     }
+    type Caller = fn(&mut [u64], Leaf) -> usize;
 
     /// The case a take-over must refuse: the same function at the same stack address (frame
     /// 1: `shared_middle`, under two callers of one frame size, called from one place), but
@@ -1463,19 +1470,17 @@ mod tests {
     fn a_frame_at_the_same_place_with_other_callers_is_walked_again() {
         let mut stacks = [[0u64; 64]; 2];
         let mut lens = [0; 2];
-        let callers: [fn(&mut [u64]) -> usize; 2] = [via_a, via_b];
+        let callers: [Caller; 2] = [via_a, via_b];
         // One call site for both (a loop the compiler cannot unroll).
         for i in 0..std::hint::black_box(2) {
-            lens[i] = std::hint::black_box(callers[i])(&mut stacks[i]);
+            lens[i] = std::hint::black_box(callers[i])(&mut stacks[i], inner);
         }
         let [a, b] = &stacks;
-        let in_fn = |x: u64, f: fn(&mut [u64]) -> usize| {
-            let start = f as usize as u64;
-            x > start && x - start < 256
-        };
-        assert!(in_fn(a[1], shared_middle) && in_fn(b[1], shared_middle));
-        assert!(in_fn(a[2], via_a), "{:x?}", &a[..lens[0]]);
-        assert!(in_fn(b[2], via_b), "{:x?}", &b[..lens[1]]);
+        let in_fn = |x: u64, start: usize| x > start as u64 && x - (start as u64) < 256;
+        let middle = shared_middle as fn(&mut [u64], Leaf) -> usize as usize;
+        assert!(in_fn(a[1], middle) && in_fn(b[1], middle));
+        assert!(in_fn(a[2], callers[0] as usize), "{:x?}", &a[..lens[0]]);
+        assert!(in_fn(b[2], callers[1] as usize), "{:x?}", &b[..lens[1]]);
         // Frame 3 is the return address into this test (the compiler may duplicate the call
         // site); above it, the stacks are the same.
         assert_eq!(a[4..lens[0]], b[4..lens[1]]);
@@ -1498,38 +1503,19 @@ mod tests {
         assert_eq!(&out[..n], &slow[..ns]);
         n
     }
-    #[inline(never)]
-    fn checked_middle(out: &mut [u64]) -> usize {
-        let n = checked(out);
-        std::hint::black_box(out.len());
-        n
-    }
-    #[inline(never)]
-    fn checked_a(out: &mut [u64]) -> usize {
-        let n = checked_middle(out);
-        std::hint::black_box(1);
-        n
-    }
-    #[inline(never)]
-    fn checked_b(out: &mut [u64]) -> usize {
-        let n = checked_middle(out);
-        std::hint::black_box(2);
-        n
-    }
-
     /// Two stacks in turn: each capture's last walk is the other stack's, so only the kept
     /// walks can serve it whole; they must, and exactly.
     #[test]
     fn kept_walks_serve_alternating_stacks() {
         let cache = cache_for(state()).unwrap();
         let mut stacks = [[0u64; 64]; 2];
-        let callers: [fn(&mut [u64]) -> usize; 2] = [checked_a, checked_b];
+        let callers: [Caller; 2] = [via_a, via_b];
         let mut hits = 0;
-        // One call site for both (a loop the compiler cannot unroll); `checked` compares
-        // every capture with framehop's.
+        // One call site for both (a loop the compiler cannot unroll), through the same chains
+        // as above; `checked` compares every capture with framehop's.
         for k in 0..std::hint::black_box(8) {
             let before = cache.kept_hits;
-            std::hint::black_box(callers[k % 2])(&mut stacks[k % 2]);
+            std::hint::black_box(callers[k % 2])(&mut stacks[k % 2], checked);
             hits += cache.kept_hits - before;
         }
         assert!(hits >= 6, "{hits} of 8 captures served from kept walks");
