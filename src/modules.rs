@@ -75,7 +75,7 @@ pub fn current() -> Option<&'static ModuleSet> {
             return Some(set);
         }
     }
-    rebuild(None)
+    rebuild()
 }
 
 /// Takes (`true`) or releases (`false`) the build lock around `fork`.
@@ -105,12 +105,12 @@ pub fn refresh_if_changed(seen: &ModuleSet) -> Option<&'static ModuleSet> {
     if adds == seen.adds && subs == seen.subs {
         return None;
     }
-    rebuild(Some((adds, subs)))
+    rebuild()
 }
 
 #[cold]
 #[inline(never)]
-fn rebuild(_hint: Option<(u64, u64)>) -> Option<&'static ModuleSet> {
+fn rebuild() -> Option<&'static ModuleSet> {
     let _build = BUILD.lock();
     let generation = GENERATION.load(Ordering::Relaxed);
     // SAFETY: published sets are never freed.
