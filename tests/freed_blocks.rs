@@ -22,7 +22,7 @@ use common::script::{self, Directive, Substitutions};
 use common::{c_fixture, library, run_with_timeout, Fixture, GdbRun, Job, Output, RUN_TIMEOUT};
 
 fn dangling() -> Fixture {
-    with_entry_script(c_fixture("freed_dangling.c", &[]))
+    with_entry_script(c_fixture("freed_dangling.c", &["-pthread"]))
 }
 
 fn errors() -> Fixture {
@@ -337,7 +337,8 @@ fn section(run: &GdbRun, start: &str, end: &str) -> Vec<String> {
 /// At the stop, holding the dangling pointer: `mtrace-why` names the helper that freed it and
 /// the function that allocated it, with their lines; `dangling + 16` is 16 bytes inside;
 /// `mtrace-history` lists the free, then the allocation; the buffer `realloc` moved away from
-/// is `freed (by realloc)` at the realloc call. Then the same answers, line for line, from a
+/// is `freed (by realloc)` at the realloc call; a node another thread freed has that
+/// thread's free stack. Then the same answers, line for line, from a
 /// core file written at that stop, with no process.
 #[test]
 fn dangling_pointer_live_and_on_a_core() {
@@ -357,7 +358,8 @@ fn dangling_pointer_live_and_on_a_core() {
         ("dangling", "dangling+16"),
         ("dangling+16", "history"),
         ("history", "realloc"),
-        ("realloc", "answers-end"),
+        ("realloc", "orphan"),
+        ("orphan", "answers-end"),
     ] {
         let (a, b) = (section(&live, start, end), section(&dead, start, end));
         assert!(
