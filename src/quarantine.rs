@@ -66,9 +66,19 @@ pub fn hold(addr: u64, size: u64, released: &mut Released) -> bool {
         released.addrs[released.n] = a;
         released.n += 1;
     }
+    // The block a few releases from now: glibc's `free` will read its header and the next
+    // chunk's, lines untouched since the program freed it (python3: one miss per free,
+    // ~15% of the run), so start loading them now.
+    if let Some(&(a, s)) = q.fifo.get(PREFETCH_AHEAD) {
+        crate::prefetch::line((a - 8) as *const u8);
+        crate::prefetch::line((a + s) as *const u8);
+    }
     HISTORY.quarantined_bytes.store(q.bytes, Ordering::Relaxed);
     true
 }
+
+/// How many blocks ahead of the next release [`hold`] prefetches.
+const PREFETCH_AHEAD: usize = 4;
 
 /// An empty release list.
 pub fn released() -> Released {
