@@ -90,12 +90,8 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: forwarded contract.
     let q = unsafe { real::__libc_realloc(p, size) };
     match (q.is_null(), old) {
-        (false, old) => {
-            if let Some(old) = old.filter(|_| q != p) {
-                record::freed_by_realloc(&g, old);
-            }
-            record::allocated(&g, q, size);
-        }
+        (false, Some(old)) if q != p => record::moved(&g, old, q, size),
+        (false, _) => record::allocated(&g, q, size),
         // realloc(p, 0) freed the block.
         (true, Some(old)) if size == 0 => record::freed_by_realloc(&g, old),
         // Failed to grow: the old block is untouched and still the program's.

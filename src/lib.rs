@@ -37,6 +37,7 @@ pub mod guard;
 pub mod hooks;
 pub mod layout;
 pub mod modules;
+pub mod prefetch;
 pub mod print;
 pub mod quarantine;
 pub mod real;

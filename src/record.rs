@@ -84,6 +84,8 @@ fn stack_here(state: &ThreadState) -> u32 {
     if !config::UNWIND.load(Ordering::Relaxed) {
         return 0;
     }
+    // A thread's first call registers it, which sets the stack bounds the capture reads in.
+    thread_index(state);
     // SAFETY: the thread's frame buffer is used only here, and this never nests: it runs
     // inside a hook holding the guard, and nothing it calls allocates through a hook.
     let buf = unsafe { &mut *state.frames.get() };
@@ -95,8 +97,14 @@ fn stack_here(state: &ThreadState) -> u32 {
 }
 
 fn record(state: &ThreadState, addr: u64, size: u64) {
-    let thread = thread_index(state);
+    // The table line loads while the stack is walked.
+    table::prefetch(addr, size);
     let stack = stack_here(state);
+    record_with(state, addr, size, stack);
+}
+
+fn record_with(state: &ThreadState, addr: u64, size: u64, stack: u32) {
+    let thread = thread_index(state);
     let seq = MEM_TRACE_HEADER.next_seq.fetch_add(1, Ordering::Relaxed);
     table::insert(Block {
         addr,
@@ -124,13 +132,17 @@ pub fn free(g: &Guard, p: *mut c_void) -> Disposition {
     if STATE.load(Ordering::Acquire) != READY {
         return Disposition::Release;
     }
+    // The stack first, so that the table line (prefetched here) loads meanwhile; on a double
+    // or invalid free, rare, it is captured for nothing.
+    table::prefetch(p as u64, 0);
+    let free_stack = free_stack_here(g.state());
     let Some(block) = take(g, p) else {
         return match unknown_pointer(g, p as u64, Op::Free) {
             true => Disposition::Release,
             false => Disposition::Reject,
         };
     };
-    remember_free(g.state(), block, false);
+    remember_free(g.state(), block, free_stack, false);
     let mut released = quarantine::released();
     if !quarantine::hold(block.addr, block.size, &mut released) {
         return Disposition::Release;
@@ -142,23 +154,47 @@ pub fn free(g: &Guard, p: *mut c_void) -> Disposition {
     Disposition::Held
 }
 
-/// Notes that `realloc` freed `block` (it moved, or the new size was 0).
+/// Notes that `realloc(p, 0)` freed `block`.
 pub fn freed_by_realloc(g: &Guard, block: Block) {
-    remember_free(g.state(), block, true);
+    let state = g.state();
+    remember_free(state, block, free_stack_here(state), true);
 }
 
-fn remember_free(state: &ThreadState, block: Block, by_realloc: bool) {
+/// Notes that `realloc` moved `old` to `q`, now `size` bytes: one capture serves as the old
+/// block's free stack and the new block's allocation stack (same call).
+pub fn moved(g: &Guard, old: Block, q: *mut c_void, size: usize) {
+    let state = g.state();
+    if !ready() {
+        return;
+    }
+    table::prefetch(q as u64, size as u64);
+    let stack = stack_here(state);
+    let free_stack = if config::FREE_STACKS.load(Ordering::Relaxed) {
+        stack
+    } else {
+        0
+    };
+    remember_free(state, old, free_stack, true);
+    record_with(state, q as u64, size as u64, stack);
+}
+
+/// The stack to remember a free by (0 when free stacks are off).
+#[inline(always)]
+fn free_stack_here(state: &ThreadState) -> u32 {
+    if config::FREE_STACKS.load(Ordering::Relaxed) {
+        stack_here(state)
+    } else {
+        0
+    }
+}
+
+fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc: bool) {
     // A shared counter costs a cache-line transfer per free between threads: count only
     // when the statistics line was asked for.
     if config::STATS.load(Ordering::Relaxed) {
         FREES.fetch_add(1, Ordering::Relaxed);
     }
     let free_thread = thread_index(state);
-    let free_stack = if config::FREE_STACKS.load(Ordering::Relaxed) {
-        stack_here(state)
-    } else {
-        0
-    };
     freed::push(&Freed {
         block,
         free_seq: MEM_TRACE_HEADER.next_seq.fetch_add(1, Ordering::Relaxed),
