@@ -92,8 +92,13 @@ fn stack_here(state: &ThreadState) -> u32 {
     let max = config::FRAMES
         .load(Ordering::Relaxed)
         .min(unwind::MAX_FRAMES);
-    let n = unwind::capture(state, &mut buf[..max]);
-    stacks::intern_cached(&state.intern_cache, &buf[..n])
+    let c = unwind::capture_interned(state, &mut buf[..max]);
+    if c.id != 0 {
+        return c.id;
+    }
+    let id = stacks::intern_cached(&state.intern_cache, &buf[..c.frames]);
+    unwind::remember_id(state, id, max);
+    id
 }
 
 fn record(state: &ThreadState, addr: u64, size: u64) {

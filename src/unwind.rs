@@ -93,30 +93,78 @@ fn registers() -> (u64, u64, u64) {
 /// 0 when the stack cannot be walked safely (unknown bounds, an alternate signal stack).
 #[inline(never)]
 pub fn capture(state: &ThreadState, out: &mut [u64]) -> usize {
-    let regs = registers();
+    capture_with(state, out, registers(), false).frames
+}
+
+/// A capture for interning: either frames in `out`, or the stack id they were given last
+/// time (see [`capture_interned`]).
+pub struct Captured {
+    /// Frames written to `out` (when `id` is 0), or the count the stack has.
+    pub frames: usize,
+    /// The stack's interned id, when this capture repeats a kept walk whose id is known;
+    /// `out` is then not written. 0 otherwise: intern `out` and pass the id to
+    /// [`remember_id`].
+    pub id: u32,
+}
+
+/// Like [`capture`], but a capture that repeats a kept walk returns the stack id noted for
+/// it with [`remember_id`] instead of the frames: a program allocating from one place over
+/// and over skips copying, hashing and comparing its frames (most captures on churn and
+/// python3).
+#[inline(never)]
+pub fn capture_interned(state: &ThreadState, out: &mut [u64]) -> Captured {
+    let w = capture_with(state, out, registers(), true);
+    Captured {
+        frames: w.frames,
+        id: w.id,
+    }
+}
+
+/// Notes that the frames of the capture just made by [`capture_interned`] (into a buffer of
+/// `len` frames) were interned as `id`.
+pub fn remember_id(state: &ThreadState, id: u32, len: usize) {
+    if let Some(cache) = cache_if_made(state) {
+        if let Some(k) = cache.memo.take() {
+            let kept = &mut cache.kept[k];
+            kept.stack_id = id;
+            kept.id_len = len as u32;
+        }
+    }
+}
+
+#[inline(always)]
+fn capture_with(
+    state: &ThreadState,
+    out: &mut [u64],
+    regs: (u64, u64, u64),
+    want_id: bool,
+) -> Walk {
     let hi = state.stack_hi.get();
     if hi == 0 || regs.1 < state.stack_lo.get() || regs.1 >= hi {
-        return 0;
+        return Walk::default();
     }
     let Some(set) = modules::current() else {
-        return 0;
+        return Walk::default();
     };
     let fp = config::UNWIND_FP.load(Ordering::Relaxed);
-    let w = walk(set, state, regs, out, fp);
+    let w = walk(set, state, regs, out, fp, want_id);
     if w.outside {
         // Code outside every known module: a library loaded since the set was built?
         if let Some(newer) = modules::refresh_if_changed(set) {
-            return walk(newer, state, regs, out, fp).frames;
+            return walk(newer, state, regs, out, fp, want_id);
         }
     }
-    w.frames
+    w
 }
 
 /// What a walk found.
+#[derive(Default)]
 struct Walk {
     frames: usize,
     /// It stopped at an address outside every known module.
     outside: bool,
+    /// The frames' stack id, when known from a kept walk (then not written).
+    id: u32,
 }
 
 /// Walks from `regs` with the thread's rule cache, or with framehop alone once the thread is
@@ -127,13 +175,21 @@ fn walk(
     regs: (u64, u64, u64),
     out: &mut [u64],
     fp: bool,
+    want_id: bool,
 ) -> Walk {
     let stack = Stack {
         lo: regs.1,
         hi: state.stack_hi.get(),
     };
     match cache_for(state) {
-        Some(cache) => cache.walk(set, stack, regs, out, Own::Skip, fp),
+        Some(cache) => {
+            let how = How {
+                own: Own::Skip,
+                fp,
+                want_id,
+            };
+            cache.walk(set, stack, regs, out, how)
+        }
         None => walk_framehop(set, stack, regs, out, Own::Skip, &mut CacheX86_64::new()),
     }
 }
@@ -159,6 +215,17 @@ impl Stack {
             None
         }
     }
+}
+
+/// How to walk: which frames to keep, by which method, and whether a known stack id may
+/// stand for the frames.
+#[derive(Clone, Copy)]
+struct How {
+    own: Own,
+    /// Follow the rbp chain past the tracer's own frames (`MEM_TRACE_UNWIND=fp`).
+    fp: bool,
+    /// Return the stack id a kept walk knows instead of writing the frames.
+    want_id: bool,
 }
 
 /// What to do with mem-trace's own frames.
@@ -340,8 +407,10 @@ impl Trail {
 /// what the old walk read between steps `m` and `m + 1` fails every take-over at a step up to
 /// `m` the same way (same address, same value), so a failed attempt is not repeated one frame
 /// further up: the checks of one capture cost at most one pass over the old walk.
+///
+/// `WRITE`: write the frames (not when the caller knows their stack id already).
 #[inline(never)]
-fn take_over<const COPY: bool>(
+fn take_over<const COPY: bool, const WRITE: bool>(
     View {
         steps: last,
         ending,
@@ -401,13 +470,16 @@ fn take_over<const COPY: bool>(
     if COPY {
         copy[tail.len() - 1] = tail[tail.len() - 1];
     }
-    for (o, s) in out[n..n + take].iter_mut().zip(&tail[skip..]) {
-        *o = s.pc;
+    if WRITE {
+        for (o, s) in out[n..n + take].iter_mut().zip(&tail[skip..]) {
+            *o = s.pc;
+        }
     }
     let walk = Walk {
         frames: n + take,
         // A walk that fills the buffer stops before looking past its last frame.
         outside: outside && take == count && n + take < out.len(),
+        id: 0,
     };
     Ok((walk, take == count))
 }
@@ -434,6 +506,10 @@ struct Kept {
     len: usize,
     ending: Ending,
     first: usize,
+    /// The id its frames were interned as (0: not known), for captures into a buffer of
+    /// `id_len` frames (a shorter one may cut them).
+    stack_id: u32,
+    id_len: u32,
     steps: [Step; KEPT_STEPS],
 }
 
@@ -516,6 +592,8 @@ struct ThreadCache {
     kept_recent: [u8; KEPT_SETS],
     shapes: Box<[Shape; SHAPES]>,
     last_kept: Option<usize>,
+    /// The kept walk the last capture repeated or was kept as, for [`remember_id`].
+    memo: Option<usize>,
     /// Framehop's own cache, for the frames it unwinds.
     framehop: CacheX86_64,
     gimli: Box<cfi::Context>,
@@ -574,6 +652,7 @@ impl ThreadCache {
             kept_recent: [0; KEPT_SETS],
             shapes: boxed_array(NO_SHAPE),
             last_kept: None,
+            memo: None,
             framehop: CacheX86_64::new(),
             gimli: Box::new(cfi::Context::new()),
             misses: 0,
@@ -659,6 +738,7 @@ impl ThreadCache {
     fn forget(&mut self) {
         self.last.len = 0;
         self.last_kept = None;
+        self.memo = None;
         for k in self.kept.iter_mut() {
             k.key = 0;
         }
@@ -690,6 +770,7 @@ impl ThreadCache {
         stack: Stack,
         (pc, sp, bp): (u64, u64, u64),
         out: &mut [u64],
+        want_id: bool,
     ) -> Option<Walk> {
         let shape = &self.shapes[Shape::index(sp)];
         if shape.sp != sp || shape.pc != pc {
@@ -705,7 +786,18 @@ impl ThreadCache {
             ending: kept.ending,
             first: kept.first,
         };
-        let (w, whole) = take_over::<false>(view, &mut [], (0, 0), stack, bp, out, 0).ok()?;
+        // Its frames are those interned as `stack_id` when the buffer is as long.
+        let id = match want_id && kept.id_len as usize == out.len() {
+            true => kept.stack_id,
+            false => 0,
+        };
+        let (mut w, whole) = match id {
+            0 => take_over::<false, true>(view, &mut [], (0, 0), stack, bp, out, 0),
+            _ => take_over::<false, false>(view, &mut [], (0, 0), stack, bp, out, 0),
+        }
+        .ok()?;
+        w.id = id;
+        self.memo = Some(k);
         let shape = &mut self.shapes[Shape::index(sp)];
         self.taken_over += 1;
         self.kept_hits += 1;
@@ -750,11 +842,13 @@ impl ThreadCache {
             .unwrap_or(set * KEPT_WAYS + (usize::from(self.kept_recent[set]) + 1) % KEPT_WAYS);
         let kept = &mut self.kept[k];
         kept.key = key;
+        kept.stack_id = 0;
         kept.len = next.len;
         kept.ending = next.ending;
         kept.first = next.first;
         kept.steps[..next.len].copy_from_slice(steps);
         self.kept_recent[set] = (k % KEPT_WAYS) as u8;
+        self.memo = Some(k);
     }
 
     /// Walks the stack from `(pc, sp, bp)`; with `fp`, only the tracer's own frames use CFI
@@ -765,8 +859,7 @@ impl ThreadCache {
         stack: Stack,
         (mut pc, mut sp, mut bp): (u64, u64, u64),
         out: &mut [u64],
-        own: Own,
-        fp: bool,
+        How { own, fp, want_id }: How,
     ) -> Walk {
         if !core::ptr::eq(self.set, set) {
             // A fresh cache is empty already: emptying it again would touch, and so make the
@@ -777,8 +870,9 @@ impl ThreadCache {
             }
             self.set = set;
         }
+        self.memo = None;
         if !fp {
-            if let Some(w) = self.take_kept(stack, (pc, sp, bp), out) {
+            if let Some(w) = self.take_kept(stack, (pc, sp, bp), out, want_id) {
                 return w;
             }
         }
@@ -803,7 +897,15 @@ impl ThreadCache {
                     && last.steps[j].pc == pc
                 {
                     let next = &mut self.next;
-                    match take_over::<true>(last, &mut next.steps[..], (i, j), stack, bp, out, n) {
+                    match take_over::<true, true>(
+                        last,
+                        &mut next.steps[..],
+                        (i, j),
+                        stack,
+                        bp,
+                        out,
+                        n,
+                    ) {
                         Ok((w, whole)) => {
                             self.taken_over += 1;
                             if whole {
@@ -907,7 +1009,11 @@ impl ThreadCache {
         self.keep(stack);
         core::mem::swap(&mut self.last, &mut self.next);
         self.last_kept = None;
-        Walk { frames: n, outside }
+        Walk {
+            frames: n,
+            outside,
+            id: 0,
+        }
     }
 }
 
@@ -952,6 +1058,7 @@ fn fp_chain(
             return Walk {
                 frames: n,
                 outside: true,
+                id: 0,
             };
         }
         if n == out.len() || bp < low {
@@ -972,6 +1079,7 @@ fn fp_chain(
     Walk {
         frames: n,
         outside: false,
+        id: 0,
     }
 }
 
@@ -1004,17 +1112,27 @@ fn walk_framehop(
             return Walk {
                 frames: n,
                 outside: true,
+                id: 0,
             };
         }
     }
     Walk {
         frames: n,
         outside: false,
+        id: 0,
     }
 }
 
 /// The thread's unwinder state, made on first use. `None` once the thread is exiting (its
 /// state was freed by the exit handler; framehop alone serves those last allocations).
+/// The thread's unwinder state if a capture made it.
+fn cache_if_made(state: &ThreadState) -> Option<&'static mut ThreadCache> {
+    let p = state.unwind_cache.get() as *mut ThreadCache;
+    // SAFETY: as in `cache_for`: this thread's, and not referenced elsewhere (no capture is
+    // running: `remember_id` is called between captures, under the same guard).
+    (!p.is_null()).then(|| unsafe { &mut *p })
+}
+
 fn cache_for(state: &ThreadState) -> Option<&'static mut ThreadCache> {
     let p = state.unwind_cache.get() as *mut ThreadCache;
     if !p.is_null() {
@@ -1098,6 +1216,17 @@ mod tests {
     use core::ffi::{c_int, c_void};
     use std::cell::RefCell;
 
+    /// How the tests walk: keeping every frame (the test binary is "our own code").
+    const KEEP: How = How {
+        own: Own::Keep,
+        fp: false,
+        want_id: false,
+    };
+    const KEEP_ID: How = How {
+        want_id: true,
+        ..KEEP
+    };
+
     fn state() -> &'static ThreadState {
         let state = crate::guard::current();
         if state.stack_hi.get() == 0 {
@@ -1120,7 +1249,7 @@ mod tests {
         if fresh {
             cache.forget();
         }
-        cache.walk(set, stack, regs, out, Own::Keep, false).frames
+        cache.walk(set, stack, regs, out, KEEP).frames
     }
 
     #[inline(never)]
@@ -1427,7 +1556,7 @@ mod tests {
             hi: state.stack_hi.get(),
         };
         let before = cache.misses;
-        let w = cache.walk(stale, stack, regs, &mut out, Own::Keep, false);
+        let w = cache.walk(stale, stack, regs, &mut out, KEEP);
         assert!(w.frames > 3);
         assert!(cache.misses > before, "rules recomputed for the new set");
         assert!(core::ptr::eq(cache.set, stale));
@@ -1522,6 +1651,80 @@ mod tests {
         assert_ne!(stacks[0][2], stacks[1][2]);
     }
 
+    /// A stand-in for interning: a checksum of the frames (never 0).
+    fn fake_id(frames: &[u64]) -> u32 {
+        (frames.iter().fold(0u64, |h, &f| h.rotate_left(5) ^ f) as u32) | 1
+    }
+
+    thread_local! {
+        static IDS_GIVEN_BACK: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    }
+
+    /// Captures as `record` does (an id given back, or frames to intern and remember), and
+    /// checks the id against the one framehop's frames would get.
+    fn interned(out: &mut [u64]) -> usize {
+        let regs = registers();
+        let state = state();
+        let stack = Stack {
+            lo: regs.1,
+            hi: state.stack_hi.get(),
+        };
+        let set = modules::current().unwrap();
+        let mut slow = [0u64; 64];
+        let ns = walk_framehop(
+            set,
+            stack,
+            regs,
+            &mut slow,
+            Own::Keep,
+            &mut CacheX86_64::new(),
+        );
+        let cache = cache_for(state).unwrap();
+        let w = cache.walk(set, stack, regs, out, KEEP_ID);
+        let id = if w.id != 0 {
+            IDS_GIVEN_BACK.set(IDS_GIVEN_BACK.get() + 1);
+            w.id
+        } else {
+            let id = fake_id(&out[..w.frames]);
+            remember_id(state, id, out.len());
+            id
+        };
+        assert_eq!(id, fake_id(&slow[..ns.frames]), "another stack's id");
+        assert_eq!(w.frames, ns.frames);
+        w.frames
+    }
+
+    /// Two stacks in turn from one call site: once each has been interned, its kept walk
+    /// gives its id back, and never the other one's.
+    #[test]
+    fn kept_walks_give_back_their_own_stack_id() {
+        let mut stacks = [[0u64; 64]; 2];
+        let callers: [Caller; 2] = [via_a, via_b];
+        IDS_GIVEN_BACK.set(0);
+        for k in 0..std::hint::black_box(10) {
+            std::hint::black_box(callers[k % 2])(&mut stacks[k % 2], interned);
+        }
+        let given = IDS_GIVEN_BACK.get();
+        assert!(given >= 6, "{given} of 10 captures gave an id back");
+        // A buffer of another length does not get an id made for this one.
+        let mut short = [0u64; 16];
+        let before = IDS_GIVEN_BACK.get();
+        let state = state();
+        let regs = registers();
+        let stack = Stack {
+            lo: regs.1,
+            hi: state.stack_hi.get(),
+        };
+        let set = modules::current().unwrap();
+        let cache = cache_for(state).unwrap();
+        for _ in 0..3 {
+            let w = cache.walk(set, stack, regs, &mut short, KEEP_ID);
+            assert_eq!(w.id, 0);
+            remember_id(state, 7, 64);
+        }
+        assert_eq!(IDS_GIVEN_BACK.get(), before);
+    }
+
     // ---- robustness and frame pointers ---------------------------------------------------------
 
     #[test]
@@ -1537,7 +1740,7 @@ mod tests {
         let mut out = [0u64; 64];
         for bp in [0, 1, sp - 4096, sp + 3, u64::MAX, 0xdead_beef] {
             for pc in [pc, level1 as fn(&mut [u64]) -> usize as usize as u64 + 3] {
-                let w = cache.walk(set, stack, (pc, sp + 8, bp), &mut out, Own::Keep, false);
+                let w = cache.walk(set, stack, (pc, sp + 8, bp), &mut out, KEEP);
                 assert!(w.frames <= out.len());
                 let w = fp_chain(set, stack, (pc, sp, bp), &mut out, 1);
                 assert!(w.frames <= out.len());
