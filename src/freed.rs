@@ -5,12 +5,15 @@
 //! sequence number) plus who freed it and when, so a dangling pointer can be explained after
 //! the fact, live or from a core. One ring rather than one per shard: a single-threaded program
 //! whose heap sits in a few regions would otherwise get only a few shards' worth of history.
-//! A writer claims a record with one `fetch_add` and publishes it like a table slot (`addr`
-//! cleared first, stored last). Two writers can only meet on one record if one of them stalls
-//! for a whole lap of the ring (`capacity` frees, 65536 by default) in the middle of its
-//! four stores; the reader then sees a mixed record. We accept that rather than lock.
+//! A thread claims records [`CLAIM`] at a time with one `fetch_add` (see [`Claim`]) and
+//! publishes each like a table slot (`addr` cleared first, stored last). So the ring's order is
+//! only roughly the order of the frees: readers order records by their sequence numbers. Two
+//! writers can only meet on one record if one of them stalls for half a lap of the ring
+//! (`capacity` frees, 65536 by default) in the middle of its four stores; the reader then sees a
+//! mixed record. We accept that rather than lock.
 
 use crate::table::{pack_seq_id, unpack_seq_id, Block};
+use core::cell::Cell;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Default number of frees remembered (`MEM_TRACE_FREED`): 2.5 MiB of records, enough to
@@ -115,12 +118,55 @@ fn allocate(cap: u64) -> Option<(*mut FreedRecord, u64)> {
     }
 }
 
-/// Remembers a free.
-pub fn push(f: &Freed) {
+/// Records a thread claims at once. One shared `fetch_add` per free, and neighbouring records
+/// written by different threads, made the history most of what a second thread cost on churn.
+pub const CLAIM: u64 = 8;
+
+/// A thread's claimed, still unwritten records of the ring: `[next, end)`.
+pub struct Claim {
+    next: Cell<u64>,
+    end: Cell<u64>,
+}
+
+impl Claim {
+    /// No records claimed.
+    pub const fn new() -> Self {
+        Claim {
+            next: Cell::new(0),
+            end: Cell::new(0),
+        }
+    }
+
+    /// The ring index of the next record this thread writes.
+    #[inline(always)]
+    fn take(&self, cap: u64) -> u64 {
+        let mut k = self.next.get();
+        // Records claimed long ago lie where other threads have written since: a thread that
+        // frees rarely claims afresh rather than overwrite newer records.
+        if k == self.end.get() || HISTORY.written.load(Ordering::Relaxed).wrapping_sub(k) > cap / 2
+        {
+            // A small ring (`MEM_TRACE_FREED`) is shared out in smaller runs.
+            let n = CLAIM.min(cap / 16).max(1);
+            k = HISTORY.written.fetch_add(n, Ordering::Relaxed);
+            self.end.set(k + n);
+        }
+        self.next.set(k + 1);
+        k
+    }
+}
+
+impl Default for Claim {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Remembers a free, in one of the records `claim` (the calling thread's) holds.
+pub fn push(claim: &Claim, f: &Freed) {
     let Some((ring, cap)) = ring() else {
         return;
     };
-    let k = HISTORY.written.fetch_add(1, Ordering::Relaxed);
+    let k = claim.take(cap);
     // SAFETY: the index is reduced modulo the ring's capacity.
     let r = unsafe { &*ring.add((k % cap) as usize) };
     r.addr.store(0, Ordering::Relaxed);
@@ -136,7 +182,8 @@ pub fn push(f: &Freed) {
     r.addr.store(f.block.addr, Ordering::Release);
 }
 
-/// The newest remembered free of a block starting exactly at `addr` (for double-free reports).
+/// The newest remembered free of a block starting exactly at `addr` (for double-free reports):
+/// the one with the highest sequence number, since threads write the ring in claimed runs.
 /// Scans the whole ring: only called on the rare frees of unknown pointers.
 pub fn newest_at(addr: u64) -> Option<Freed> {
     let cap = HISTORY.capacity.load(Ordering::Relaxed);
@@ -146,26 +193,28 @@ pub fn newest_at(addr: u64) -> Option<Freed> {
     }
     let written = HISTORY.written.load(Ordering::Acquire);
     let n = written.min(cap);
-    (0..n).find_map(|back| {
-        let k = written - 1 - back;
-        // SAFETY: index reduced modulo capacity; records are never freed.
-        let r = unsafe { &*ring.add((k % cap) as usize) };
-        if r.addr.load(Ordering::Acquire) != addr {
-            return None;
-        }
-        let (free_seq, free_stack) = unpack_seq_id(r.free_seq_stack.load(Ordering::Relaxed));
-        Some(Freed {
-            block: Block::unpack(
-                addr,
-                r.size_thread.load(Ordering::Relaxed),
-                r.seq_stack.load(Ordering::Relaxed),
-            ),
-            free_seq,
-            free_stack,
-            free_thread: r.free_thread.load(Ordering::Relaxed),
-            by_realloc: r.flags.load(Ordering::Relaxed) & BY_REALLOC != 0,
+    (0..n)
+        .filter_map(|back| {
+            let k = written - 1 - back;
+            // SAFETY: index reduced modulo capacity; records are never freed.
+            let r = unsafe { &*ring.add((k % cap) as usize) };
+            if r.addr.load(Ordering::Acquire) != addr {
+                return None;
+            }
+            let (free_seq, free_stack) = unpack_seq_id(r.free_seq_stack.load(Ordering::Relaxed));
+            Some(Freed {
+                block: Block::unpack(
+                    addr,
+                    r.size_thread.load(Ordering::Relaxed),
+                    r.seq_stack.load(Ordering::Relaxed),
+                ),
+                free_seq,
+                free_stack,
+                free_thread: r.free_thread.load(Ordering::Relaxed),
+                by_realloc: r.flags.load(Ordering::Relaxed) & BY_REALLOC != 0,
+            })
         })
-    })
+        .max_by_key(|f| f.free_seq)
 }
 
 #[cfg(test)]
@@ -188,16 +237,25 @@ mod tests {
             free_thread: 3,
             by_realloc: false,
         };
-        push(&mk(0x1000, 1));
-        push(&mk(0x2000, 2));
-        push(&mk(0x1000, 3));
+        let claim = Claim::new();
+        push(&claim, &mk(0x1000, 1));
+        push(&claim, &mk(0x2000, 2));
+        push(&claim, &mk(0x1000, 3));
         assert_eq!(newest_at(0x1000), Some(mk(0x1000, 3)));
         assert_eq!(newest_at(0x2000), Some(mk(0x2000, 2)));
         // Wrap the ring: the oldest records are overwritten.
         for i in 0..8 {
-            push(&mk(0x9000 + i * 16, 10 + i));
+            push(&claim, &mk(0x9000 + i * 16, 10 + i));
         }
         assert_eq!(newest_at(0x2000), None);
+        // Two threads' claims: each writes its own run of records, so ring order is not free
+        // order; the newest free of an address is still the one with the highest number.
+        // (Here: a later record with a lower number, as a run claimed earlier gives.)
+        let (a, b) = (Claim::new(), Claim::new());
+        push(&a, &mk(0x5000, 20));
+        push(&b, &mk(0x5000, 23));
+        push(&a, &mk(0x5000, 22));
+        assert_eq!(newest_at(0x5000), Some(mk(0x5000, 23)));
         assert_eq!(core::mem::size_of::<FreedRecord>(), 40);
         assert_eq!(core::mem::size_of::<FreedHistory>(), 64);
     }

@@ -33,6 +33,8 @@ pub struct ThreadState {
     /// Recently interned stacks, so a repeated stack is found without the interner's lock:
     /// entry `hash % N` holds the hash's top 40 bits and the stack id (see `stacks::intern`).
     pub intern_cache: [Cell<u64>; INTERN_CACHE],
+    /// Records of the freed-block history this thread has claimed.
+    pub history: crate::freed::Claim,
 }
 
 /// Entries of the per-thread intern cache.
@@ -50,6 +52,7 @@ impl ThreadState {
             exiting: Cell::new(false),
             frames: UnsafeCell::new([0; crate::unwind::MAX_FRAMES]),
             intern_cache: [const { Cell::new(0) }; INTERN_CACHE],
+            history: crate::freed::Claim::new(),
         }
     }
 }

@@ -200,13 +200,16 @@ fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc:
         FREES.fetch_add(1, Ordering::Relaxed);
     }
     let free_thread = thread_index(state);
-    freed::push(&Freed {
-        block,
-        free_seq: MEM_TRACE_HEADER.next_seq.fetch_add(1, Ordering::Relaxed),
-        free_stack,
-        free_thread,
-        by_realloc,
-    });
+    freed::push(
+        &state.history,
+        &Freed {
+            block,
+            free_seq: MEM_TRACE_HEADER.next_seq.fetch_add(1, Ordering::Relaxed),
+            free_stack,
+            free_thread,
+            by_realloc,
+        },
+    );
 }
 
 /// A pointer given to `free` or `realloc` that is not a live block start. Returns whether glibc
