@@ -545,8 +545,12 @@ impl Shape {
     #[inline(always)]
     fn key(&self, stack: Stack) -> u64 {
         let mut h = self.pc ^ self.sp.rotate_left(29);
-        for &o in &self.offsets[..self.slots] {
-            h = h.rotate_left(7) ^ stack.read(self.sp + u64::from(o)).unwrap_or(0);
+        // Each word rotated by its own position, not a rotate of the running hash: the words
+        // are then independent and only one xor a slot is serial (a kept hit computes this
+        // over up to 32 slots on every capture).
+        for (i, &o) in self.offsets[..self.slots].iter().enumerate() {
+            let w = stack.read(self.sp + u64::from(o)).unwrap_or(0);
+            h ^= w.rotate_left(i as u32 * 7 + 1);
         }
         (h ^ (h >> 31)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
     }
