@@ -167,11 +167,9 @@ pub fn freed_by_realloc(g: &Guard, block: Block) {
 
 /// Notes that `realloc` moved `old` to `q`, now `size` bytes: one capture serves as the old
 /// block's free stack and the new block's allocation stack (same call).
+/// (`old` was a recorded block, so the tracer is ready.)
 pub fn moved(g: &Guard, old: Block, q: *mut c_void, size: usize) {
     let state = g.state();
-    if !ready() {
-        return;
-    }
     table::prefetch(q as u64, size as u64);
     let stack = stack_here(state);
     let free_stack = if config::FREE_STACKS.load(Ordering::Relaxed) {

@@ -215,7 +215,7 @@ fn next_slot(i: u64, capacity: u64) -> u64 {
 /// Starts loading the table line where `addr` (a block of `size` bytes) would be inserted or
 /// looked up, so that the miss (one per insert and per remove once the table outgrows the
 /// cache: python3's 200k live blocks) overlaps the stack capture done before the table is
-/// touched. Measured on python3: see the commit that added it.
+/// touched.
 #[inline(always)]
 pub fn prefetch(addr: u64, size: u64) {
     let hint = &HINTS[shard_for(addr, size)];
