@@ -1623,18 +1623,26 @@ mod tests {
     #[inline(never)]
     fn checked(out: &mut [u64]) -> usize {
         let regs = registers();
-        let state = state();
-        let stack = Stack {
-            lo: regs.1,
-            hi: state.stack_hi.get(),
-        };
-        let set = modules::current().unwrap();
         let mut slow = [0u64; 64];
-        let fresh = &mut CacheX86_64::new();
-        let ns = walk_framehop(set, stack, regs, &mut slow, Own::Keep, fresh).frames;
+        let ns = reference_walk(regs, &mut slow);
         let n = fast_walk(regs, out, false);
         assert_eq!(&out[..n], &slow[..ns]);
         n
+    }
+
+    /// The readable stack of this thread for a walk from `regs`.
+    fn stack_at(regs: (u64, u64, u64)) -> Stack {
+        Stack {
+            lo: regs.1,
+            hi: state().stack_hi.get(),
+        }
+    }
+
+    /// The frames framehop finds from `regs` with a fresh cache (the tests' reference).
+    fn reference_walk(regs: (u64, u64, u64), out: &mut [u64]) -> usize {
+        let set = modules::current().unwrap();
+        let fresh = &mut CacheX86_64::new();
+        walk_framehop(set, stack_at(regs), regs, out, Own::Keep, fresh).frames
     }
     /// Two stacks in turn: each capture's last walk is the other stack's, so only the kept
     /// walks can serve it whole; they must, and exactly.
@@ -1669,22 +1677,11 @@ mod tests {
     fn interned(out: &mut [u64]) -> usize {
         let regs = registers();
         let state = state();
-        let stack = Stack {
-            lo: regs.1,
-            hi: state.stack_hi.get(),
-        };
-        let set = modules::current().unwrap();
         let mut slow = [0u64; 64];
-        let ns = walk_framehop(
-            set,
-            stack,
-            regs,
-            &mut slow,
-            Own::Keep,
-            &mut CacheX86_64::new(),
-        );
+        let ns = reference_walk(regs, &mut slow);
+        let set = modules::current().unwrap();
         let cache = cache_for(state).unwrap();
-        let w = cache.walk(set, stack, regs, out, KEEP_ID);
+        let w = cache.walk(set, stack_at(regs), regs, out, KEEP_ID);
         let id = if w.id != 0 {
             IDS_GIVEN_BACK.set(IDS_GIVEN_BACK.get() + 1);
             w.id
@@ -1693,8 +1690,8 @@ mod tests {
             remember_id(state, id, out.len());
             id
         };
-        assert_eq!(id, fake_id(&slow[..ns.frames]), "another stack's id");
-        assert_eq!(w.frames, ns.frames);
+        assert_eq!(id, fake_id(&slow[..ns]), "another stack's id");
+        assert_eq!(w.frames, ns);
         w.frames
     }
 
@@ -1715,14 +1712,10 @@ mod tests {
         let before = IDS_GIVEN_BACK.get();
         let state = state();
         let regs = registers();
-        let stack = Stack {
-            lo: regs.1,
-            hi: state.stack_hi.get(),
-        };
         let set = modules::current().unwrap();
         let cache = cache_for(state).unwrap();
         for _ in 0..3 {
-            let w = cache.walk(set, stack, regs, &mut short, KEEP_ID);
+            let w = cache.walk(set, stack_at(regs), regs, &mut short, KEEP_ID);
             assert_eq!(w.id, 0);
             remember_id(state, 7, 64);
         }
