@@ -1127,23 +1127,21 @@ fn walk_framehop(
     }
 }
 
-/// The thread's unwinder state, made on first use. `None` once the thread is exiting (its
-/// state was freed by the exit handler; framehop alone serves those last allocations).
 /// The thread's unwinder state if a capture made it.
 fn cache_if_made(state: &ThreadState) -> Option<&'static mut ThreadCache> {
     let p = state.unwind_cache.get() as *mut ThreadCache;
-    // SAFETY: as in `cache_for`: this thread's, and not referenced elsewhere (no capture is
-    // running: `remember_id` is called between captures, under the same guard).
+    // SAFETY: made by `cache_for` on this thread, freed only by this thread's exit handler,
+    // which also sets `exiting`; the state is thread-local so no one else sees it, and
+    // captures do not nest (the reentrancy guard) nor overlap `remember_id`, which runs
+    // between them under the same guard, so this is the only reference.
     (!p.is_null()).then(|| unsafe { &mut *p })
 }
 
+/// The thread's unwinder state, made on first use. `None` once the thread is exiting (its
+/// state was freed by the exit handler; framehop alone serves those last allocations).
 fn cache_for(state: &ThreadState) -> Option<&'static mut ThreadCache> {
-    let p = state.unwind_cache.get() as *mut ThreadCache;
-    if !p.is_null() {
-        // SAFETY: made below by this thread, freed only by this thread's exit handler, which
-        // also sets `exiting`; the state is thread-local so no one else sees it, and captures
-        // do not nest (the reentrancy guard), so this is the only reference.
-        return Some(unsafe { &mut *p });
+    if let Some(cache) = cache_if_made(state) {
+        return Some(cache);
     }
     if state.exiting.get() {
         return None;
