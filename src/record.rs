@@ -217,6 +217,10 @@ fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc:
 /// tracer was not recording (inside its own calls), so they pass.
 fn unknown_pointer(g: &Guard, addr: u64, op: Op) -> bool {
     let state = g.state();
+    // A report names this thread and walks its stack, and the stack check below reads its
+    // bounds: all set by registration, which a thread whose first allocator call is this one
+    // has not had yet.
+    thread_index(state);
     if quarantine::contains(addr) {
         report::double_free(state, addr, freed::newest_at(addr), op);
         return false;

@@ -26,7 +26,7 @@ fn dangling() -> Fixture {
 }
 
 fn errors() -> Fixture {
-    c_fixture("freed_errors.c", &[])
+    c_fixture("freed_errors.c", &["-pthread"])
 }
 
 // ----------------------------------------------------------------------------- stderr checks
@@ -322,6 +322,39 @@ fn invalid_free_of_a_stack_address_is_reported_and_the_program_goes_on() {
             "at {src}:{line:stack-call}:[...]",
         ],
     );
+}
+
+/// The same from a new thread, and as the main thread's very first call into the allocator:
+/// the report names the thread (registered before reporting, which also takes the main
+/// thread's stack bounds, without which the address would not be known as a stack address)
+/// and shows its stack.
+#[test]
+fn invalid_free_as_a_threads_first_allocator_call_names_the_thread() {
+    let fixture = errors();
+    for (mode, thread, caller, call) in [
+        ("thread", 2, "thread_main", "thread-call"),
+        ("first", 1, "main", "first-call"),
+    ] {
+        assert_glibc_aborts(mode);
+        let out = run_errors(mode, &[]);
+        assert_reported_and_continued(mode, "invalid free", &out);
+        let this = format!("mem-trace: this free (thread {thread}):");
+        let caller = format!("1: {caller}");
+        let call = format!("at {{src}}:{{line:{call}}}:[...]");
+        assert_lines(
+            &fixture,
+            &out,
+            &out.stderr,
+            &[
+                "mem-trace: invalid free of 0x7[...]: it points into this thread's stack",
+                &this,
+                "0: free_local",
+                "at {src}:{line:free-local}:[...]",
+                &caller,
+                &call,
+            ],
+        );
+    }
 }
 
 // ----------------------------------------------------------------------------- gdb
