@@ -35,6 +35,8 @@ pub struct ThreadState {
     pub intern_cache: [Cell<u64>; INTERN_CACHE],
     /// Records of the freed-block history this thread has claimed.
     pub history: crate::freed::Claim,
+    /// This thread's quarantine (see `quarantine`), null until its first held free.
+    pub quarantine: Cell<*mut u8>,
 }
 
 /// Entries of the per-thread intern cache.
@@ -53,6 +55,7 @@ impl ThreadState {
             frames: UnsafeCell::new([0; crate::unwind::MAX_FRAMES]),
             intern_cache: [const { Cell::new(0) }; INTERN_CACHE],
             history: crate::freed::Claim::new(),
+            quarantine: Cell::new(core::ptr::null_mut()),
         }
     }
 }

@@ -2,7 +2,8 @@
 //! (`pthread_create` for stack bounds, `dlclose` for module unloads). Nothing else lives here.
 //!
 //! Each hook is the same few lines: enter the reentrancy guard, call glibc, record if this was
-//! the outermost entry. Recording happens after the real allocation returns; forgetting
+//! the outermost entry (`malloc` and `calloc` first try a block the quarantine recycles, see
+//! `quarantine::reuse`). Recording happens after the real allocation returns; forgetting
 //! happens before the real free (see `record::freed`). Semantics — return values, `errno`,
 //! alignment, `realloc(NULL, n)`, `realloc(p, 0)` — are glibc's own, because glibc does the
 //! work.
@@ -10,9 +11,10 @@
 //! The symbols are `#[no_mangle]` only outside unit tests, so the test binary keeps glibc's.
 
 use crate::guard::Guard;
-use crate::real;
 use crate::record::{self, Disposition};
+use crate::{quarantine, real};
 use core::ffi::{c_int, c_void};
+use core::ptr;
 
 #[cfg_attr(not(test), no_mangle)]
 /// `malloc(3)`.
@@ -20,12 +22,16 @@ use core::ffi::{c_int, c_void};
 /// # Safety
 /// As for glibc's `malloc`.
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    let g = Guard::enter();
-    // SAFETY: glibc's malloc has no preconditions.
-    let p = unsafe { real::__libc_malloc(size) };
-    if let Some(g) = g {
-        record::allocated(&g, p, size);
+    let Some(g) = Guard::enter() else {
+        // SAFETY: glibc's malloc has no preconditions.
+        return unsafe { real::__libc_malloc(size) };
+    };
+    let mut p = quarantine::reuse(g.state(), size);
+    if p.is_null() {
+        // SAFETY: as above.
+        p = unsafe { real::__libc_malloc(size) };
     }
+    record::allocated(&g, p, size);
     p
 }
 
@@ -35,13 +41,23 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// # Safety
 /// As for glibc's `calloc`.
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    let g = Guard::enter();
-    // SAFETY: glibc's calloc has no preconditions.
-    let p = unsafe { real::__libc_calloc(n, size) };
-    if let Some(g) = g {
-        // Non-null means the product did not overflow.
-        record::allocated(&g, p, n.wrapping_mul(size));
+    let Some(g) = Guard::enter() else {
+        // SAFETY: glibc's calloc has no preconditions.
+        return unsafe { real::__libc_calloc(n, size) };
+    };
+    let mut p = match n.checked_mul(size) {
+        Some(total) => quarantine::reuse(g.state(), total),
+        None => ptr::null_mut(),
+    };
+    if p.is_null() {
+        // SAFETY: as above.
+        p = unsafe { real::__libc_calloc(n, size) };
+    } else {
+        // SAFETY: a recycled block of at least n * size bytes, now this call's.
+        unsafe { ptr::write_bytes(p.cast::<u8>(), 0, n * size) };
     }
+    // Non-null means the product did not overflow.
+    record::allocated(&g, p, n.wrapping_mul(size));
     p
 }
 

@@ -1,32 +1,127 @@
 //! The quarantine: freed blocks held back from glibc, oldest released first, up to
-//! `MEM_TRACE_QUARANTINE` bytes, so that a dangling pointer keeps pointing into the block it
-//! came from instead of into whatever `malloc` hands out next. It also makes double frees
-//! certain: a block still held here cannot belong to anyone else.
+//! `MEM_TRACE_QUARANTINE` bytes per thread, so that a dangling pointer keeps pointing into the
+//! block it came from instead of into whatever `malloc` hands out next. It also makes double
+//! frees certain: a block still held here cannot belong to anyone else.
 //!
-//! One FIFO for the process (a per-shard FIFO would give a single-threaded program only the
-//! few shards its heap lands in). Released blocks are handed to glibc after the lock is
-//! dropped. Membership ("is this block held?") is only asked for pointers that are not live
-//! blocks — double and invalid frees, rare in any program — so it is a scan of the FIFO
-//! rather than a set kept up to date on every free.
+//! One FIFO per thread, holding what that thread freed. A single FIFO for the process made
+//! one thread hand glibc the blocks another had freed, into the other's arena: glibc's arena
+//! lock then bounced between threads (`futex` wake-ups were 7% of churn with two threads).
+//! A thread's FIFO outlives it: at exit it is orphaned with its blocks still held, and the next
+//! thread that frees adopts it, so the process holds at most one limit per thread alive at
+//! once, and blocks of an exited thread stay protected until another thread's frees push them
+//! out.
+//!
+//! A block pushed out of the FIFO has waited its turn; glibc would hand it to the next
+//! `malloc` of its size anyway. Small ones go to a per-thread recycling list for their glibc
+//! size class instead, and [`reuse`] serves `malloc` and `calloc` of that class from it without
+//! calling glibc. Handing every block back to glibc late and cold had cost python3 a quarter
+//! of its run in glibc's bins (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`): its thread
+//! cache never saw a block again. The lists together hold at most the limit again; past it, a
+//! clock hand over the classes gives glibc the oldest block of a class that served no
+//! `malloc` since the hand last passed, so classes the program stopped allocating drain first.
+//!
+//! Membership ("is this block held?") is only asked for pointers that are not live blocks —
+//! double and invalid frees, rare in any program — so it is a scan of every thread's FIFO and
+//! lists rather than a set kept up to date on every free.
 
 use crate::freed::HISTORY;
+use crate::guard::ThreadState;
 use crate::sync::SpinLock;
 use core::mem::MaybeUninit;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicBool, Ordering};
 use std::collections::VecDeque;
 
-/// Default bytes held back (`MEM_TRACE_QUARANTINE`).
+/// Default bytes held back per thread (`MEM_TRACE_QUARANTINE`).
 pub const DEFAULT_LIMIT: u64 = 4 << 20;
 
-struct Quarantine {
-    fifo: VecDeque<(u64, u64)>,
-    bytes: u64,
+/// Largest glibc chunk kept for reuse; larger blocks go back to glibc when pushed out.
+const REUSE_MAX: u64 = 4096;
+/// Chunk sizes 32, 48, ..., [`REUSE_MAX`]: one recycling list each.
+const CLASSES: usize = (REUSE_MAX / 16 - 1) as usize;
+
+/// One thread's quarantine (or an orphan's, waiting for a thread to adopt it).
+struct Local {
+    held: SpinLock<Held>,
+    /// A live thread owns it; cleared when the thread exits.
+    owned: AtomicBool,
 }
 
-static Q: SpinLock<Quarantine> = SpinLock::new(Quarantine {
-    fifo: VecDeque::new(),
-    bytes: 0,
-});
+struct Held {
+    /// Blocks in the order they were freed, with their glibc chunk sizes.
+    fifo: VecDeque<(u64, u64)>,
+    /// Sum of the chunk sizes in `fifo`.
+    bytes: u64,
+    /// What of `bytes` is counted in `HISTORY.quarantined_bytes`.
+    published: u64,
+    /// Blocks out of the FIFO kept for reuse.
+    recycled: Box<Recycled>,
+}
+
+/// Blocks kept for reuse, per chunk size class.
+struct Recycled {
+    /// Oldest first; `malloc` takes the newest, the one most likely still in cache.
+    lists: [VecDeque<u64>; CLASSES],
+    /// The class served a `malloc` since the clock hand last passed it.
+    used: [bool; CLASSES],
+    /// Sum of the chunk sizes in `lists`.
+    bytes: u64,
+    hand: usize,
+}
+
+impl Recycled {
+    /// Keeps `addr`, a block of chunk size class `k`, then gives glibc (through `released`)
+    /// what no longer fits under `cap` bytes.
+    fn keep(&mut self, k: usize, addr: u64, cap: u64, released: &mut Released) {
+        self.lists[k].push_back(addr);
+        self.bytes += class_bytes(k);
+        // Two turns at most: the first may only clear `used` marks.
+        let mut steps = 2 * CLASSES;
+        while self.bytes > cap && steps > 0 && !released.full() {
+            steps -= 1;
+            let k = self.hand;
+            self.hand = (self.hand + 1) % CLASSES;
+            if core::mem::take(&mut self.used[k]) {
+                continue;
+            }
+            if let Some(a) = self.lists[k].pop_front() {
+                self.bytes -= class_bytes(k);
+                released.push(a);
+            }
+        }
+    }
+
+    /// The newest block of class `k`, if any.
+    fn take(&mut self, k: usize) -> Option<u64> {
+        let a = self.lists[k].pop_back()?;
+        self.bytes -= class_bytes(k);
+        self.used[k] = true;
+        Some(a)
+    }
+
+    fn contains(&self, addr: u64) -> bool {
+        self.lists.iter().any(|l| l.contains(&addr))
+    }
+}
+
+/// Every thread's quarantine ever made (at most as many as threads alive at once).
+static ALL: SpinLock<Vec<&'static Local>> = SpinLock::new(Vec::new());
+
+/// glibc's chunk size for a request of `n` bytes (its `request2size`): the size word, rounded
+/// up to 16 bytes, at least 32. A block's real chunk may be larger (`memalign`, a `realloc`
+/// in place), never smaller, so a block of this class always fits a request of this class.
+fn chunk_of(n: u64) -> u64 {
+    (n.saturating_add(8 + 15) & !15).max(32)
+}
+
+/// The recycling class of a chunk size, if it has one.
+fn class_of(chunk: u64) -> Option<usize> {
+    (chunk <= REUSE_MAX).then(|| (chunk / 16 - 2) as usize)
+}
+
+/// The chunk size of recycling class `k`.
+fn class_bytes(k: usize) -> u64 {
+    (k as u64 + 2) * 16
+}
 
 /// Blocks released from quarantine, to be freed for real by the caller. Left uninitialised
 /// beyond `n`: zeroing 256 bytes on every free was 9% of perf's samples on churn with two
@@ -43,47 +138,136 @@ impl Released {
         // layout of `u64`.
         unsafe { core::slice::from_raw_parts(self.addrs.as_ptr().cast(), self.n) }
     }
+
+    fn push(&mut self, addr: u64) {
+        self.addrs[self.n] = MaybeUninit::new(addr);
+        self.n += 1;
+    }
+
+    fn full(&self) -> bool {
+        self.n == self.addrs.len()
+    }
 }
 
-/// The configured limit in bytes (0: quarantine off).
+/// The configured limit in bytes per thread (0: quarantine off).
 pub fn limit() -> u64 {
     HISTORY.quarantine_limit.load(Ordering::Relaxed)
 }
 
-/// Holds a freed block. Returns `false` if it was not taken (quarantine off, or the block is
-/// larger than the whole quarantine): the caller frees it at once. `released` gets blocks
-/// pushed out (at most 32 per call: a big block may push out more on later calls, which keeps
-/// each free's work bounded).
-pub fn hold(addr: u64, size: u64, released: &mut Released) -> bool {
+/// This thread's quarantine: its own, an orphan it adopts, or a new one. `None` once the
+/// thread is exiting (its quarantine was orphaned; later frees go straight to glibc).
+fn local(state: &ThreadState) -> Option<&'static Local> {
+    let p = state.quarantine.get() as *const Local;
+    if !p.is_null() {
+        // SAFETY: set below from a `&'static Local`.
+        return Some(unsafe { &*p });
+    }
+    if state.exiting.get() {
+        return None;
+    }
+    let local = adopt_or_make();
+    state.quarantine.set(local as *const Local as *mut u8);
+    Some(local)
+}
+
+#[cold]
+#[inline(never)]
+fn adopt_or_make() -> &'static Local {
+    let mut all = ALL.lock();
+    if let Some(l) = all.iter().find(|l| !l.owned.load(Ordering::Relaxed)) {
+        l.owned.store(true, Ordering::Relaxed);
+        return l;
+    }
+    let l: &'static Local = Box::leak(Box::new(Local {
+        held: SpinLock::new(Held {
+            fifo: VecDeque::new(),
+            bytes: 0,
+            published: 0,
+            recycled: Box::new(Recycled {
+                lists: [const { VecDeque::new() }; CLASSES],
+                used: [false; CLASSES],
+                bytes: 0,
+                hand: 0,
+            }),
+        }),
+        owned: AtomicBool::new(true),
+    }));
+    all.push(l);
+    l
+}
+
+/// Holds a block this thread freed. Returns `false` if it was not taken (quarantine off, the
+/// block is larger than the whole quarantine, the thread is exiting): the caller frees it at
+/// once. `released` gets blocks pushed out that are not kept for reuse (at most 32 per call:
+/// a big block may push out more on later calls, which keeps each free's work bounded).
+pub fn hold(state: &ThreadState, addr: u64, size: u64, released: &mut Released) -> bool {
     released.n = 0;
     let limit = limit();
-    if limit == 0 || size > limit {
+    let chunk = chunk_of(size);
+    if limit == 0 || chunk > limit {
         return false;
     }
-    let mut q = Q.lock();
-    q.fifo.push_back((addr, size));
-    q.bytes += size;
-    while q.bytes > limit && released.n < released.addrs.len() {
-        let Some((a, s)) = q.fifo.pop_front() else {
+    let Some(local) = local(state) else {
+        return false;
+    };
+    let mut q = local.held.lock();
+    let q = &mut *q;
+    q.fifo.push_back((addr, chunk));
+    q.bytes += chunk;
+    while q.bytes > limit && !released.full() {
+        let Some((a, c)) = q.fifo.pop_front() else {
             break;
         };
-        q.bytes -= s;
-        released.addrs[released.n] = MaybeUninit::new(a);
-        released.n += 1;
+        q.bytes -= c;
+        match class_of(c) {
+            Some(k) => q.recycled.keep(k, a, limit, released),
+            None => released.push(a),
+        }
     }
-    // The block a few releases from now: glibc's `free` will read its header and the next
-    // chunk's, lines untouched since the program freed it (python3: one miss per free,
-    // ~15% of the run), so start loading them now.
-    if let Some(&(a, s)) = q.fifo.get(PREFETCH_AHEAD) {
+    // The block a few releases from now: glibc's `free` (or the program, if it is reused)
+    // will touch its header and first bytes, lines untouched since the program freed it
+    // (python3: one miss per free, ~15% of the run), so start loading them now.
+    if let Some(&(a, c)) = q.fifo.get(PREFETCH_AHEAD) {
         crate::prefetch::line(a.wrapping_sub(8) as *const u8);
-        crate::prefetch::line(a.wrapping_add(s) as *const u8);
+        crate::prefetch::line(a.wrapping_add(c - 8) as *const u8);
     }
-    HISTORY.quarantined_bytes.store(q.bytes, Ordering::Relaxed);
+    // The exported total is one shared line: update it in steps, not on every free.
+    if q.bytes.abs_diff(q.published) >= PUBLISH_STEP {
+        if q.bytes > q.published {
+            HISTORY
+                .quarantined_bytes
+                .fetch_add(q.bytes - q.published, Ordering::Relaxed);
+        } else {
+            HISTORY
+                .quarantined_bytes
+                .fetch_sub(q.published - q.bytes, Ordering::Relaxed);
+        }
+        q.published = q.bytes;
+    }
     true
 }
 
 /// How many blocks ahead of the next release [`hold`] prefetches.
 const PREFETCH_AHEAD: usize = 4;
+/// Granularity of `HISTORY.quarantined_bytes` per thread.
+const PUBLISH_STEP: u64 = 64 << 10;
+
+/// A block of `size` bytes out of this thread's recycling lists, or null: a block freed at
+/// least a quarantine ago whose glibc chunk fits `size` exactly as a fresh one would.
+#[inline]
+pub fn reuse(state: &ThreadState, size: usize) -> *mut core::ffi::c_void {
+    let p = state.quarantine.get() as *const Local;
+    let Some(k) = class_of(chunk_of(size as u64)) else {
+        return core::ptr::null_mut();
+    };
+    if p.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: set by `local` from a `&'static Local`.
+    let local = unsafe { &*p };
+    let a = local.held.lock().recycled.take(k).unwrap_or(0);
+    a as *mut core::ffi::c_void
+}
 
 /// An empty release list.
 pub fn released() -> Released {
@@ -93,40 +277,184 @@ pub fn released() -> Released {
     }
 }
 
-/// Whether the block starting at `addr` is held in quarantine (so freeing it again is a
-/// double free).
+/// Whether the block starting at `addr` is held in some thread's quarantine or recycling
+/// lists (so freeing it again is a double free).
 pub fn contains(addr: u64) -> bool {
-    Q.lock().fifo.iter().any(|&(a, _)| a == addr)
+    let all = ALL.lock();
+    all.iter().any(|l| {
+        let q = l.held.lock();
+        q.fifo.iter().any(|&(a, _)| a == addr) || q.recycled.contains(addr)
+    })
 }
 
-/// Locks the quarantine (fork prepare).
+/// Orphans this thread's quarantine (thread exit): its blocks stay held until another thread
+/// adopts it.
+pub fn thread_exiting(state: &ThreadState) {
+    let p = state.quarantine.replace(core::ptr::null_mut()) as *const Local;
+    if !p.is_null() {
+        // SAFETY: set by `local` from a `&'static Local`.
+        unsafe { &*p }.owned.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Locks every quarantine (fork prepare).
 pub fn lock() {
-    Q.raw().lock();
+    ALL.raw().lock();
+    // SAFETY: ALL is locked (above), so the list does not change under us.
+    for l in unsafe { all_locked() } {
+        l.held.raw().lock();
+    }
 }
 
-/// Unlocks it (fork parent and child).
-pub fn unlock() {
-    Q.raw().unlock();
+/// Unlocks them (fork parent). In the child, pass the forking thread's state: the other
+/// threads' quarantines lost their threads and are orphaned for adoption.
+pub fn unlock(child: Option<&ThreadState>) {
+    let own = child.map(|s| s.quarantine.get() as *const Local);
+    // SAFETY: ALL is still locked by `lock`.
+    for l in unsafe { all_locked() } {
+        if own.is_some_and(|own| !core::ptr::eq(own, *l)) {
+            l.owned.store(false, Ordering::Relaxed);
+        }
+        l.held.raw().unlock();
+    }
+    ALL.raw().unlock();
+}
+
+/// The list of quarantines, read while `ALL`'s lock is held through its raw word.
+///
+/// # Safety
+/// The caller holds `ALL`'s lock.
+unsafe fn all_locked() -> &'static [&'static Local] {
+    // SAFETY: the lock is held (caller's contract), so nobody mutates the vector; the
+    // quarantines are leaked and live forever. The slice is used before the lock is dropped.
+    unsafe { &*ALL.data_ptr() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guard;
+
+    /// The limit is process-wide: tests that set it take turns.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Runs `f` on a new thread with the limit set; the thread's quarantine is orphaned at
+    /// the end, as at a real thread exit, emptied first unless `keep` (the addresses are made
+    /// up: they must not reach a later test's thread, which may adopt the quarantine).
+    fn held_here(limit: u64, keep: bool, f: impl FnOnce(&ThreadState) + Send) {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                HISTORY.quarantine_limit.store(limit, Ordering::Relaxed);
+                let state = guard::current();
+                f(state);
+                if let Some(l) = local(state).filter(|_| !keep) {
+                    let mut q = l.held.lock();
+                    q.fifo.clear();
+                    q.bytes = 0;
+                    q.recycled.lists.iter_mut().for_each(VecDeque::clear);
+                    q.recycled.bytes = 0;
+                }
+                thread_exiting(state);
+            });
+        });
+    }
 
     #[test]
-    fn holds_up_to_the_limit_oldest_out_first() {
-        HISTORY.quarantine_limit.store(100, Ordering::Relaxed);
-        let mut r = released();
-        assert!(hold(0x10, 40, &mut r));
-        assert!(hold(0x20, 40, &mut r));
-        assert!(r.addrs().is_empty());
-        assert!(contains(0x10));
-        assert!(hold(0x30, 40, &mut r));
-        assert_eq!(r.addrs(), &[0x10]);
-        assert!(!contains(0x10));
-        assert!(contains(0x20) && contains(0x30));
-        assert!(!hold(0x40, 101, &mut r), "larger than the whole quarantine");
-        HISTORY.quarantine_limit.store(0, Ordering::Relaxed);
-        assert!(!hold(0x50, 8, &mut r), "off");
+    fn chunk_sizes_are_glibcs() {
+        assert_eq!(chunk_of(0), 32);
+        assert_eq!(chunk_of(24), 32);
+        assert_eq!(chunk_of(25), 48);
+        assert_eq!(chunk_of(40), 48);
+        assert_eq!(chunk_of(4088), 4096);
+        assert_eq!(class_of(32), Some(0));
+        assert_eq!(class_of(4096), Some(CLASSES - 1));
+        assert_eq!(class_of(4112), None);
+    }
+
+    #[test]
+    fn holds_up_to_the_limit_oldest_out_first_then_reuses_by_class() {
+        held_here(100, false, |state| {
+            let mut r = released();
+            // 40 bytes: 48-byte chunks. Two fit in 100 bytes.
+            assert!(hold(state, 0x10, 40, &mut r));
+            assert!(hold(state, 0x20, 40, &mut r));
+            assert!(contains(0x10));
+            assert!(reuse(state, 40).is_null(), "nothing pushed out yet");
+            // A third pushes the oldest out of the FIFO, into the 48-byte class's list.
+            assert!(hold(state, 0x30, 40, &mut r));
+            assert!(r.addrs().is_empty());
+            assert!(
+                contains(0x10),
+                "a block kept for reuse is still not the program's"
+            );
+            assert!(reuse(state, 100).is_null(), "another class");
+            assert!(reuse(state, 5000).is_null(), "too large to be kept");
+            assert_eq!(reuse(state, 33) as u64, 0x10, "same class as 40 bytes");
+            assert!(!contains(0x10));
+            assert!(reuse(state, 40).is_null());
+            assert!(contains(0x20) && contains(0x30));
+            assert!(
+                !hold(state, 0x40, 101, &mut r),
+                "larger than the whole quarantine"
+            );
+        });
+    }
+
+    #[test]
+    fn past_the_limit_the_class_malloc_stopped_using_goes_back_first() {
+        held_here(200, false, |state| {
+            let mut r = released();
+            let y = 0x1000; // 100 bytes: a 112-byte chunk, never asked for again
+            let x = |i: u64| 0x2000 + 0x100 * i; // 40 bytes: 48-byte chunks
+            for (a, size) in [(y, 100), (x(1), 40), (x(2), 40)] {
+                assert!(hold(state, a, size, &mut r));
+            }
+            // 208 bytes held: y leaves the FIFO for its list.
+            assert!(r.addrs().is_empty() && contains(y));
+            for i in 3..=5 {
+                assert!(hold(state, x(i), 40, &mut r));
+            }
+            assert_eq!(reuse(state, 40) as u64, x(1), "x1 left the FIFO after y");
+            assert!(hold(state, x(6), 40, &mut r));
+            assert!(r.addrs().is_empty(), "lists: y and x2, 160 bytes");
+            assert!(hold(state, x(7), 40, &mut r));
+            // Lists would hold 208 bytes: the hand passes the 48-byte class (it served a
+            // malloc) and gives back y.
+            assert_eq!(r.addrs(), &[y]);
+            assert!(!contains(y) && contains(x(2)) && contains(x(3)));
+        });
+    }
+
+    #[test]
+    fn an_exited_threads_blocks_stay_held_and_its_quarantine_is_adopted() {
+        held_here(1000, true, |state| {
+            let mut r = released();
+            assert!(hold(state, 0x7000, 100, &mut r));
+        });
+        assert!(contains(0x7000), "orphaned, still held");
+        held_here(1000, false, |state| {
+            let mut r = released();
+            // The next thread that frees adopts an orphan: the first block is still there.
+            assert!(hold(state, 0x8000, 100, &mut r));
+            assert!(contains(0x8000) && contains(0x7000));
+            let l = state.quarantine.get() as *const Local;
+            // SAFETY: this thread's quarantine, leaked.
+            let fifo: Vec<u64> = unsafe { &*l }
+                .held
+                .lock()
+                .fifo
+                .iter()
+                .map(|e| e.0)
+                .collect();
+            assert!(
+                fifo.ends_with(&[0x7000, 0x8000]),
+                "adopted with its blocks: {fifo:x?}"
+            );
+        });
+        held_here(0, false, |state| {
+            let mut r = released();
+            assert!(!hold(state, 0x50, 8, &mut r), "off");
+        });
     }
 }

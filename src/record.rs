@@ -149,7 +149,7 @@ pub fn free(g: &Guard, p: *mut c_void) -> Disposition {
     };
     remember_free(g.state(), block, free_stack, false);
     let mut released = quarantine::released();
-    if !quarantine::hold(block.addr, block.size, &mut released) {
+    if !quarantine::hold(g.state(), block.addr, block.size, &mut released) {
         return Disposition::Release;
     }
     for &a in released.addrs() {
@@ -300,6 +300,7 @@ unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
     let state = guard::current();
     state.exiting.set(true);
     unwind::drop_cache(state);
+    quarantine::thread_exiting(state);
     threads::mark_exited(value as usize as u32);
 }
 
@@ -321,15 +322,19 @@ extern "C" fn fork_prepare() {
 }
 
 extern "C" fn fork_parent() {
+    unlock_after_fork(None);
+}
+
+fn unlock_after_fork(child: Option<&ThreadState>) {
     arena::unlock_all();
     table::unlock_all();
     stacks::unlock_all();
-    quarantine::unlock();
+    quarantine::unlock(child);
     modules_lock(false);
 }
 
 extern "C" fn fork_child() {
-    fork_parent();
+    unlock_after_fork(Some(guard::current()));
     // The child's only thread is a new kernel thread: give it its own record on next use.
     guard::current().index.set(0);
 }

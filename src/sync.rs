@@ -106,6 +106,12 @@ impl<T> SpinLock<T> {
     pub fn raw(&self) -> &RawSpin {
         &self.raw
     }
+
+    /// The protected value, for code that holds the lock through [`SpinLock::raw`]; only
+    /// dereferenced while that lock is held.
+    pub fn data_ptr(&self) -> *mut T {
+        self.value.get()
+    }
 }
 
 /// Holds a [`SpinLock`]; releases it on drop.

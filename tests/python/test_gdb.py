@@ -239,7 +239,7 @@ class GdbTests(unittest.TestCase):
     def test_info_history_figures(self):
         self.assertLine(self.live, r"freed history: +4096 records, \d+ frees written \(\d+ of 4096 held\)")
         self.assertLine(self.live, r"free stacks: +on")
-        self.assertLine(self.live, r"quarantine: +0 of 0 bytes held")
+        self.assertLine(self.live, r"quarantine: +off \(MEM_TRACE_QUARANTINE=0\)")
         self.assertLine(self.live, r"errors reported: +0 .*")
 
     def test_core_file_freed_blocks(self):

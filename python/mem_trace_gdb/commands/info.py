@@ -70,9 +70,13 @@ def history_lines(tracer: Tracer) -> list:
         )
         frees = "1 free" if h.written == 1 else f"{h.written} frees"
         lines = [f"  freed history:   {h.capacity} records, {frees} written ({kept})"]
+    quarantine = (
+        f"{h.quarantined_bytes} bytes held (at most {h.quarantine_limit} per thread)"
+        if h.quarantine_limit else "off (MEM_TRACE_QUARANTINE=0)"
+    )
     lines += [
         f"  free stacks:     {'on' if h.free_stacks else 'off (MEM_TRACE_FREE_STACKS=0)'}",
-        f"  quarantine:      {h.quarantined_bytes} of {h.quarantine_limit} bytes held",
+        f"  quarantine:      {quarantine}",
         f"  errors reported: {h.errors} (double or invalid frees)",
     ]
     return lines
