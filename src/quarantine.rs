@@ -1,22 +1,21 @@
 //! The quarantine: freed blocks held back from glibc, oldest released first, up to
-//! `MEM_TRACE_QUARANTINE` bytes per thread, so that a dangling pointer keeps pointing into the
-//! block it came from instead of into whatever `malloc` hands out next. It also makes double
-//! frees certain: a block still held here cannot belong to anyone else.
+//! `MEM_TRACE_QUARANTINE` bytes, so that a dangling pointer keeps pointing into the block it
+//! came from instead of into whatever `malloc` hands out next. It also makes double frees
+//! certain: a block still held here cannot belong to anyone else.
 //!
-//! One FIFO per thread, holding what that thread freed. A single FIFO for the process made
-//! one thread hand glibc the blocks another had freed, into the other's arena: glibc's arena
-//! lock then bounced between threads (`futex` wake-ups were 7% of churn with two threads).
-//! A thread's FIFO outlives it: at exit it is orphaned with its blocks still held, and the next
-//! thread that frees adopts it, so the process holds at most one limit per thread alive at
-//! once, and blocks of an exited thread stay protected until another thread's frees push them
-//! out.
+//! One FIFO per thread, holding what that thread freed, with an equal share of the limit (at
+//! least [`MIN_SHARE`]). A single FIFO for the process made one thread hand glibc the blocks
+//! another had freed, into the other's arena: glibc's arena lock then bounced between threads
+//! (`futex` wake-ups were 7% of churn with two threads). A thread's FIFO outlives it: at exit
+//! it is orphaned with its blocks still held, and the next thread that frees adopts it, so
+//! blocks of an exited thread stay protected until another thread's frees push them out.
 //!
 //! A block pushed out of the FIFO has waited its turn; glibc would hand it to the next
 //! `malloc` of its size anyway. Small ones go to a per-thread recycling list for their glibc
 //! size class instead, and [`reuse`] serves `malloc` and `calloc` of that class from it without
 //! calling glibc. Handing every block back to glibc late and cold had cost python3 a quarter
 //! of its run in glibc's bins (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`): its thread
-//! cache never saw a block again. The lists together hold at most the limit again; past it, a
+//! cache never saw a block again. The lists together hold at most the thread's share; past it, a
 //! clock hand over the classes gives glibc the oldest block of a class that served no
 //! `malloc` since the hand last passed, so classes the program stopped allocating drain first.
 //!
@@ -28,10 +27,10 @@ use crate::freed::HISTORY;
 use crate::guard::ThreadState;
 use crate::sync::SpinLock;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::collections::VecDeque;
 
-/// Default bytes held back per thread (`MEM_TRACE_QUARANTINE`).
+/// Default bytes held back (`MEM_TRACE_QUARANTINE`).
 pub const DEFAULT_LIMIT: u64 = 4 << 20;
 
 /// Largest glibc chunk kept for reuse; larger blocks go back to glibc when pushed out.
@@ -193,9 +192,23 @@ impl Released {
     }
 }
 
-/// The configured limit in bytes per thread (0: quarantine off).
+/// The configured limit in bytes (0: quarantine off).
 pub fn limit() -> u64 {
     HISTORY.quarantine_limit.load(Ordering::Relaxed)
+}
+
+/// Threads that own a quarantine now: they share the limit.
+static OWNERS: AtomicU64 = AtomicU64::new(0);
+
+/// The least share of the limit a thread holds, however many threads free: below it a
+/// dangling pointer would be protected for too few frees. (400 threads that all free: 50 MiB
+/// held, and as much in recycling lists.)
+pub const MIN_SHARE: u64 = 128 << 10;
+
+/// A thread's share of `limit`. Read on every free, written only when a thread starts or
+/// stops freeing: the line stays shared in every cache.
+fn share(limit: u64) -> u64 {
+    (limit / OWNERS.load(Ordering::Relaxed).max(1)).max(limit.min(MIN_SHARE))
 }
 
 /// This thread's quarantine: its own, an orphan it adopts, or a new one. `None` once the
@@ -218,6 +231,7 @@ fn local(state: &ThreadState) -> Option<&'static Local> {
 #[inline(never)]
 fn adopt_or_make() -> &'static Local {
     let mut all = ALL.lock();
+    OWNERS.fetch_add(1, Ordering::Relaxed);
     if let Some(l) = all.iter().find(|l| !l.owned.load(Ordering::Relaxed)) {
         l.owned.store(true, Ordering::Relaxed);
         return l;
@@ -242,12 +256,12 @@ fn adopt_or_make() -> &'static Local {
 }
 
 /// Holds a block this thread freed. Returns `false` if it was not taken (quarantine off, the
-/// block is larger than the whole quarantine, the thread is exiting): the caller frees it at
+/// block is larger than the thread's share, the thread is exiting): the caller frees it at
 /// once. `released` gets blocks pushed out that are not kept for reuse (at most 32 per call:
 /// a big block may push out more on later calls, which keeps each free's work bounded).
 pub fn hold(state: &ThreadState, addr: u64, size: u64, released: &mut Released) -> bool {
     released.n = 0;
-    let limit = limit();
+    let limit = share(limit());
     let chunk = chunk_of(size);
     if limit == 0 || chunk > limit {
         return false;
@@ -347,6 +361,7 @@ pub fn thread_exiting(state: &ThreadState) {
     if !p.is_null() {
         // SAFETY: set by `local` from a `&'static Local`.
         unsafe { &*p }.owned.store(false, Ordering::Relaxed);
+        OWNERS.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -363,6 +378,9 @@ pub fn lock() {
 /// threads' quarantines lost their threads and are orphaned for adoption.
 pub fn unlock(child: Option<&ThreadState>) {
     let own = child.map(|s| s.quarantine.get() as *const Local);
+    if let Some(own) = own {
+        OWNERS.store(u64::from(!own.is_null()), Ordering::Relaxed);
+    }
     // SAFETY: ALL is still locked by `lock`.
     for l in unsafe { all_locked() } {
         if own.is_some_and(|own| !core::ptr::eq(own, *l)) {
@@ -429,6 +447,27 @@ mod tests {
         assert!(s.remove(254) && !s.remove(254));
         assert_eq!(s.next_from(71), Some(3), "wraps around");
         assert_eq!(s.next_from(200), Some(3));
+    }
+
+    #[test]
+    fn threads_that_free_share_the_limit() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let before = OWNERS.load(Ordering::Relaxed);
+        for (owners, limit, share_of_each) in [
+            (0, 4 << 20, 4 << 20),
+            (1, 4 << 20, 4 << 20),
+            (2, 4 << 20, 2 << 20),
+            (64, 4 << 20, MIN_SHARE),
+            (64, 100, 100),
+        ] {
+            OWNERS.store(owners, Ordering::Relaxed);
+            assert_eq!(
+                share(limit),
+                share_of_each,
+                "{owners} threads, limit {limit}"
+            );
+        }
+        OWNERS.store(before, Ordering::Relaxed);
     }
 
     #[test]

@@ -71,7 +71,7 @@ def history_lines(tracer: Tracer) -> list:
         frees = "1 free" if h.written == 1 else f"{h.written} frees"
         lines = [f"  freed history:   {h.capacity} records, {frees} written ({kept})"]
     quarantine = (
-        f"{h.quarantined_bytes} bytes held (at most {h.quarantine_limit} per thread)"
+        f"{h.quarantined_bytes} of {h.quarantine_limit} bytes held"
         if h.quarantine_limit else "off (MEM_TRACE_QUARANTINE=0)"
     )
     lines += [
