@@ -360,6 +360,9 @@ pub extern "C" fn on_unload() {
         return;
     }
     let (live, _) = table::totals();
+    // Every allocation and every free takes a sequence number.
+    let events = MEM_TRACE_HEADER.next_seq.load(Ordering::Relaxed) - 1;
+    let frees = FREES.load(Ordering::Relaxed);
     let mut out = crate::print::Out::stderr();
     let _ = core::fmt::write(
         &mut out,
@@ -371,8 +374,8 @@ pub extern "C" fn on_unload() {
             arena::PEAK_MAPPED.load(Ordering::Relaxed),
             table::slot_bytes(),
             stacks::count(),
-            MEM_TRACE_HEADER.next_seq.load(Ordering::Relaxed) - 1,
-            FREES.load(Ordering::Relaxed),
+            events - frees,
+            frees,
             MEM_TRACE_HEADER.untracked.load(Ordering::Relaxed),
         ),
     );
