@@ -756,8 +756,9 @@ impl ThreadCache {
             sets,
             last: Trail::new(),
             next: Trail::new(),
-            // SAFETY: a zeroed kept walk has key 0 (never found); its fields are integers and
-            // `Ending`, whose primitive representation makes tag 0 `Fixed { false, false }`.
+            // SAFETY: a zeroed kept walk has key 0 (never found); its fields are integers, an
+            // `Option<u64>` (all zero: `None`) and `Ending`, whose primitive representation
+            // makes tag 0 `Fixed { false, false }`.
             kept: unsafe { zeroed_box() },
             kept_recent: [0; KEPT_SETS],
             shapes: boxed_array(NO_SHAPE),
