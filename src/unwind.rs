@@ -537,8 +537,10 @@ struct Checks {
     reach: u32,
     /// Frames the walk records from its first step (`take_over`'s `count`).
     count: u32,
-    /// The rbp its first step needs (`BP_NEEDED`), if any.
-    bp: Option<u64>,
+    /// Whether its first step needs rbp to be `bp` (`BP_NEEDED`). Not an `Option`: kept
+    /// walks start as zeroed memory, and only a `bool`'s zero is defined.
+    needs_bp: bool,
+    bp: u64,
     offsets: [u32; CHECKS],
     values: [u64; CHECKS],
 }
@@ -551,7 +553,8 @@ impl Checks {
             n: 0,
             reach: 0,
             count: 0,
-            bp: None,
+            needs_bp: false,
+            bp: 0,
             offsets: [0; CHECKS],
             values: [0; CHECKS],
         };
@@ -597,7 +600,8 @@ impl Checks {
         };
         let skip = first.min(steps.len());
         c.count = (steps.len() - 1 + usize::from(recorded)).saturating_sub(skip) as u32;
-        c.bp = (s0.flags & BP_NEEDED != 0).then_some(s0.bp);
+        c.needs_bp = s0.flags & BP_NEEDED != 0;
+        c.bp = s0.bp;
         c.reach = reach;
         c.n = n as u32;
         c
@@ -606,7 +610,7 @@ impl Checks {
     /// Whether the stack from `sp` (with rbp `bp`) still holds every checked word.
     #[inline(always)]
     fn hold(&self, stack: Stack, sp: u64, bp: u64) -> bool {
-        if self.bp.is_some_and(|b| b != bp) || u64::from(self.reach) > stack.hi - sp {
+        if (self.needs_bp && self.bp != bp) || u64::from(self.reach) > stack.hi - sp {
             return false;
         }
         let n = self.n as usize;
@@ -756,9 +760,9 @@ impl ThreadCache {
             sets,
             last: Trail::new(),
             next: Trail::new(),
-            // SAFETY: a zeroed kept walk has key 0 (never found); its fields are integers, an
-            // `Option<u64>` (all zero: `None`) and `Ending`, whose primitive representation
-            // makes tag 0 `Fixed { false, false }`.
+            // SAFETY: a zeroed kept walk has key 0 (never found); its fields are integers,
+            // `bool`s and `Ending`, whose primitive representation makes tag 0
+            // `Fixed { false, false }`.
             kept: unsafe { zeroed_box() },
             kept_recent: [0; KEPT_SETS],
             shapes: boxed_array(NO_SHAPE),
