@@ -70,6 +70,21 @@ fn threads_created_and_joined_in_a_loop() {
     );
 }
 
+/// Waves of short-lived threads, each freeing the blocks a thread of the previous wave left:
+/// with a 256 KiB quarantine, quarantines are orphaned and adopted with every wave.
+#[test]
+fn thread_waves_free_each_others_blocks() {
+    let mut job = Job::fixture(&c_fixture("thread_waves.c", &["-pthread"]));
+    job.env = vec![("MEM_TRACE_QUARANTINE".into(), "256K".into())];
+    let traced = job.assert_same_with_preload();
+    assert_eq!(
+        line(&traced.stdout, "waves: "),
+        "waves: bad 0",
+        "{}",
+        traced.describe()
+    );
+}
+
 #[test]
 fn allocation_before_and_after_main() {
     let traced = Job::fixture(&c_fixture("ctor_dtor.c", &[])).assert_same_with_preload();
