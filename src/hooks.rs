@@ -45,17 +45,18 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         // SAFETY: glibc's calloc has no preconditions.
         return unsafe { real::__libc_calloc(n, size) };
     };
-    let mut p = match n.checked_mul(size) {
-        Some(total) => quarantine::reuse(g.state(), total),
-        None => ptr::null_mut(),
-    };
-    if p.is_null() {
+    let recycled = n
+        .checked_mul(size)
+        .map(|total| (total, quarantine::reuse(g.state(), total)));
+    let p = match recycled {
+        Some((total, p)) if !p.is_null() => {
+            // SAFETY: a recycled block of at least `total` bytes, now this call's.
+            unsafe { ptr::write_bytes(p.cast::<u8>(), 0, total) };
+            p
+        }
         // SAFETY: as above.
-        p = unsafe { real::__libc_calloc(n, size) };
-    } else {
-        // SAFETY: a recycled block of at least n * size bytes, now this call's.
-        unsafe { ptr::write_bytes(p.cast::<u8>(), 0, n * size) };
-    }
+        _ => unsafe { real::__libc_calloc(n, size) },
+    };
     // Non-null means the product did not overflow.
     record::allocated(&g, p, n.wrapping_mul(size));
     p

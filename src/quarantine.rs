@@ -211,13 +211,18 @@ fn share(limit: u64) -> u64 {
     (limit / OWNERS.load(Ordering::Relaxed).max(1)).max(limit.min(MIN_SHARE))
 }
 
+/// The quarantine this thread has, if any: what `ThreadState::quarantine` points to.
+fn current(state: &ThreadState) -> Option<&'static Local> {
+    let p = state.quarantine.get() as *const Local;
+    // SAFETY: only `local` sets it, from a `&'static Local` (leaked, never freed).
+    unsafe { p.as_ref() }
+}
+
 /// This thread's quarantine: its own, an orphan it adopts, or a new one. `None` once the
 /// thread is exiting (its quarantine was orphaned; later frees go straight to glibc).
 fn local(state: &ThreadState) -> Option<&'static Local> {
-    let p = state.quarantine.get() as *const Local;
-    if !p.is_null() {
-        // SAFETY: set below from a `&'static Local`.
-        return Some(unsafe { &*p });
+    if let Some(l) = current(state) {
+        return Some(l);
     }
     if state.exiting.get() {
         return None;
@@ -323,15 +328,9 @@ const PUBLISH_STEP: u64 = 64 << 10;
 /// least a quarantine ago whose glibc chunk fits `size` exactly as a fresh one would.
 #[inline]
 pub fn reuse(state: &ThreadState, size: usize) -> *mut core::ffi::c_void {
-    let p = state.quarantine.get() as *const Local;
-    let Some(k) = class_of(chunk_of(size as u64)) else {
+    let (Some(local), Some(k)) = (current(state), class_of(chunk_of(size as u64))) else {
         return core::ptr::null_mut();
     };
-    if p.is_null() {
-        return core::ptr::null_mut();
-    }
-    // SAFETY: set by `local` from a `&'static Local`.
-    let local = unsafe { &*p };
     let a = local.held.lock().recycled.take(k).unwrap_or(0);
     a as *mut core::ffi::c_void
 }
@@ -357,10 +356,9 @@ pub fn contains(addr: u64) -> bool {
 /// Orphans this thread's quarantine (thread exit): its blocks stay held until another thread
 /// adopts it.
 pub fn thread_exiting(state: &ThreadState) {
-    let p = state.quarantine.replace(core::ptr::null_mut()) as *const Local;
-    if !p.is_null() {
-        // SAFETY: set by `local` from a `&'static Local`.
-        unsafe { &*p }.owned.store(false, Ordering::Relaxed);
+    if let Some(l) = current(state) {
+        state.quarantine.set(core::ptr::null_mut());
+        l.owned.store(false, Ordering::Relaxed);
         OWNERS.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -377,14 +375,17 @@ pub fn lock() {
 /// Unlocks them (fork parent). In the child, pass the forking thread's state: the other
 /// threads' quarantines lost their threads and are orphaned for adoption.
 pub fn unlock(child: Option<&ThreadState>) {
-    let own = child.map(|s| s.quarantine.get() as *const Local);
+    // In the child: the forking thread's own quarantine, if it has one.
+    let own = child.map(current);
     if let Some(own) = own {
-        OWNERS.store(u64::from(!own.is_null()), Ordering::Relaxed);
+        OWNERS.store(u64::from(own.is_some()), Ordering::Relaxed);
     }
     // SAFETY: ALL is still locked by `lock`.
     for l in unsafe { all_locked() } {
-        if own.is_some_and(|own| !core::ptr::eq(own, *l)) {
-            l.owned.store(false, Ordering::Relaxed);
+        if let Some(own) = own {
+            if !own.is_some_and(|own| core::ptr::eq(own, *l)) {
+                l.owned.store(false, Ordering::Relaxed);
+            }
         }
         l.held.raw().unlock();
     }
@@ -548,9 +549,8 @@ mod tests {
             // The next thread that frees adopts an orphan: the first block is still there.
             assert!(hold(state, 0x8000, 100, &mut r));
             assert!(contains(0x8000) && contains(0x7000));
-            let l = state.quarantine.get() as *const Local;
-            // SAFETY: this thread's quarantine, leaked.
-            let fifo: Vec<u64> = unsafe { &*l }
+            let fifo: Vec<u64> = current(state)
+                .expect("adopted")
                 .held
                 .lock()
                 .fifo

@@ -27,15 +27,16 @@
 //! The last walk serves only when consecutive allocations share callers. Programs that
 //! allocate from several call paths in turn (churn: 50 paths, chosen at random) get little
 //! from it, so up to 256 recent walks of at most 40 steps are kept as well (`Kept`: ≈330 KiB a
-//! thread, 64 sets of 4, mapped but resident only as used), and a capture first looks for one of its very stack, to take over
-//! from its first step — the whole stack checked, nothing walked. Finding it without walking:
-//! stacks reaching the capture at one stack pointer mostly have one layout (their frames are
-//! at the same addresses) and differ in the return addresses there. So a `Shape`, per capture
-//! stack pointer, remembers where a walk from there read its return addresses, and the words
-//! now at those addresses, hashed, choose the kept walk. The hash only chooses: the kept walk
-//! is used only after `take_over` has checked every word it read, as for the last walk (or,
-//! when only its stack id is wanted, the same words listed flat: `Checks`). A shape is
-//! replaced when walks of another layout keep missing it.
+//! thread, 64 sets of 4, mapped but resident only as used), and a capture first looks for one
+//! of its very stack, to take over from its first step — the whole stack checked, nothing
+//! walked. Finding it without walking: stacks reaching the capture at one stack pointer mostly
+//! have one layout (their frames are at the same addresses) and differ in the return
+//! addresses there. So a `Shape`, per capture stack pointer, remembers where a walk from there
+//! read its return addresses, and the words now at those addresses, hashed, choose the kept
+//! walk. The hash only chooses: the kept walk is used only after `take_over` has checked
+//! every word it read, as for the last walk (or, when only its stack id is wanted, the same
+//! words listed flat: `Checks`). A shape is replaced when walks of another layout keep
+//! missing it.
 //!
 //! Measured (`churn 1 5000000`, medians of 7 runs alternating with the previous build, 2-core
 //! VM, plain 0.85 s): allocations only 2.58 s → 1.84 s (−29%); with the defaults (free
@@ -437,7 +438,7 @@ fn take_over<const COPY: bool, const WRITE: bool>(
     };
     // The frames it recorded from step j on: not the tracer's own leading steps.
     let skip = first.saturating_sub(j).min(tail.len());
-    let count = (tail.len() - 1 + usize::from(recorded)).saturating_sub(skip);
+    let count = recorded_from(tail.len(), skip, recorded);
     if (ending == Ending::Full && n + count < out.len()) || (COPY && i + tail.len() > next.len()) {
         return Err(j + 1);
     }
@@ -483,6 +484,12 @@ fn take_over<const COPY: bool, const WRITE: bool>(
         id: 0,
     };
     Ok((walk, take == count))
+}
+
+/// Frames a walk records over `len` steps after skipping the first `skip` (the tracer's own):
+/// one per step but the last, which counts only if the walk `recorded` it.
+fn recorded_from(len: usize, skip: usize, recorded: bool) -> usize {
+    (len - 1 + usize::from(recorded)).saturating_sub(skip)
 }
 
 /// Walks kept besides the last one: sets of [`KEPT_WAYS`] walks each, chosen by a hash of the
@@ -598,8 +605,7 @@ impl Checks {
         let Ok(reach) = u32::try_from(reach) else {
             return c;
         };
-        let skip = first.min(steps.len());
-        c.count = (steps.len() - 1 + usize::from(recorded)).saturating_sub(skip) as u32;
+        c.count = recorded_from(steps.len(), first.min(steps.len()), recorded) as u32;
         c.needs_bp = s0.flags & BP_NEEDED != 0;
         c.bp = s0.bp;
         c.reach = reach;
