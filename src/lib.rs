@@ -10,67 +10,70 @@
 //! (gdb) mtrace-why p                        # gdb/mem_trace.py, reads memory only
 //! ```
 //!
-//! ## How the pieces fit (the data flows down)
-//! - [`hooks`]: the exported `malloc` family; each calls glibc, then [`record`].
-//! - [`guard`]: the per-thread reentrancy flag that lets nested calls pass through.
-//! - [`unwind`] + [`modules`]: CFI stack capture, instruction pointers only.
-//! - [`stacks`]: interned stacks; [`table`]: live blocks by address; [`threads`]: who is who;
-//!   [`freed`]: the history of frees; [`quarantine`]: freed blocks held back from reuse;
-//!   [`report`]: double and invalid frees.
-//! - [`layout`]: `MEM_TRACE_HEADER`, the exported root of those tables (docs/LAYOUT.md).
-//! - readers: [`print`](mod@print) (in-process `print_trace`, with [`symbolize`]), and the gdb package in
-//!   `python/`, embedded in the `.so` by `gdb_script`.
-//! - [`arena`]: the tracer's own memory, never glibc's heap; [`config`]: `MEM_TRACE_*`.
+//! This crate is the preload library itself, `libmem_trace.so`: what must live in the object
+//! that is preloaded. The machinery is in the workspace's crates (docs/ARCHITECTURE.md):
+//! - `hooks`: the exported malloc family, `pthread_create` and `dlclose`; each calls glibc
+//!   ([`glibc`]) and hands the block to `mem_trace_core::record`;
+//! - [`print_trace`] (`print`): the in-process answer gdb calls;
+//! - the exported header `MEM_TRACE_HEADER` (docs/LAYOUT.md), defined here from
+//!   `mem_trace_core`'s tables;
+//! - the `#[global_allocator]`: the tracer's arena, so nothing the tracer allocates comes from
+//!   the program's heap;
+//! - `gdb_script`: the gdb commands, embedded for auto-loading.
 //!
-//! Blocks allocated before the library is initialised are not recorded, and freeing them is
-//! harmless; initialisation happens at the first hooked call, before `main`.
+//! Feature `tracer` (default) makes this build the preload: the hooks, the global allocator and
+//! the ELF constructor. Blocks allocated before the library is initialised are not recorded,
+//! and freeing them is harmless; initialisation happens at the first hooked call, before `main`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-pub mod arena;
-pub mod config;
-pub mod freed;
 mod gdb_script;
-pub mod guard;
+pub mod glibc;
 #[cfg(feature = "tracer")]
-pub mod hooks;
-pub mod layout;
-pub mod modules;
-pub mod prefetch;
-pub mod print;
-pub mod quarantine;
-pub mod real;
-pub mod record;
-pub mod report;
-pub mod stacks;
-pub mod symbolize;
-pub mod sync;
-pub mod table;
-pub mod threads;
-pub mod unwind;
+mod hooks;
+// Not named `print_trace`: a module of the same name as the exported function is a debug-info
+// namespace that stops gdb from calling it (see `print_trace` below).
+mod print;
+
+mem_trace_core::define_header!();
 
 /// The tracer's own allocations come from anonymous mappings, never from the hooked `malloc`.
+#[cfg(feature = "tracer")]
 #[global_allocator]
-static ALLOCATOR: arena::Arena = arena::Arena;
+static ALLOCATOR: mem_trace_core::arena::Arena = mem_trace_core::arena::Arena;
 
 /// Prints the block containing `addr` — size, offset, thread, and the allocation stack with
 /// function names and `file:line` — to the process's standard error. Safe to call from gdb
 /// at any stop: it never waits on a lock and never allocates from the program's heap.
 ///
-/// Kept a one-line wrapper: a body with closures or nested items makes rustc emit a debug-info
-/// namespace of the same name, and gdb then fails to call it (DESIGN.md, fact 2).
+/// Defined at the crate root, a one-line wrapper: gdb resolves `mem_trace::print_trace` by its
+/// debug-info path, and a body with closures or nested items makes rustc emit a debug-info
+/// namespace of the same name, after which gdb fails to call it (docs/FINDINGS.md, "gdb
+/// calling an exported function").
 #[no_mangle]
 pub extern "C" fn print_trace(addr: usize) {
     print::print_trace(addr)
 }
 
+/// Initialises before `main` even if nothing allocated yet, and registers the fork handlers.
 #[cfg(all(feature = "tracer", not(test)))]
 #[used]
 #[link_section = ".init_array"]
-static ON_LOAD: extern "C" fn() = record::on_load;
+static ON_LOAD: extern "C" fn() = on_load;
 
+/// Prints the statistics line at exit, when asked for.
 #[cfg(all(feature = "tracer", not(test)))]
 #[used]
 #[link_section = ".fini_array"]
-static ON_UNLOAD: extern "C" fn() = record::on_unload;
+static ON_UNLOAD: extern "C" fn() = on_unload;
+
+#[cfg(all(feature = "tracer", not(test)))]
+extern "C" fn on_load() {
+    mem_trace_core::record::on_load()
+}
+
+#[cfg(all(feature = "tracer", not(test)))]
+extern "C" fn on_unload() {
+    mem_trace_core::record::on_unload()
+}

@@ -1,0 +1,428 @@
+//! The tracer's own allocator.
+//!
+//! Everything the tracer allocates (tables, interned stacks, the unwinder's module list) comes
+//! from anonymous `mmap`, never from the hooked `malloc` nor from glibc's heap. Two reasons:
+//! a hook that called `malloc` would recurse into itself, and a thread that gdb stopped inside
+//! glibc's allocator holds an arena lock that would block the tracer (docs/FINDINGS.md,
+//! "Calling into a stopped process").
+//!
+//! The stores call it explicitly ([`allocate`], [`allocate_zeroed`], [`release`], or
+//! [`Arena`] as an `allocator_api2` allocator for boxes, vectors and hash tables), so they do
+//! not depend on which global allocator the program that links them chose. The preload
+//! library also makes [`Arena`] its `#[global_allocator]`, for everything else Rust code in it
+//! allocates (symbolizing, the crates that take no allocator parameter).
+//! Anonymous private mappings are also what a default core dump keeps, so the gdb reader finds
+//! the tables in a core.
+//!
+//! Layout of the algorithm:
+//! - requests up to 4 KiB go to one of 16 size classes (powers of two and their 1.5x
+//!   midpoints), each a free list plus a bump pointer into 64 KiB chunks, behind a spin lock;
+//! - larger requests, or alignments above a page, are their own `mmap`;
+//! - while a thread runs `print_trace` (see [`ScratchScope`]) its requests come from a scratch
+//!   region instead, a bump allocator that takes no lock at all and is emptied when
+//!   `print_trace` returns; frees into it are no-ops. That keeps `print_trace` from waiting on
+//!   a class lock held by a thread gdb has stopped.
+
+use crate::sync::SpinLock;
+use core::alloc::{GlobalAlloc, Layout};
+use core::cell::Cell;
+use core::ptr::{self, NonNull};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+const PAGE: usize = 4096;
+/// Chunk size of the small classes. Every class a program touches maps at least one chunk; a
+/// 1 MiB chunk cost ~20 MiB of mostly idle mappings.
+fn chunk_len(_class_size: usize) -> usize {
+    64 << 10
+}
+/// Larger requests get their own mapping, returned to the kernel on free. Kept at a page so
+/// that the slot arrays a growing table leaves behind do not pile up on class free lists
+/// (measured: ~7 MB retained at 1M live blocks with a 32 KiB bound).
+const SMALL_MAX: usize = 4 << 10;
+
+/// Block sizes of the small classes. Powers of two give naturally aligned blocks (a chunk is
+/// page-aligned and carved from its start), which is how alignments up to a page are served.
+const CLASSES: [usize; 16] = [
+    16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
+];
+
+/// Bytes the tracer has mapped for itself (chunks and large blocks), for `MEM_TRACE_STATS`.
+pub static MAPPED: AtomicUsize = AtomicUsize::new(0);
+/// The highest value [`MAPPED`] has reached.
+pub static PEAK_MAPPED: AtomicUsize = AtomicUsize::new(0);
+
+struct Class {
+    /// Head of the free list (a block's first word links to the next), as an address.
+    free: usize,
+    /// Next unused byte of the current chunk, and its end.
+    bump: usize,
+    end: usize,
+}
+
+static CLASS_STATE: [SpinLock<Class>; CLASSES.len()] = [const {
+    SpinLock::new(Class {
+        free: 0,
+        bump: 0,
+        end: 0,
+    })
+}; CLASSES.len()];
+
+/// The arena as a type: an `allocator_api2` allocator for the stores' collections, and the
+/// preload library's global allocator (which also serves [`ScratchScope`]s).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Arena;
+
+fn class_for(layout: Layout) -> Option<usize> {
+    let size = layout.size().max(1);
+    let align = layout.align();
+    if align > PAGE || size > SMALL_MAX {
+        return None;
+    }
+    if align <= 16 {
+        return CLASSES.iter().position(|&c| c >= size);
+    }
+    let want = size.max(align).next_power_of_two();
+    CLASSES.iter().position(|&c| c == want)
+}
+
+fn note_mapped(bytes: usize) {
+    let now = MAPPED.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK_MAPPED.fetch_max(now, Ordering::Relaxed);
+}
+
+/// Maps `len` bytes of zeroed, private, anonymous memory; null on failure.
+fn map(len: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
+    // existing memory.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return ptr::null_mut();
+    }
+    note_mapped(len);
+    p.cast()
+}
+
+/// # Safety
+/// - `p..p+len` must be a whole mapping (or page-aligned part of one) made by [`map`] that
+///   nothing refers to any more.
+unsafe fn unmap(p: *mut u8, len: usize) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { libc::munmap(p.cast(), len) };
+    MAPPED.fetch_sub(len, Ordering::Relaxed);
+}
+
+fn round_up(n: usize, to: usize) -> usize {
+    (n + to - 1) & !(to - 1)
+}
+
+fn alloc_small(class: usize) -> *mut u8 {
+    let size = CLASSES[class];
+    let mut st = CLASS_STATE[class].lock();
+    if st.free != 0 {
+        let p = st.free as *mut usize;
+        // SAFETY: a free-list entry is a block of this class we own; its first word is the link.
+        st.free = unsafe { p.read() };
+        return p.cast();
+    }
+    if st.bump + size > st.end {
+        let len = chunk_len(size);
+        let chunk = map(len);
+        if chunk.is_null() {
+            return ptr::null_mut();
+        }
+        st.bump = chunk as usize;
+        st.end = chunk as usize + len;
+    }
+    let p = st.bump;
+    st.bump += size;
+    p as *mut u8
+}
+
+/// # Safety
+/// - `p` must come from `alloc_small(class)` and not be in use.
+unsafe fn free_small(p: *mut u8, class: usize) {
+    let mut st = CLASS_STATE[class].lock();
+    // SAFETY: the block is ours and unused, so its first word may hold the link.
+    unsafe { (p as *mut usize).write(st.free) };
+    st.free = p as usize;
+}
+
+fn large_len(layout: Layout) -> usize {
+    round_up(layout.size().max(1), PAGE)
+}
+
+fn alloc_large(layout: Layout) -> *mut u8 {
+    let len = large_len(layout);
+    if layout.align() <= PAGE {
+        return map(len);
+    }
+    // Over-map by the alignment, then give the unaligned head and the tail back.
+    let p = map(len + layout.align());
+    if p.is_null() {
+        return p;
+    }
+    let start = round_up(p as usize, layout.align());
+    let head = start - p as usize;
+    let tail = layout.align() - head;
+    // SAFETY: both ranges are page-aligned parts of the mapping just made, outside the block.
+    unsafe {
+        if head > 0 {
+            unmap(p, head);
+        }
+        if tail > 0 {
+            unmap((start + len) as *mut u8, tail);
+        }
+    }
+    start as *mut u8
+}
+
+/// A block for `layout` from the arena; null when no memory is left.
+pub fn allocate(layout: Layout) -> *mut u8 {
+    match class_for(layout) {
+        Some(c) => alloc_small(c),
+        None => alloc_large(layout),
+    }
+}
+
+/// A zeroed block for `layout` from the arena; null when no memory is left.
+pub fn allocate_zeroed(layout: Layout) -> *mut u8 {
+    let p = allocate(layout);
+    if !p.is_null() && class_for(layout).is_some() {
+        // Small blocks may be recycled; large mappings are fresh zero pages.
+        // SAFETY: `p` is valid for `layout.size()` bytes.
+        unsafe { ptr::write_bytes(p, 0, layout.size()) };
+    }
+    p
+}
+
+/// Gives a block back to the arena.
+///
+/// # Safety
+/// - `p` must come from [`allocate`] or [`allocate_zeroed`] with this `layout`, and nothing
+///   may use it any more.
+pub unsafe fn release(p: *mut u8, layout: Layout) {
+    match class_for(layout) {
+        // SAFETY: `p` was returned for this layout, hence by this class (caller's contract).
+        Some(c) => unsafe { free_small(p, c) },
+        // SAFETY: a large block is exactly its own page-rounded mapping.
+        None => unsafe { unmap(p, large_len(layout)) },
+    }
+}
+
+// SAFETY: every block handed out is exclusively the caller's until `dealloc`; small blocks come
+// from disjoint slices of chunks, large ones from their own mappings, scratch blocks from a
+// bump region no one else uses, and `class_for`/`large_len` recompute the same placement from
+// the same layout on `dealloc`.
+unsafe impl GlobalAlloc for Arena {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if in_scratch() {
+            return scratch_alloc(layout);
+        }
+        allocate(layout)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if in_scratch() {
+            // Already zero: within a scope the bump pointer only moves forward, and a scope's
+            // pages are given back to the kernel (zeroed) when it ends.
+            return scratch_alloc(layout);
+        }
+        allocate_zeroed(layout)
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        if scratch_contains(p) {
+            return;
+        }
+        // SAFETY: `p` was returned by `alloc` with this layout (GlobalAlloc's contract).
+        unsafe { release(p, layout) }
+    }
+}
+
+// SAFETY: as for `GlobalAlloc` above: blocks are the caller's until `deallocate`, and their
+// placement is recomputed from the layout. Zero-sized requests get a block of the smallest
+// class, like any other.
+unsafe impl allocator_api2::alloc::Allocator for Arena {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, allocator_api2::alloc::AllocError> {
+        let p = NonNull::new(allocate(layout)).ok_or(allocator_api2::alloc::AllocError)?;
+        Ok(NonNull::slice_from_raw_parts(p, layout.size()))
+    }
+
+    fn allocate_zeroed(
+        &self,
+        layout: Layout,
+    ) -> Result<NonNull<[u8]>, allocator_api2::alloc::AllocError> {
+        let p = NonNull::new(allocate_zeroed(layout)).ok_or(allocator_api2::alloc::AllocError)?;
+        Ok(NonNull::slice_from_raw_parts(p, layout.size()))
+    }
+
+    unsafe fn deallocate(&self, p: NonNull<u8>, layout: Layout) {
+        // SAFETY: `p` was allocated by this allocator with `layout` (Allocator's contract).
+        unsafe { release(p.as_ptr(), layout) }
+    }
+}
+
+/// Locks every class, for the `fork` prepare handler: the child must not inherit a lock held
+/// by a thread that does not exist there.
+pub fn lock_all() {
+    for c in &CLASS_STATE {
+        c.raw().lock();
+    }
+}
+
+/// Releases the locks taken by [`lock_all`] (parent and child side of `fork`).
+pub fn unlock_all() {
+    for c in &CLASS_STATE {
+        c.raw().unlock();
+    }
+}
+
+// ---- scratch region ----------------------------------------------------------------------
+
+/// Virtual size reserved for the scratch region: symbolizing a large binary's DWARF parses
+/// tens of MB; the reservation costs nothing until touched (`MAP_NORESERVE`).
+const SCRATCH_LEN: usize = 1 << 30;
+
+static SCRATCH_BASE: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Whether this thread's global-allocator requests go to the scratch region. A `const`
+    /// thread-local without a destructor: reading it never allocates.
+    static IN_SCRATCH: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the current thread is inside a [`ScratchScope`].
+#[inline(always)]
+fn in_scratch() -> bool {
+    IN_SCRATCH.with(Cell::get)
+}
+static SCRATCH_USED: AtomicUsize = AtomicUsize::new(0);
+
+fn scratch_contains(p: *mut u8) -> bool {
+    let base = SCRATCH_BASE.load(Ordering::Relaxed);
+    base != 0 && (p as usize) >= base && (p as usize) < base + SCRATCH_LEN
+}
+
+fn scratch_alloc(layout: Layout) -> *mut u8 {
+    let base = SCRATCH_BASE.load(Ordering::Relaxed);
+    if base == 0 {
+        return ptr::null_mut();
+    }
+    let used = SCRATCH_USED.load(Ordering::Relaxed);
+    let start = round_up(base + used, layout.align().max(16));
+    let end = start + layout.size();
+    if end > base + SCRATCH_LEN {
+        return ptr::null_mut();
+    }
+    SCRATCH_USED.store(end - base, Ordering::Relaxed);
+    start as *mut u8
+}
+
+/// While alive, the current thread's Rust allocations come from the scratch region.
+///
+/// Only one scope may exist at a time in the process; `print_trace` ensures that with its own
+/// busy flag. Everything allocated inside the scope must be dropped before the scope ends.
+pub struct ScratchScope(());
+
+impl ScratchScope {
+    /// Enters scratch mode, reserving the region on first use. `None` if it cannot be reserved.
+    pub fn enter() -> Option<Self> {
+        if SCRATCH_BASE.load(Ordering::Relaxed) == 0 {
+            // SAFETY: an anonymous private reservation at a kernel-chosen address.
+            let p = unsafe {
+                libc::mmap(
+                    ptr::null_mut(),
+                    SCRATCH_LEN,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return None;
+            }
+            SCRATCH_BASE.store(p as usize, Ordering::Relaxed);
+        }
+        IN_SCRATCH.with(|s| s.set(true));
+        Some(ScratchScope(()))
+    }
+}
+
+impl Drop for ScratchScope {
+    fn drop(&mut self) {
+        IN_SCRATCH.with(|s| s.set(false));
+        let base = SCRATCH_BASE.load(Ordering::Relaxed);
+        let used = round_up(SCRATCH_USED.swap(0, Ordering::Relaxed), PAGE);
+        if used > 0 {
+            // Give the touched pages back so repeated print_trace calls do not pin memory.
+            // SAFETY: the pages belong to the scratch reservation and nothing refers to them
+            // any more (the scope's contract).
+            unsafe { libc::madvise(base as *mut libc::c_void, used, libc::MADV_DONTNEED) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_cover_sizes_and_alignments() {
+        for size in [1, 15, 16, 17, 100, 3000, 4096] {
+            let c = class_for(Layout::from_size_align(size, 8).unwrap()).unwrap();
+            assert!(CLASSES[c] >= size);
+        }
+        assert_eq!(class_for(Layout::from_size_align(4097, 8).unwrap()), None);
+        let c = class_for(Layout::from_size_align(40, 64).unwrap()).unwrap();
+        assert_eq!(CLASSES[c], 64);
+        assert_eq!(class_for(Layout::from_size_align(16, 8192).unwrap()), None);
+    }
+
+    #[test]
+    fn blocks_are_aligned_and_reused() {
+        let a = Arena;
+        for align in [8, 16, 32, 64, 256, 4096, 16384] {
+            let l = Layout::from_size_align(24, align).unwrap();
+            // SAFETY: valid non-zero layout; freed with the same layout.
+            unsafe {
+                let p = a.alloc(l);
+                assert!(!p.is_null());
+                assert_eq!(p as usize % align, 0);
+                p.write_bytes(0xab, 24);
+                a.dealloc(p, l);
+            }
+        }
+        let l = Layout::from_size_align(200, 8).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            let p = a.alloc(l);
+            a.dealloc(p, l);
+            let q = a.alloc(l);
+            assert_eq!(p, q, "a freed small block is handed out again");
+            a.dealloc(q, l);
+        }
+    }
+
+    #[test]
+    fn large_blocks_round_trip() {
+        let a = Arena;
+        let l = Layout::from_size_align(5 << 20, 8).unwrap();
+        // SAFETY: valid layout; freed with the same layout.
+        unsafe {
+            let p = a.alloc_zeroed(l);
+            assert!(!p.is_null());
+            assert_eq!(*p.add((5 << 20) - 1), 0);
+            a.dealloc(p, l);
+        }
+    }
+}

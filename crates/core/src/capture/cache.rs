@@ -1,0 +1,212 @@
+//! A thread's unwinder state (`ThreadCache`): the rule cache, the last and kept walks,
+//! framehop's cache; made on a thread's first capture, freed at its exit.
+
+use super::cfi::{self, Kind, Rule};
+use super::kept::{Kept, Shape, KEPT_SETS, KEPT_WAYS, NO_SHAPE, SHAPES};
+use super::local::Local;
+use super::modules::ModuleSet;
+use super::rules::{set_index, Entry, Set, FIRST, SETS};
+use super::stack::Stack;
+use super::trail::{Ending, Trail};
+use crate::arena::Arena;
+use allocator_api2::boxed::Box;
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
+use framehop::{FrameAddress, Unwinder};
+
+/// A thread's unwinder state (see the module documentation).
+pub(super) struct ThreadCache {
+    /// The module set the rules were computed from.
+    pub(super) set: *const ModuleSet,
+    pub(super) sets: ArenaBox<[Set; SETS]>,
+    /// The last full walk, and the one being made (swapped at its end).
+    pub(super) last: Trail,
+    pub(super) next: Trail,
+    /// Recent walks by stack (see [`Shape`]), the way of each set used last, and the kept
+    /// walk that is the last one when a capture was wholly taken from one.
+    pub(super) kept: ArenaBox<[Kept; KEPT_SETS * KEPT_WAYS]>,
+    pub(super) kept_recent: [u8; KEPT_SETS],
+    pub(super) shapes: ArenaBox<[Shape; SHAPES]>,
+    pub(super) last_kept: Option<usize>,
+    /// The kept walk the last capture repeated or was kept as, for [`remember_id`].
+    pub(super) memo: Option<usize>,
+    /// Framehop's own cache, for the frames it unwinds.
+    pub(super) framehop: CacheX86_64,
+    pub(super) gimli: ArenaBox<cfi::Context>,
+    /// Rules computed, frames handed to framehop, walks completed from the last one (for
+    /// tests and tuning).
+    pub(super) misses: u64,
+    pub(super) framehop_frames: u64,
+    pub(super) taken_over: u64,
+    /// Captures wholly taken from a kept walk (for tests and tuning).
+    pub(super) kept_hits: u64,
+}
+
+/// A boxed value in the tracer's arena.
+pub(super) type ArenaBox<T> = Box<T, Arena>;
+
+/// A boxed `T` made of zero bytes, in the arena; `None` when no memory is left. The
+/// per-thread tables (the rule cache, the kept walks) are large enough that the arena maps
+/// fresh pages for them, which the kernel backs only where an entry is stored: a thread that
+/// runs little code and allocates from a few stacks pays for a few pages instead of ~300 KiB.
+/// In both tables zero bytes mean "empty": an entry is found by its key, keys are never 0,
+/// and an unfound entry's other fields are never read.
+///
+/// # Safety
+/// - all-zero bytes must be a valid `T`.
+pub(super) unsafe fn zeroed_box<T>() -> Option<ArenaBox<T>> {
+    let b = Box::<T, Arena>::try_new_zeroed_in(Arena).ok()?;
+    // SAFETY: zero bytes are a valid `T` (the caller's obligation).
+    Some(unsafe { b.assume_init() })
+}
+
+impl ThreadCache {
+    /// A fresh state, its tables in the arena; `None` when no memory is left (the thread's
+    /// captures then use framehop alone).
+    pub(super) fn new() -> Option<ThreadCache> {
+        // SAFETY: a zeroed entry has key 0 (never looked up) and a rule of integers, a bool
+        // and `Kind` tag 0 (`CfaRsp`): all valid.
+        let sets: ArenaBox<[Set; SETS]> = unsafe { zeroed_box() }?;
+        Some(ThreadCache {
+            set: core::ptr::null(),
+            sets,
+            last: Trail::new()?,
+            next: Trail::new()?,
+            // SAFETY: a zeroed kept walk has key 0 (never found); its fields are integers,
+            // `bool`s and `Ending`, whose primitive representation makes tag 0
+            // `Fixed { false, false }`.
+            kept: unsafe { zeroed_box() }?,
+            kept_recent: [0; KEPT_SETS],
+            shapes: Box::try_new_in([NO_SHAPE; SHAPES], Arena).ok()?,
+            last_kept: None,
+            memo: None,
+            framehop: CacheX86_64::new(),
+            gimli: Box::try_new_in(cfi::Context::new(), Arena).ok()?,
+            misses: 0,
+            framehop_frames: 0,
+            taken_over: 0,
+            kept_hits: 0,
+        })
+    }
+
+    /// The rule for `key`, from the cache or computed.
+    #[inline(always)]
+    pub(super) fn rule(&mut self, set: &ModuleSet, key: u64) -> Rule {
+        let i = set_index(key);
+        let s = &self.sets[i];
+        if s.0[0].key == key {
+            s.0[0].rule
+        } else if s.0[1].key == key {
+            s.0[1].rule
+        } else {
+            self.miss(set, key, i)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn miss(&mut self, set: &ModuleSet, key: u64, i: usize) -> Rule {
+        self.misses += 1;
+        let pc = key & !FIRST;
+        let lookup = if key & FIRST != 0 { pc } else { pc - 1 };
+        let rule = match set.find(pc) {
+            Some(m) => cfi::rule_for(m, &mut self.gimli, lookup),
+            None => Rule::OUTSIDE,
+        };
+        let s = &mut self.sets[i];
+        s.0[1] = s.0[0];
+        s.0[0] = Entry { key, rule };
+        rule
+    }
+
+    /// A frame whose rule is not a CFA rule: the end of the stack, an unknown module (both
+    /// end the walk), or a frame framehop unwinds; `Ok` holds the caller's registers.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn uncommon(
+        &mut self,
+        set: &ModuleSet,
+        kind: Kind,
+        first: bool,
+        stack: Stack,
+        (pc, sp, bp): (u64, u64, u64),
+    ) -> Result<(u64, u64, u64), Ending> {
+        let outside = match kind {
+            Kind::End => false,
+            Kind::Outside => true,
+            _ => {
+                self.framehop_frames += 1;
+                let address = if first {
+                    FrameAddress::InstructionPointer(pc)
+                } else {
+                    // Never None: a return address of 0 ended the walk before.
+                    FrameAddress::from_return_address(pc).ok_or(Ending::Other)?
+                };
+                let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
+                let mut read = |a| stack.read(a).ok_or(());
+                return match set.unwinder.unwind_frame(
+                    address,
+                    &mut regs,
+                    &mut self.framehop,
+                    &mut read,
+                ) {
+                    Ok(Some(ra)) if ra != 0 => Ok((ra, regs.sp(), regs.bp())),
+                    _ => Err(Ending::Other),
+                };
+            }
+        };
+        Err(Ending::Fixed {
+            outside,
+            recorded: true,
+        })
+    }
+
+    /// Forgets every walk: the next capture walks the whole stack.
+    pub(super) fn forget(&mut self) {
+        self.last.len = 0;
+        self.last_kept = None;
+        self.memo = None;
+        for k in self.kept.iter_mut() {
+            k.key = 0;
+        }
+        self.shapes.fill(NO_SHAPE);
+    }
+}
+
+/// The thread's unwinder state if a capture made it.
+pub(super) fn cache_if_made(local: &Local) -> Option<&'static mut ThreadCache> {
+    let p = local.cache.get() as *mut ThreadCache;
+    // SAFETY: made by `cache_for` on this thread, freed only by this thread's exit handler,
+    // which also sets `closed`; the state is thread-local so no one else sees it, and
+    // captures do not nest (the reentrancy guard) nor overlap `remember_id`, which runs
+    // between them under the same guard, so this is the only reference.
+    (!p.is_null()).then(|| unsafe { &mut *p })
+}
+
+/// The thread's unwinder state, made on first use. `None` once the thread is exiting (its
+/// state was freed by the exit handler) or when no memory is left: framehop alone serves
+/// those captures.
+pub(super) fn cache_for(local: &Local) -> Option<&'static mut ThreadCache> {
+    if let Some(cache) = cache_if_made(local) {
+        return Some(cache);
+    }
+    if local.closed.get() {
+        return None;
+    }
+    let cache = ThreadCache::new()?;
+    let p = Box::into_raw(Box::try_new_in(cache, Arena).ok()?);
+    local.cache.set(p.cast());
+    // SAFETY: just made; exclusively this thread's.
+    Some(unsafe { &mut *p })
+}
+
+/// Frees the thread's unwinder state (thread exit); no new one is made after it.
+pub fn drop_cache(local: &Local) {
+    local.closed.set(true);
+    let p = local.cache.replace(core::ptr::null_mut()) as *mut ThreadCache;
+    if !p.is_null() {
+        // SAFETY: made by `cache_for` with Box::into_raw in the arena on this thread; no
+        // reference survives (the state is only borrowed during a capture, and captures do
+        // not nest).
+        drop(unsafe { Box::from_raw_in(p, Arena) });
+    }
+}

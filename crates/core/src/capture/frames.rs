@@ -1,0 +1,47 @@
+//! What a walk produces and how frames are recorded: the pieces every walker shares.
+
+use super::modules::ModuleSet;
+
+/// What a walk found.
+#[derive(Default)]
+pub(super) struct Walk {
+    pub(super) frames: usize,
+    /// It stopped at an address outside every known module.
+    pub(super) outside: bool,
+    /// The frames' stack id, when known from a kept walk (then not written).
+    pub(super) id: u32,
+}
+
+/// How to walk: which frames to keep, by which method, and whether a known stack id may
+/// stand for the frames.
+#[derive(Clone, Copy)]
+pub(super) struct How {
+    pub(super) own: Own,
+    /// Follow the rbp chain past the tracer's own frames (`MEM_TRACE_UNWIND=fp`).
+    pub(super) fp: bool,
+    /// Return the stack id a kept walk knows instead of writing the frames.
+    pub(super) want_id: bool,
+}
+
+/// What to do with mem-trace's own frames.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Own {
+    /// Skip the leading ones; stop at the next (our thread-start trampoline: beyond it lie
+    /// `start_thread` and `clone`).
+    Skip,
+    /// Keep them (unit tests, where the test binary is "our own code").
+    #[cfg_attr(not(test), allow(dead_code))]
+    Keep,
+}
+
+/// Records `pc` in `out[*n]` unless it is one of our own frames; `false` when the walk must
+/// stop (the buffer is full, or our trampoline is reached).
+#[inline(always)]
+pub(super) fn record(set: &ModuleSet, own: Own, pc: u64, out: &mut [u64], n: &mut usize) -> bool {
+    if own == Own::Skip && set.is_own(pc) {
+        return *n == 0;
+    }
+    out[*n] = pc;
+    *n += 1;
+    *n < out.len()
+}

@@ -1,0 +1,208 @@
+//! A walk's steps, kept so that the next capture can take over its upper part (`Trail`), and
+//! the check-and-copy that does it (`take_over`).
+
+use super::cache::{zeroed_box, ArenaBox};
+use super::frames::Walk;
+use super::stack::Stack;
+use crate::config::MAX_FRAMES;
+
+/// Steps kept of a walk: every frame it may record, and the tracer's own leading frames.
+pub(super) const MAX_STEPS: usize = MAX_FRAMES + 32;
+
+/// One frame of a walk, as the registers stood there, and how the walk left it.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Step {
+    pub(super) pc: u64,
+    pub(super) sp: u64,
+    pub(super) bp: u64,
+    /// Where the caller's rbp was read, relative to the next step's sp (the CFA).
+    pub(super) bp_offset: i16,
+    pub(super) flags: u16,
+}
+
+/// The step restored rbp from the stack.
+pub(super) const RESTORES_BP: u16 = 1;
+/// The step computed its CFA from rbp.
+pub(super) const USES_BP: u16 = 2;
+/// framehop unwound the step: what it read is not known.
+pub(super) const OPAQUE: u16 = 4;
+/// Some step from here on reads rbp as it was on entry to this one (set when the walk ends).
+pub(super) const BP_NEEDED: u16 = 8;
+/// A frame was recorded before this one (the tracer's own leading frames are behind).
+pub(super) const AFTER_OWN: u16 = 16;
+
+/// How a walk ended, for reusing it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+// A primitive representation makes all-zero bytes a valid `Ending` (`Fixed`), which lets
+// kept walks start as zeroed memory (`zeroed_box`).
+#[repr(u8)]
+pub(super) enum Ending {
+    /// On something that depends only on the last step's pc: an `End` rule, an address
+    /// outside every module (`outside`), our own trampoline (`recorded` false).
+    Fixed { outside: bool, recorded: bool },
+    /// The output buffer was full.
+    Full,
+    /// On a memory read or a check: not reused (rare: such a walk is already wrong).
+    Other,
+}
+
+/// A walk's steps, kept so that the next capture can take over its upper part.
+///
+/// Why this is exact: a walk is a function of the registers at a frame and of the stack words
+/// it reads from there on. If the new walk reaches a frame with the same pc and sp as step
+/// `j` of the last one (and the same rbp, when a later step depends on it), and every word
+/// the last walk read from step `j` on — each return address, each saved rbp — still holds
+/// the same value, the new walk would repeat the old one step for step. Those reads have
+/// known addresses, so checking them is a run of independent loads instead of the chain of
+/// dependent ones (address → rule → next address) a walk is. Steps framehop unwound read
+/// unknown words and are never taken over. A saved rbp is compared only where its value is
+/// used later (`BP_NEEDED` on the step it restores rbp for); elsewhere only its readability
+/// is checked, because a value never read cannot change what the walk computes — and code
+/// built without frame pointers saves rbp as an ordinary register whose value changes
+/// between calls (churn's `run` keeps its checksum there), which would fail every take-over
+/// from below that frame.
+///
+/// Frames: only steps from `first` on were recorded; a take-over at a step before it (the
+/// tracer's own frames) writes none of the ones before. (It used to write them: a capture
+/// taken over at the hook's frame from the same call site began with the tracer's frames.)
+///
+/// What it buys: a program allocating and freeing in the same function, or in a loop, has
+/// the same callers above it at each call; in churn each free's stack shares all but its
+/// first frame with the allocation just before.
+pub(super) struct Trail {
+    pub(super) steps: ArenaBox<[Step; MAX_STEPS]>,
+    pub(super) len: usize,
+    pub(super) ending: Ending,
+    /// The first step recorded as a frame: the steps before it are the tracer's own.
+    pub(super) first: usize,
+}
+
+/// A whole walk, to take over: its steps, how it ended, its first recorded step.
+#[derive(Clone, Copy)]
+pub(super) struct View<'a> {
+    pub(super) steps: &'a [Step],
+    pub(super) ending: Ending,
+    pub(super) first: usize,
+}
+
+impl Trail {
+    /// An empty trail, its steps in the arena; `None` when no memory is left.
+    pub(super) fn new() -> Option<Trail> {
+        // SAFETY: a step is integers only; zero is `Step::default()`.
+        let steps = unsafe { zeroed_box() }?;
+        Some(Trail {
+            steps,
+            len: 0,
+            ending: Ending::Other,
+            first: 0,
+        })
+    }
+
+    /// Ends a walk of `len` steps: marks, from step `fresh` backwards, the steps whose
+    /// continuation reads their entry rbp (steps from `fresh` on are marked already).
+    pub(super) fn finish(&mut self, len: usize, fresh: usize, ending: Ending) {
+        self.len = len;
+        self.ending = ending;
+        let mut needed = self.steps[..len]
+            .get(fresh)
+            .is_some_and(|s| s.flags & BP_NEEDED != 0);
+        for s in self.steps[..fresh.min(len)].iter_mut().rev() {
+            needed = s.flags & USES_BP != 0 || (s.flags & RESTORES_BP == 0 && needed);
+            if needed {
+                s.flags |= BP_NEEDED;
+            }
+        }
+    }
+}
+
+/// Completes the walk now at step `j` of `last`, with registers `bp`, `i` steps in `next`
+/// and `n` frames in `out`, from `last` if the stack still holds what it read. Copies the
+/// steps taken over into `next`, which is then a whole walk: `Ok(true)` says so, and
+/// `Ok(false)` that `out` could not hold them all (then `next` is not a walk).
+///
+/// `Err(k)`: walk on, and try no step of `last` below `k` again. A word that no longer holds
+/// what the old walk read between steps `m` and `m + 1` fails every take-over at a step up to
+/// `m` the same way (same address, same value), so a failed attempt is not repeated one frame
+/// further up: the checks of one capture cost at most one pass over the old walk.
+///
+/// `WRITE`: write the frames (not when the caller knows their stack id already).
+#[inline(never)]
+pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
+    View {
+        steps: last,
+        ending,
+        first,
+    }: View,
+    next: &mut [Step],
+    (i, j): (usize, usize),
+    stack: Stack,
+    bp: u64,
+    out: &mut [u64],
+    n: usize,
+) -> Result<(Walk, bool), usize> {
+    let tail = &last[j..];
+    let s = tail[0];
+    if (s.flags & BP_NEEDED != 0 && s.bp != bp) || (s.flags & AFTER_OWN != 0) != (n > 0) {
+        return Err(j + 1);
+    }
+    let (outside, recorded) = match ending {
+        Ending::Fixed { outside, recorded } => (outside, recorded),
+        // The old walk stopped for want of room: reuse it only if this one has no more.
+        Ending::Full => (false, true),
+        Ending::Other => return Err(last.len()),
+    };
+    // The frames it recorded from step j on: not the tracer's own leading steps.
+    let skip = first.saturating_sub(j).min(tail.len());
+    let count = recorded_from(tail.len(), skip, recorded);
+    if (ending == Ending::Full && n + count < out.len()) || (COPY && i + tail.len() > next.len()) {
+        return Err(j + 1);
+    }
+    // One pass: check every word the old walk read from step j on, copy the steps (unless
+    // the old walk is kept as it is), write the frames. On a mismatch the copies are garbage
+    // the walk overwrites.
+    let copy = if COPY {
+        &mut next[i..i + tail.len()]
+    } else {
+        &mut []
+    };
+    for (k, w) in tail.windows(2).enumerate() {
+        let (from, to) = (w[0], w[1]);
+        let mut same = from.flags & OPAQUE == 0 && stack.read(to.sp.wrapping_sub(8)) == Some(to.pc);
+        if same && from.flags & RESTORES_BP != 0 {
+            // The saved rbp matters only if a step from `to` on reads rbp before restoring
+            // it again (`BP_NEEDED`); otherwise its value changes nothing the walk computes,
+            // and only its readability (which ends a walk when lost) is checked.
+            let at = to.sp.wrapping_add(from.bp_offset as i64 as u64);
+            let v = stack.read(at);
+            same = v.is_some() && (to.flags & BP_NEEDED == 0 || v == Some(to.bp));
+        }
+        if !same {
+            return Err(j + k + 1);
+        }
+        if COPY {
+            copy[k] = from;
+        }
+    }
+    let take = count.min(out.len() - n);
+    if COPY {
+        copy[tail.len() - 1] = tail[tail.len() - 1];
+    }
+    if WRITE {
+        for (o, s) in out[n..n + take].iter_mut().zip(&tail[skip..]) {
+            *o = s.pc;
+        }
+    }
+    let walk = Walk {
+        frames: n + take,
+        // A walk that fills the buffer stops before looking past its last frame.
+        outside: outside && take == count && n + take < out.len(),
+        id: 0,
+    };
+    Ok((walk, take == count))
+}
+
+/// Frames a walk records over `len` steps after skipping the first `skip` (the tracer's own):
+/// one per step but the last, which counts only if the walk `recorded` it.
+pub(super) fn recorded_from(len: usize, skip: usize, recorded: bool) -> usize {
+    (len - 1 + usize::from(recorded)).saturating_sub(skip)
+}

@@ -1,0 +1,62 @@
+//! A small output buffer written straight to a file descriptor with `write(2)`: the tracer's
+//! one way to print. Not stdio, whose lock a thread stopped by gdb may hold; formatting into it
+//! never allocates.
+
+use core::fmt::{self, Write};
+
+/// A small output buffer written to a file descriptor with `write(2)`, flushed when full and on
+/// drop. Formatting into it never allocates.
+pub struct Out {
+    fd: i32,
+    len: usize,
+    buf: [u8; 2048],
+}
+
+impl Out {
+    /// A buffer for standard error.
+    pub fn stderr() -> Self {
+        Out {
+            fd: 2,
+            len: 0,
+            buf: [0; 2048],
+        }
+    }
+
+    fn flush(&mut self) {
+        let mut done = 0;
+        while done < self.len {
+            // SAFETY: writes initialised bytes of our own buffer.
+            let n =
+                unsafe { libc::write(self.fd, self.buf[done..].as_ptr().cast(), self.len - done) };
+            if n <= 0 {
+                if n < 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                {
+                    continue;
+                }
+                break;
+            }
+            done += n as usize;
+        }
+        self.len = 0;
+    }
+}
+
+impl Write for Out {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for chunk in s.as_bytes().chunks(self.buf.len()) {
+            if self.len + chunk.len() > self.buf.len() {
+                self.flush();
+            }
+            self.buf[self.len..self.len + chunk.len()].copy_from_slice(chunk);
+            self.len += chunk.len();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}

@@ -1,0 +1,184 @@
+//! The tracer's life cycle: lazy initialisation, threads arriving and leaving, `fork`, and the
+//! statistics line at exit.
+//!
+//! Lifecycle: `UNINIT` → (first hooked call, or the library's ELF constructor, whichever comes
+//! first) `INITIALISING` → `READY`. Calls that arrive while another thread initialises are
+//! served untracked rather than made to wait; in practice the first call comes before any
+//! thread.
+
+use crate::capture::{self, modules};
+use crate::guard::Guard;
+use crate::out::Out;
+use crate::state::{self, ThreadState};
+use crate::store::header::header;
+use crate::store::{freed, quarantine, stacks, table, threads};
+use crate::{arena, config};
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED};
+
+const UNINIT: u8 = 0;
+const INITIALISING: u8 = 1;
+const READY: u8 = 2;
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+/// pthread key whose destructor tells us a thread exits (value: its thread index).
+static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+/// Frees seen, for statistics (`MEM_TRACE_STATS=1` only).
+pub(super) static FREES: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the tracer is ready to record; initialises it on first call.
+#[inline(always)]
+pub fn ready() -> bool {
+    STATE.load(Ordering::Acquire) == READY || init()
+}
+
+/// Whether the tracer is ready, without initialising it (the free path: a block freed before
+/// initialisation was never recorded).
+#[inline(always)]
+pub(super) fn is_ready() -> bool {
+    STATE.load(Ordering::Acquire) == READY
+}
+
+#[cold]
+#[inline(never)]
+fn init() -> bool {
+    if STATE
+        .compare_exchange(UNINIT, INITIALISING, Ordering::Acquire, Ordering::Acquire)
+        .is_err()
+    {
+        return STATE.load(Ordering::Acquire) == READY;
+    }
+    let c = config::load();
+    freed::configure(c.freed, c.free_stacks);
+    freed::HISTORY
+        .quarantine_limit
+        .store(c.quarantine, Ordering::Relaxed);
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: creates a key with a destructor that only touches our own state.
+    if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0 {
+        EXIT_KEY.store(key, Ordering::Relaxed);
+    }
+    let mut flags = FLAG_INITIALISED;
+    if c.free_stacks {
+        flags |= FLAG_FREE_STACKS;
+    }
+    header().flags.fetch_or(flags, Ordering::Relaxed);
+    STATE.store(READY, Ordering::Release);
+    true
+}
+
+/// The calling thread's index in the thread table, registering it on first use.
+#[inline(always)]
+pub(super) fn thread_index(state: &ThreadState) -> u32 {
+    match state.thread.index.get() {
+        0 => register_thread(state),
+        i => i,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn register_thread(state: &ThreadState) -> u32 {
+    let index = threads::register_current();
+    state.thread.index.set(index);
+    let bounds = &state.capture.bounds;
+    if !bounds.known() {
+        // SAFETY: getpid and gettid have no preconditions.
+        if unsafe { libc::gettid() == libc::getpid() } {
+            bounds.set_main();
+        } else {
+            // A thread not started through the library's pthread_create (which sets bounds
+            // first).
+            bounds.set_from_pthread();
+        }
+    }
+    let key = EXIT_KEY.load(Ordering::Relaxed);
+    if key != u32::MAX && index != 0 {
+        // SAFETY: a key we created; the value is an integer, never dereferenced.
+        unsafe { libc::pthread_setspecific(key, index as usize as *const c_void) };
+    }
+    index
+}
+
+unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
+    let state = state::current();
+    capture::drop_cache(&state.capture);
+    quarantine::thread_exiting(&state.quarantine);
+    threads::mark_exited(value as usize as u32);
+}
+
+/// Thread start-up work done outside any hook: the stack bounds the unwinder reads within.
+/// Called first thing on a thread the program creates.
+pub fn thread_started() {
+    let state = state::current();
+    if let Some(_g) = Guard::enter() {
+        state.capture.bounds.set_from_pthread();
+    }
+}
+
+extern "C" fn fork_prepare() {
+    // Lock order: everything a hook may hold, in the order hooks take them. The module-set
+    // build lock comes first: a rebuild allocates from the arena and calls dl_iterate_phdr,
+    // so it must not straddle a fork either.
+    modules::fork_lock(true);
+    quarantine::lock();
+    stacks::lock_all();
+    table::lock_all();
+    arena::lock_all();
+}
+
+extern "C" fn fork_parent() {
+    unlock_after_fork(None);
+}
+
+fn unlock_after_fork(child: Option<&ThreadState>) {
+    arena::unlock_all();
+    table::unlock_all();
+    stacks::unlock_all();
+    quarantine::unlock(child.map(|s| &s.quarantine));
+    modules::fork_lock(false);
+}
+
+extern "C" fn fork_child() {
+    let state = state::current();
+    unlock_after_fork(Some(state));
+    // The child's only thread is a new kernel thread: give it its own record on next use.
+    state.thread.index.set(0);
+}
+
+/// For the library's ELF constructor: initialise before `main` even if nothing allocated yet,
+/// and register the fork handlers here rather than from inside a hook (pthread_atfork takes a
+/// glibc lock that the first `malloc` may be called under).
+pub fn on_load() {
+    ready();
+    // SAFETY: handlers are plain functions of this library, which is never unloaded.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+}
+
+/// For the library's ELF destructor: the statistics line, when asked for.
+pub fn on_unload() {
+    if !config::STATS.load(Ordering::Relaxed) {
+        return;
+    }
+    let (live, _) = table::totals();
+    let h = header();
+    // Every allocation and every free takes a sequence number.
+    let events = h.next_seq.load(Ordering::Relaxed) - 1;
+    let frees = FREES.load(Ordering::Relaxed);
+    let mut out = Out::stderr();
+    let _ = core::fmt::write(
+        &mut out,
+        format_args!(
+            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} stacks={} allocs={} frees={} untracked={}\n",
+            live,
+            table::peak_live(),
+            arena::MAPPED.load(Ordering::Relaxed),
+            arena::PEAK_MAPPED.load(Ordering::Relaxed),
+            table::slot_bytes(),
+            stacks::count(),
+            events - frees,
+            frees,
+            h.untracked.load(Ordering::Relaxed),
+        ),
+    );
+}

@@ -1,0 +1,206 @@
+//! What a hook does around the real allocator: capture, intern, publish on allocation; forget,
+//! remember and quarantine on free. The caller (the preload library's hooks) enters the
+//! reentrancy guard and calls the real allocator; this module never does either.
+//!
+//! Order matters: a block is recorded after the real allocation returns, and forgotten before
+//! the real free. Once freed, another thread may get the same address from `malloc` and record
+//! it, and forgetting afterwards would erase that new block.
+
+mod invalid;
+mod lifecycle;
+
+pub use lifecycle::{on_load, on_unload, ready, thread_started};
+
+use crate::capture;
+use crate::config;
+use crate::guard::Guard;
+use crate::real::RealAlloc;
+use crate::report::Op;
+use crate::state::ThreadState;
+use crate::store::freed::{self, Freed};
+use crate::store::header::header;
+use crate::store::{quarantine, stacks, table};
+use core::ffi::c_void;
+use core::sync::atomic::Ordering;
+use invalid::unknown_pointer;
+use lifecycle::{is_ready, thread_index, FREES};
+use mem_trace_format::Block;
+
+/// What the free hook must do with a pointer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Hand it to the real allocator now.
+    Release,
+    /// Kept in quarantine; the real allocator gets it later.
+    Held,
+    /// A double or invalid free, reported; the real allocator must never see it (glibc would
+    /// abort).
+    Reject,
+}
+
+/// Records a block the real allocator just returned.
+#[inline(always)]
+pub fn allocated(g: &Guard, p: *mut c_void, size: usize) {
+    if !p.is_null() && ready() {
+        record(g.state(), p as u64, size as u64);
+    }
+}
+
+/// Captures and interns the calling thread's stack (0 when capture is off or failed).
+#[inline(always)]
+fn stack_here(state: &ThreadState) -> u32 {
+    if !config::UNWIND.load(Ordering::Relaxed) {
+        return 0;
+    }
+    // A thread's first call registers it, which sets the stack bounds the capture reads in.
+    thread_index(state);
+    let local = &state.capture;
+    // SAFETY: the thread's frame buffer is used only here, and this never nests: it runs
+    // inside a hook holding the guard, and nothing it calls allocates through a hook.
+    let buf = unsafe { &mut *local.frames.get() };
+    let max = config::FRAMES
+        .load(Ordering::Relaxed)
+        .min(config::MAX_FRAMES);
+    let c = capture::capture_interned(local, &mut buf[..max]);
+    if c.id != 0 {
+        return c.id;
+    }
+    let id = stacks::intern_cached(&state.stacks, &buf[..c.frames]);
+    capture::remember_id(local, id, max);
+    id
+}
+
+fn record(state: &ThreadState, addr: u64, size: u64) {
+    // The table line loads while the stack is walked.
+    table::prefetch(addr, size);
+    let stack = stack_here(state);
+    record_with(state, addr, size, stack);
+}
+
+fn record_with(state: &ThreadState, addr: u64, size: u64, stack: u32) {
+    let thread = thread_index(state);
+    let seq = header().next_seq.fetch_add(1, Ordering::Relaxed);
+    insert(Block {
+        addr,
+        size,
+        thread,
+        seq,
+        stack,
+    });
+}
+
+/// Publishes a block in the table, counting it in the header when no memory is left for it.
+fn insert(block: Block) {
+    if !table::insert(block) {
+        header().untracked.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Forgets a block that is about to be freed or moved, returning what was recorded. Called
+/// *before* the real `free`/`realloc` (see the module documentation).
+#[inline(always)]
+pub fn take(_g: &Guard, p: *mut c_void) -> Option<Block> {
+    if p.is_null() || !is_ready() {
+        return None;
+    }
+    table::remove(p as u64)
+}
+
+/// The whole of `free` but handing the block itself to the real allocator: forget the block,
+/// remember who freed it, and say whether the real allocator gets it now, later (quarantine),
+/// or never (a double or invalid free). Blocks the quarantine lets go meanwhile go back
+/// through `real`.
+pub fn free<R: RealAlloc>(g: &Guard, p: *mut c_void, real: &R) -> Disposition {
+    if !is_ready() {
+        return Disposition::Release;
+    }
+    let state = g.state();
+    // The stack first, so that the table line (prefetched here) loads meanwhile; on a double
+    // or invalid free, rare, it is captured for nothing.
+    table::prefetch(p as u64, 0);
+    let free_stack = free_stack_here(state);
+    let Some(block) = take(g, p) else {
+        return match unknown_pointer(state, p as u64, Op::Free) {
+            true => Disposition::Release,
+            false => Disposition::Reject,
+        };
+    };
+    remember_free(state, block, free_stack, false);
+    let mut released = quarantine::released();
+    if !quarantine::hold(&state.quarantine, block.addr, block.size, &mut released) {
+        return Disposition::Release;
+    }
+    for &a in released.addrs() {
+        // SAFETY: a block the program freed and that we held back; nobody else owns it.
+        unsafe { real.free(a as *mut c_void) };
+    }
+    Disposition::Held
+}
+
+/// A block of `size` bytes the quarantine recycles, or null (see `quarantine::reuse`).
+#[inline(always)]
+pub fn reuse(g: &Guard, size: usize) -> *mut c_void {
+    quarantine::reuse(&g.state().quarantine, size)
+}
+
+/// Notes that `realloc(p, 0)` freed `block`.
+pub fn freed_by_realloc(g: &Guard, block: Block) {
+    let state = g.state();
+    remember_free(state, block, free_stack_here(state), true);
+}
+
+/// Notes that `realloc` moved `old` to `q`, now `size` bytes: one capture serves as the old
+/// block's free stack and the new block's allocation stack (same call).
+/// (`old` was a recorded block, so the tracer is ready.)
+pub fn moved(g: &Guard, old: Block, q: *mut c_void, size: usize) {
+    let state = g.state();
+    table::prefetch(q as u64, size as u64);
+    let stack = stack_here(state);
+    let free_stack = if config::FREE_STACKS.load(Ordering::Relaxed) {
+        stack
+    } else {
+        0
+    };
+    remember_free(state, old, free_stack, true);
+    record_with(state, q as u64, size as u64, stack);
+}
+
+/// The stack to remember a free by (0 when free stacks are off).
+#[inline(always)]
+fn free_stack_here(state: &ThreadState) -> u32 {
+    if config::FREE_STACKS.load(Ordering::Relaxed) {
+        stack_here(state)
+    } else {
+        0
+    }
+}
+
+fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc: bool) {
+    // A shared counter costs a cache-line transfer per free between threads: count only
+    // when the statistics line was asked for.
+    if config::STATS.load(Ordering::Relaxed) {
+        FREES.fetch_add(1, Ordering::Relaxed);
+    }
+    let free_thread = thread_index(state);
+    freed::push(
+        &state.history,
+        &Freed {
+            block,
+            free_seq: header().next_seq.fetch_add(1, Ordering::Relaxed),
+            free_stack,
+            free_thread,
+            by_realloc,
+        },
+    );
+}
+
+/// Whether `realloc` may pass `p` to the real allocator (see `invalid::unknown_pointer`); `p`
+/// is not a live block.
+pub fn realloc_unknown(g: &Guard, p: *mut c_void) -> bool {
+    !is_ready() || unknown_pointer(g.state(), p as u64, Op::Realloc)
+}
+
+/// Puts back a block that `realloc` failed to move (the old block is still valid).
+pub fn restore(block: Block) {
+    insert(block);
+}

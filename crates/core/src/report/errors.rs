@@ -1,0 +1,160 @@
+//! Reports of double and invalid frees, in the shape ASan users know: one line saying what
+//! happened, then this free's stack, then the block's free and allocation stacks where known.
+//! Written straight to stderr with `write(2)`. By default the program goes on (the bad free is
+//! kept from glibc, which would abort); `MEM_TRACE_ON_ERROR=abort` aborts right after the
+//! report, so a core is written at the faulty free.
+
+use super::frames::write_stack;
+use crate::out::Out;
+use crate::state::ThreadState;
+use crate::store::freed::{Freed, HISTORY};
+use crate::store::stacks;
+use crate::{capture, config};
+use core::fmt::Write;
+use core::sync::atomic::Ordering;
+use mem_trace_format::Block;
+
+/// The operation that met a pointer it cannot take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `free`.
+    Free,
+    /// `realloc`.
+    Realloc,
+}
+
+/// Why a pointer cannot be freed.
+#[derive(Clone, Copy, Debug)]
+pub enum Why {
+    /// Inside a live block, not at its start.
+    Inside(Block),
+    /// On the calling thread's stack.
+    Stack,
+    /// In a loaded module's code.
+    Code,
+    /// Not 16-byte aligned, as every block from glibc's `malloc` is.
+    Misaligned,
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Free => "free",
+        Op::Realloc => "realloc",
+    }
+}
+
+fn this_call(out: &mut Out, state: &ThreadState, op: Op) {
+    let mut buf = [0u64; config::MAX_FRAMES];
+    let n = capture::capture(&state.capture, &mut buf);
+    let _ = writeln!(
+        out,
+        "mem-trace: this {} (thread {}):",
+        op_name(op),
+        state.thread.index.get()
+    );
+    let _ = write_stack(out, &buf[..n]);
+}
+
+fn recorded_stack(out: &mut Out, id: u32) {
+    let _ = write_stack(out, stacks::frames(id).unwrap_or(&[]));
+}
+
+fn finish(out: Out) {
+    HISTORY.errors.fetch_add(1, Ordering::Relaxed);
+    drop(out);
+    if config::ABORT_ON_ERROR.load(Ordering::Relaxed) {
+        let mut out = Out::stderr();
+        let _ = writeln!(out, "mem-trace: aborting (MEM_TRACE_ON_ERROR=abort)");
+        drop(out);
+        // SAFETY: abort has no preconditions; it is what the user asked for.
+        unsafe { libc::abort() };
+    }
+}
+
+/// A block freed twice (or handed to `realloc` after being freed).
+pub fn double_free(state: &ThreadState, addr: u64, previous: Option<Freed>, op: Op) {
+    let mut out = Out::stderr();
+    let what = match op {
+        Op::Free => "double free",
+        Op::Realloc => "realloc of a freed block",
+    };
+    match previous {
+        Some(f) => {
+            let b = f.block;
+            let _ = writeln!(
+                out,
+                "mem-trace: {what} of {addr:#x}: a {}-byte block [{:#x}, {:#x}) already freed{} by thread {} (#{})",
+                b.size,
+                b.addr,
+                b.addr + b.size,
+                if f.by_realloc { " (by realloc)" } else { "" },
+                f.free_thread,
+                f.free_seq
+            );
+            this_call(&mut out, state, op);
+            let _ = writeln!(
+                out,
+                "mem-trace: freed by thread {} (#{}) here:",
+                f.free_thread, f.free_seq
+            );
+            if f.free_stack == 0 {
+                let _ = writeln!(out, "   (no free stack recorded: MEM_TRACE_FREE_STACKS=0?)");
+            } else {
+                recorded_stack(&mut out, f.free_stack);
+            }
+            let _ = writeln!(
+                out,
+                "mem-trace: previously allocated by thread {} (#{}) here:",
+                b.thread, b.seq
+            );
+            recorded_stack(&mut out, b.stack);
+        }
+        None => {
+            let why = if HISTORY.capacity.load(Ordering::Relaxed) == 0 {
+                "MEM_TRACE_FREED=0 keeps no history"
+            } else {
+                "its history record was overwritten"
+            };
+            let _ = writeln!(
+                out,
+                "mem-trace: {what} of {addr:#x}: the block is already freed (held in quarantine; {why})"
+            );
+            this_call(&mut out, state, op);
+        }
+    }
+    finish(out);
+}
+
+/// A pointer that no allocation returned.
+pub fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
+    let mut out = Out::stderr();
+    let name = op_name(op);
+    let _ = match why {
+        Why::Inside(b) => writeln!(
+            out,
+            "mem-trace: invalid {name} of {addr:#x}: it is {} bytes inside a {}-byte block [{:#x}, {:#x}) allocated by thread {} (#{}), not its start",
+            addr - b.addr,
+            b.size,
+            b.addr,
+            b.addr + b.size,
+            b.thread,
+            b.seq
+        ),
+        Why::Stack => writeln!(out, "mem-trace: invalid {name} of {addr:#x}: it points into this thread's stack"),
+        Why::Code => writeln!(out, "mem-trace: invalid {name} of {addr:#x}: it points into loaded code"),
+        Why::Misaligned => writeln!(
+            out,
+            "mem-trace: invalid {name} of {addr:#x}: no block from malloc starts there (misaligned)"
+        ),
+    };
+    this_call(&mut out, state, op);
+    if let Why::Inside(b) = why {
+        let _ = writeln!(
+            out,
+            "mem-trace: the block was allocated by thread {} (#{}) here:",
+            b.thread, b.seq
+        );
+        recorded_stack(&mut out, b.stack);
+    }
+    finish(out);
+}

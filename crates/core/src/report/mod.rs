@@ -1,0 +1,7 @@
+//! What the tracer prints by itself: reports of double and invalid frees ([`errors`]), and the
+//! symbolized stacks they and `print_trace` show ([`frames`]).
+
+mod errors;
+pub mod frames;
+
+pub use errors::{double_free, invalid_free, Op, Why};

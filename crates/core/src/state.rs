@@ -1,0 +1,51 @@
+//! What the tracer keeps per thread, assembled from the part each module owns.
+//!
+//! The state is a `const`-initialised thread-local without a destructor: accessing it never
+//! allocates and never registers a TLS destructor (which would call `calloc` through
+//! `__cxa_thread_atexit_impl`), so it is usable from the first `malloc` of a thread to its
+//! last one, even while the thread is being torn down.
+
+use crate::capture;
+use crate::store::{freed, quarantine, stacks, threads};
+use core::cell::Cell;
+
+/// The per-thread state: one field per module that keeps something per thread.
+pub struct ThreadState {
+    /// Whether the thread is inside the tracer (see `guard`).
+    pub(crate) busy: Cell<bool>,
+    /// The thread's index in the thread table.
+    pub thread: threads::Local,
+    /// Stack bounds, unwinder state and the frame buffer.
+    pub capture: capture::Local,
+    /// Recently interned stacks.
+    pub stacks: stacks::Local,
+    /// Records of the freed-block history this thread has claimed.
+    pub history: freed::Claim,
+    /// This thread's quarantine.
+    pub quarantine: quarantine::Local,
+}
+
+impl ThreadState {
+    const fn new() -> Self {
+        Self {
+            busy: Cell::new(false),
+            thread: threads::Local::new(),
+            capture: capture::Local::new(),
+            stacks: stacks::Local::new(),
+            history: freed::Claim::new(),
+            quarantine: quarantine::Local::new(),
+        }
+    }
+}
+
+thread_local! {
+    static STATE: ThreadState = const { ThreadState::new() };
+}
+
+/// The current thread's state. The reference stays valid for the thread's whole life: the
+/// thread-local has no destructor, so its storage lives as long as the thread.
+#[inline(always)]
+pub fn current() -> &'static ThreadState {
+    // SAFETY: see above; the reference never leaves this thread because ThreadState is !Sync.
+    STATE.with(|s| unsafe { &*(s as *const ThreadState) })
+}

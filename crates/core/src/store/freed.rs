@@ -1,0 +1,224 @@
+//! The freed-block history: one ring of the newest frees, shared by all threads and exported
+//! through `MEM_TRACE_HEADER.freed` (docs/LAYOUT.md "Freed-block history").
+//!
+//! A record keeps what the live table knew about the block (size, allocating thread, stack and
+//! sequence number) plus who freed it and when, so a dangling pointer can be explained after
+//! the fact, live or from a core. One ring rather than one per shard: a single-threaded program
+//! whose heap sits in a few regions would otherwise get only a few shards' worth of history.
+//! A thread claims records [`CLAIM`] at a time with one `fetch_add` (see [`Claim`]) and
+//! publishes each like a table slot (`addr` cleared first, stored last). So the ring's order is
+//! only roughly the order of the frees: readers order records by their sequence numbers. Two
+//! writers can only meet on one record if one of them stalls for half a lap of the ring
+//! (`capacity` frees, 65536 by default) in the middle of its four stores; the reader then sees a
+//! mixed record. We accept that rather than lock.
+
+use crate::arena;
+use core::alloc::Layout;
+use core::cell::Cell;
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use mem_trace_format::Block;
+pub use mem_trace_format::Freed;
+use mem_trace_format::{
+    pack_seq_id, unpack_seq_id, FreedHistory, FreedRecord, FREED_BY_REALLOC as BY_REALLOC,
+    FREED_FLAG_FREE_STACKS as FLAG_FREE_STACKS,
+};
+
+/// The one history.
+pub static HISTORY: FreedHistory = FreedHistory {
+    record_size: core::mem::size_of::<FreedRecord>() as u32,
+    flags: AtomicU32::new(0),
+    capacity: AtomicU64::new(0),
+    records: AtomicPtr::new(core::ptr::null_mut()),
+    written: AtomicU64::new(0),
+    quarantine_limit: AtomicU64::new(0),
+    quarantined_bytes: AtomicU64::new(0),
+    errors: AtomicU64::new(0),
+    reserved: 0,
+};
+
+/// Sets the ring's size (called once, at initialisation, before any free is recorded).
+pub fn configure(capacity: u64, free_stacks: bool) {
+    HISTORY.capacity.store(capacity, Ordering::Relaxed);
+    HISTORY.flags.store(
+        if free_stacks { FLAG_FREE_STACKS } else { 0 },
+        Ordering::Relaxed,
+    );
+}
+
+fn ring() -> Option<(*mut FreedRecord, u64)> {
+    let cap = HISTORY.capacity.load(Ordering::Relaxed);
+    if cap == 0 {
+        return None;
+    }
+    let p = HISTORY.records.load(Ordering::Acquire);
+    if !p.is_null() {
+        return Some((p, cap));
+    }
+    allocate(cap)
+}
+
+#[cold]
+#[inline(never)]
+fn allocate(cap: u64) -> Option<(*mut FreedRecord, u64)> {
+    let layout = Layout::array::<FreedRecord>(cap as usize).ok()?;
+    // Zeroed records are empty; a published ring is never freed.
+    let fresh = arena::allocate_zeroed(layout) as *mut FreedRecord;
+    if fresh.is_null() {
+        HISTORY.capacity.store(0, Ordering::Relaxed);
+        return None;
+    }
+    match HISTORY.records.compare_exchange(
+        core::ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => Some((fresh, cap)),
+        Err(existing) => {
+            // SAFETY: ours, from the arena with this layout, never published.
+            unsafe { arena::release(fresh.cast(), layout) };
+            Some((existing, cap))
+        }
+    }
+}
+
+/// Records a thread claims at once. One shared `fetch_add` per free, and neighbouring records
+/// written by different threads, made the history most of what a second thread cost on churn.
+pub const CLAIM: u64 = 8;
+
+/// A thread's claimed, still unwritten records of the ring: `[next, end)`.
+pub struct Claim {
+    next: Cell<u64>,
+    end: Cell<u64>,
+}
+
+impl Claim {
+    /// No records claimed.
+    pub const fn new() -> Self {
+        Claim {
+            next: Cell::new(0),
+            end: Cell::new(0),
+        }
+    }
+
+    /// The ring index of the next record this thread writes.
+    #[inline(always)]
+    fn take(&self, cap: u64) -> u64 {
+        let mut k = self.next.get();
+        // Records claimed long ago lie where other threads have written since: a thread that
+        // frees rarely claims afresh rather than overwrite newer records.
+        if k == self.end.get() || HISTORY.written.load(Ordering::Relaxed).wrapping_sub(k) > cap / 2
+        {
+            // A small ring (`MEM_TRACE_FREED`) is shared out in smaller runs.
+            let n = CLAIM.min(cap / 16).max(1);
+            k = HISTORY.written.fetch_add(n, Ordering::Relaxed);
+            self.end.set(k + n);
+        }
+        self.next.set(k + 1);
+        k
+    }
+}
+
+impl Default for Claim {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Remembers a free, in one of the records `claim` (the calling thread's) holds.
+pub fn push(claim: &Claim, f: &Freed) {
+    let Some((ring, cap)) = ring() else {
+        return;
+    };
+    let k = claim.take(cap);
+    // SAFETY: the index is reduced modulo the ring's capacity.
+    let r = unsafe { &*ring.add((k % cap) as usize) };
+    r.addr.store(0, Ordering::Relaxed);
+    // The same encoding as a table slot.
+    let (size_thread, seq_stack) = f.block.pack();
+    r.size_thread.store(size_thread, Ordering::Relaxed);
+    r.seq_stack.store(seq_stack, Ordering::Relaxed);
+    r.free_seq_stack
+        .store(pack_seq_id(f.free_seq, f.free_stack), Ordering::Relaxed);
+    r.free_thread.store(f.free_thread, Ordering::Relaxed);
+    r.flags
+        .store(if f.by_realloc { BY_REALLOC } else { 0 }, Ordering::Relaxed);
+    r.addr.store(f.block.addr, Ordering::Release);
+}
+
+/// The newest remembered free of a block starting exactly at `addr` (for double-free reports):
+/// the one with the highest sequence number, since threads write the ring in claimed runs.
+/// Scans the whole ring: only called on the rare frees of unknown pointers.
+pub fn newest_at(addr: u64) -> Option<Freed> {
+    let cap = HISTORY.capacity.load(Ordering::Relaxed);
+    let ring = HISTORY.records.load(Ordering::Acquire);
+    if cap == 0 || ring.is_null() {
+        return None;
+    }
+    let written = HISTORY.written.load(Ordering::Acquire);
+    let n = written.min(cap);
+    (0..n)
+        .filter_map(|back| {
+            let k = written - 1 - back;
+            // SAFETY: index reduced modulo capacity; records are never freed.
+            let r = unsafe { &*ring.add((k % cap) as usize) };
+            if r.addr.load(Ordering::Acquire) != addr {
+                return None;
+            }
+            let (free_seq, free_stack) = unpack_seq_id(r.free_seq_stack.load(Ordering::Relaxed));
+            Some(Freed {
+                block: Block::unpack(
+                    addr,
+                    r.size_thread.load(Ordering::Relaxed),
+                    r.seq_stack.load(Ordering::Relaxed),
+                ),
+                free_seq,
+                free_stack,
+                free_thread: r.free_thread.load(Ordering::Relaxed),
+                by_realloc: r.flags.load(Ordering::Relaxed) & BY_REALLOC != 0,
+            })
+        })
+        .max_by_key(|f| f.free_seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_newest_first() {
+        configure(8, true);
+        let mk = |addr, seq| Freed {
+            block: Block {
+                addr,
+                size: 48,
+                thread: 2,
+                seq,
+                stack: 9,
+            },
+            free_seq: seq + 100,
+            free_stack: 11,
+            free_thread: 3,
+            by_realloc: false,
+        };
+        let claim = Claim::new();
+        push(&claim, &mk(0x1000, 1));
+        push(&claim, &mk(0x2000, 2));
+        push(&claim, &mk(0x1000, 3));
+        assert_eq!(newest_at(0x1000), Some(mk(0x1000, 3)));
+        assert_eq!(newest_at(0x2000), Some(mk(0x2000, 2)));
+        // Wrap the ring: the oldest records are overwritten.
+        for i in 0..8 {
+            push(&claim, &mk(0x9000 + i * 16, 10 + i));
+        }
+        assert_eq!(newest_at(0x2000), None);
+        // Two threads' claims: each writes its own run of records, so ring order is not free
+        // order; the newest free of an address is still the one with the highest number.
+        // (Here: a later record with a lower number, as a run claimed earlier gives.)
+        let (a, b) = (Claim::new(), Claim::new());
+        push(&a, &mk(0x5000, 20));
+        push(&b, &mk(0x5000, 23));
+        push(&a, &mk(0x5000, 22));
+        assert_eq!(newest_at(0x5000), Some(mk(0x5000, 23)));
+    }
+}

@@ -1,0 +1,614 @@
+//! The quarantine: freed blocks held back from glibc, oldest released first, up to
+//! `MEM_TRACE_QUARANTINE` bytes, so that a dangling pointer keeps pointing into the block it
+//! came from instead of into whatever `malloc` hands out next. It also makes double frees
+//! certain: a block still held here cannot belong to anyone else.
+//!
+//! One FIFO per thread, holding what that thread freed, with an equal share of the limit (at
+//! least [`MIN_SHARE`]). A single FIFO for the process made one thread hand glibc the blocks
+//! another had freed, into the other's arena: glibc's arena lock then bounced between threads
+//! (`futex` wake-ups were 7% of churn with two threads). A thread's FIFO outlives it: at exit
+//! it is orphaned with its blocks still held, and the next thread that frees adopts it, so
+//! blocks of an exited thread stay protected until another thread's frees push them out.
+//!
+//! A block pushed out of the FIFO has waited its turn; glibc would hand it to the next
+//! `malloc` of its size anyway. Small ones go to a per-thread recycling list for their glibc
+//! size class instead, and [`reuse`] serves `malloc` and `calloc` of that class from it without
+//! calling glibc. Handing every block back to glibc late and cold had cost python3 a quarter
+//! of its run in glibc's bins (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`): its thread
+//! cache never saw a block again. The lists together hold at most the thread's share; past it, a
+//! clock hand over the classes gives glibc the oldest block of a class that served no
+//! `malloc` since the hand last passed, so classes the program stopped allocating drain first.
+//!
+//! Membership ("is this block held?") is only asked for pointers that are not live blocks —
+//! double and invalid frees, rare in any program — so it is a scan of every thread's FIFO and
+//! lists rather than a set kept up to date on every free.
+
+mod ring;
+
+use super::freed::HISTORY;
+use crate::arena::Arena;
+use crate::sync::SpinLock;
+use allocator_api2::boxed::Box;
+use allocator_api2::vec::Vec;
+use core::cell::Cell;
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use ring::Ring;
+
+/// Largest glibc chunk kept for reuse; larger blocks go back to glibc when pushed out.
+const REUSE_MAX: u64 = 4096;
+/// Chunk sizes 32, 48, ..., [`REUSE_MAX`]: one recycling list each.
+const CLASSES: usize = (REUSE_MAX / 16 - 1) as usize;
+
+/// The quarantine's per-thread part of `state::ThreadState`.
+pub struct Local {
+    /// This thread's quarantine, null until its first held free.
+    quarantine: Cell<*const Quarantine>,
+    /// Set when the thread exits: its quarantine is orphaned and no new one is made.
+    closed: Cell<bool>,
+}
+
+impl Local {
+    /// A thread that has not freed yet.
+    pub const fn new() -> Self {
+        Local {
+            quarantine: Cell::new(core::ptr::null()),
+            closed: Cell::new(false),
+        }
+    }
+}
+
+impl Default for Local {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One thread's quarantine (or an orphan's, waiting for a thread to adopt it).
+struct Quarantine {
+    held: SpinLock<Held>,
+    /// A live thread owns it; cleared when the thread exits.
+    owned: AtomicBool,
+}
+
+struct Held {
+    /// Blocks in the order they were freed, with their glibc chunk sizes.
+    fifo: Ring<(u64, u64)>,
+    /// Sum of the chunk sizes in `fifo`.
+    bytes: u64,
+    /// What of `bytes` is counted in `HISTORY.quarantined_bytes`.
+    published: u64,
+    /// Blocks out of the FIFO kept for reuse.
+    recycled: Box<Recycled, Arena>,
+}
+
+/// Blocks kept for reuse, per chunk size class.
+struct Recycled {
+    /// Oldest first; `malloc` takes the newest, the one most likely still in cache.
+    lists: [Ring<u64>; CLASSES],
+    /// The classes whose list is not empty: the hand visits only those (a program uses a
+    /// few classes of the 255; stepping over the others was 10% of python3's frees).
+    filled: Classes,
+    /// The classes that served a `malloc` since the clock hand last passed them.
+    used: Classes,
+    /// Sum of the chunk sizes in `lists`.
+    bytes: u64,
+    hand: usize,
+}
+
+impl Recycled {
+    /// Keeps `addr`, a block of chunk size class `k`, then gives glibc (through `released`)
+    /// what no longer fits under `cap` bytes.
+    fn keep(&mut self, k: usize, addr: u64, cap: u64, released: &mut Released) {
+        if !self.lists[k].push_back(addr) {
+            // No memory to keep it: glibc gets it now (`released` has room: the caller
+            // checked before calling).
+            released.push(addr);
+            return;
+        }
+        self.filled.insert(k);
+        self.bytes += class_bytes(k);
+        // Each filled class is passed at most twice: the first pass may only clear its mark.
+        let mut passes = 2 * CLASSES;
+        while self.bytes > cap && passes > 0 && !released.full() {
+            passes -= 1;
+            let Some(k) = self.filled.next_from(self.hand) else {
+                break;
+            };
+            self.hand = (k + 1) % CLASSES;
+            if self.used.remove(k) {
+                continue;
+            }
+            if let Some(a) = self.lists[k].pop_front() {
+                self.bytes -= class_bytes(k);
+                released.push(a);
+            }
+            if self.lists[k].is_empty() {
+                self.filled.remove(k);
+            }
+        }
+    }
+
+    /// The newest block of class `k`, if any.
+    fn take(&mut self, k: usize) -> Option<u64> {
+        let a = self.lists[k].pop_back()?;
+        if self.lists[k].is_empty() {
+            self.filled.remove(k);
+        }
+        self.bytes -= class_bytes(k);
+        self.used.insert(k);
+        Some(a)
+    }
+
+    fn contains(&self, addr: u64) -> bool {
+        self.lists.iter().any(|l| l.iter().any(|a| a == addr))
+    }
+}
+
+/// A set of recycling classes.
+#[derive(Clone, Copy, Default)]
+struct Classes([u64; CLASSES.div_ceil(64)]);
+
+impl Classes {
+    fn insert(&mut self, k: usize) {
+        self.0[k / 64] |= 1 << (k % 64);
+    }
+
+    /// Removes `k`; whether it was there.
+    fn remove(&mut self, k: usize) -> bool {
+        let bit = 1 << (k % 64);
+        let was = self.0[k / 64] & bit != 0;
+        self.0[k / 64] &= !bit;
+        was
+    }
+
+    /// The first class in the set at or after `k`, wrapping around.
+    fn next_from(&self, k: usize) -> Option<usize> {
+        let words = self.0.len();
+        // The word holding `k` (from bit k), the others in order, then that word's low bits.
+        (0..=words).find_map(|i| {
+            let w = (k / 64 + i) % words;
+            let mut bits = self.0[w];
+            if i == 0 {
+                bits &= u64::MAX << (k % 64);
+            }
+            (bits != 0).then(|| w * 64 + bits.trailing_zeros() as usize)
+        })
+    }
+}
+
+/// Every thread's quarantine ever made (at most as many as threads alive at once).
+static ALL: SpinLock<Vec<&'static Quarantine, Arena>> = SpinLock::new(Vec::new_in(Arena));
+
+/// glibc's chunk size for a request of `n` bytes (its `request2size`): the size word, rounded
+/// up to 16 bytes, at least 32. A block's real chunk may be larger (`memalign`, a `realloc`
+/// in place), never smaller, so a block of this class always fits a request of this class.
+fn chunk_of(n: u64) -> u64 {
+    (n.saturating_add(8 + 15) & !15).max(32)
+}
+
+/// The recycling class of a chunk size, if it has one.
+fn class_of(chunk: u64) -> Option<usize> {
+    (chunk <= REUSE_MAX).then(|| (chunk / 16 - 2) as usize)
+}
+
+/// The chunk size of recycling class `k`.
+fn class_bytes(k: usize) -> u64 {
+    (k as u64 + 2) * 16
+}
+
+/// Blocks released from quarantine, to be freed for real by the caller. Left uninitialised
+/// beyond `n`: zeroing 256 bytes on every free was 9% of perf's samples on churn with two
+/// threads.
+pub struct Released {
+    n: usize,
+    addrs: [MaybeUninit<u64>; 32],
+}
+
+impl Released {
+    /// The released block starts.
+    pub fn addrs(&self) -> &[u64] {
+        // SAFETY: the first `n` entries were written by `hold`; `MaybeUninit<u64>` has the
+        // layout of `u64`.
+        unsafe { core::slice::from_raw_parts(self.addrs.as_ptr().cast(), self.n) }
+    }
+
+    fn push(&mut self, addr: u64) {
+        self.addrs[self.n] = MaybeUninit::new(addr);
+        self.n += 1;
+    }
+
+    fn full(&self) -> bool {
+        self.n == self.addrs.len()
+    }
+}
+
+/// The configured limit in bytes (0: quarantine off).
+pub fn limit() -> u64 {
+    HISTORY.quarantine_limit.load(Ordering::Relaxed)
+}
+
+/// Threads that own a quarantine now: they share the limit.
+static OWNERS: AtomicU64 = AtomicU64::new(0);
+
+/// The least share of the limit a thread holds, however many threads free: below it a
+/// dangling pointer would be protected for too few frees. (400 threads that all free: 50 MiB
+/// held, and as much in recycling lists.)
+pub const MIN_SHARE: u64 = 128 << 10;
+
+/// A thread's share of `limit`. Read on every free, written only when a thread starts or
+/// stops freeing: the line stays shared in every cache.
+fn share(limit: u64) -> u64 {
+    (limit / OWNERS.load(Ordering::Relaxed).max(1)).max(limit.min(MIN_SHARE))
+}
+
+/// The quarantine this thread has, if any.
+fn current(local: &Local) -> Option<&'static Quarantine> {
+    let p = local.quarantine.get();
+    // SAFETY: only `mine` sets it, from a `&'static Quarantine` (leaked, never freed).
+    unsafe { p.as_ref() }
+}
+
+/// This thread's quarantine: its own, an orphan it adopts, or a new one. `None` once the
+/// thread is exiting (its quarantine was orphaned; later frees go straight to glibc), or when
+/// no memory is left for one.
+fn mine(local: &Local) -> Option<&'static Quarantine> {
+    if let Some(q) = current(local) {
+        return Some(q);
+    }
+    if local.closed.get() {
+        return None;
+    }
+    let q = adopt_or_make()?;
+    local.quarantine.set(q);
+    Some(q)
+}
+
+#[cold]
+#[inline(never)]
+fn adopt_or_make() -> Option<&'static Quarantine> {
+    let mut all = ALL.lock();
+    if let Some(q) = all.iter().find(|q| !q.owned.load(Ordering::Relaxed)) {
+        q.owned.store(true, Ordering::Relaxed);
+        OWNERS.fetch_add(1, Ordering::Relaxed);
+        return Some(q);
+    }
+    all.try_reserve(1).ok()?;
+    let recycled = Box::try_new_in(
+        Recycled {
+            lists: [const { Ring::new() }; CLASSES],
+            filled: Classes::default(),
+            used: Classes::default(),
+            bytes: 0,
+            hand: 0,
+        },
+        Arena,
+    )
+    .ok()?;
+    let q = Quarantine {
+        held: SpinLock::new(Held {
+            fifo: Ring::new(),
+            bytes: 0,
+            published: 0,
+            recycled,
+        }),
+        owned: AtomicBool::new(true),
+    };
+    // Never freed: an orphan waits for adoption, and readers may hold a reference.
+    let q: &'static Quarantine = Box::leak(Box::try_new_in(q, Arena).ok()?);
+    all.push(q);
+    OWNERS.fetch_add(1, Ordering::Relaxed);
+    Some(q)
+}
+
+/// Holds a block this thread freed. Returns `false` if it was not taken (quarantine off, the
+/// block is larger than the thread's share, the thread is exiting): the caller frees it at
+/// once. `released` gets blocks pushed out that are not kept for reuse (at most 32 per call:
+/// a big block may push out more on later calls, which keeps each free's work bounded).
+pub fn hold(local: &Local, addr: u64, size: u64, released: &mut Released) -> bool {
+    released.n = 0;
+    let limit = share(limit());
+    let chunk = chunk_of(size);
+    if limit == 0 || chunk > limit {
+        return false;
+    }
+    let Some(quarantine) = mine(local) else {
+        return false;
+    };
+    let mut q = quarantine.held.lock();
+    let q = &mut *q;
+    if !q.fifo.push_back((addr, chunk)) {
+        // No memory to hold it: glibc gets it now.
+        return false;
+    }
+    q.bytes += chunk;
+    while q.bytes > limit && !released.full() {
+        let Some((a, c)) = q.fifo.pop_front() else {
+            break;
+        };
+        q.bytes -= c;
+        match class_of(c) {
+            Some(k) => q.recycled.keep(k, a, limit, released),
+            None => released.push(a),
+        }
+    }
+    // The block a few releases from now: glibc's `free` (or the program, if it is recycled)
+    // will touch its header and first bytes, a line untouched since the program freed it
+    // (python3: one miss per free, ~15% of the run), so start loading it now. (Its end, which
+    // glibc's `free` also reads, measured no better once most blocks were recycled.)
+    if let Some(&(a, _)) = q.fifo.get(PREFETCH_AHEAD) {
+        crate::prefetch::line(a.wrapping_sub(8) as *const u8);
+    }
+    // And the FIFO's own entries, further ahead: the ring is larger than the cache (python3:
+    // 80,000 entries), so the entry read just above was cold too.
+    if let Some(e) = q.fifo.get(FIFO_AHEAD) {
+        crate::prefetch::line((e as *const (u64, u64)).cast());
+    }
+    // The exported total is one shared line: update it in steps, not on every free.
+    if q.bytes.abs_diff(q.published) >= PUBLISH_STEP {
+        if q.bytes > q.published {
+            HISTORY
+                .quarantined_bytes
+                .fetch_add(q.bytes - q.published, Ordering::Relaxed);
+        } else {
+            HISTORY
+                .quarantined_bytes
+                .fetch_sub(q.published - q.bytes, Ordering::Relaxed);
+        }
+        q.published = q.bytes;
+    }
+    true
+}
+
+/// How many blocks ahead of the next release [`hold`] prefetches.
+const PREFETCH_AHEAD: usize = 4;
+/// How many FIFO entries ahead of the next release [`hold`] prefetches the entry (four lines
+/// of 16-byte entries past the one whose block it prefetches).
+const FIFO_AHEAD: usize = PREFETCH_AHEAD + 16;
+/// Granularity of `HISTORY.quarantined_bytes` per thread.
+const PUBLISH_STEP: u64 = 64 << 10;
+
+/// A block of `size` bytes out of this thread's recycling lists, or null: a block freed at
+/// least a quarantine ago whose glibc chunk fits `size` exactly as a fresh one would.
+#[inline]
+pub fn reuse(local: &Local, size: usize) -> *mut core::ffi::c_void {
+    let (Some(q), Some(k)) = (current(local), class_of(chunk_of(size as u64))) else {
+        return core::ptr::null_mut();
+    };
+    let a = q.held.lock().recycled.take(k).unwrap_or(0);
+    a as *mut core::ffi::c_void
+}
+
+/// An empty release list.
+pub fn released() -> Released {
+    Released {
+        n: 0,
+        addrs: [MaybeUninit::uninit(); 32],
+    }
+}
+
+/// Whether the block starting at `addr` is held in some thread's quarantine or recycling
+/// lists (so freeing it again is a double free).
+pub fn contains(addr: u64) -> bool {
+    let all = ALL.lock();
+    all.iter().any(|l| {
+        let q = l.held.lock();
+        q.fifo.iter().any(|(a, _)| a == addr) || q.recycled.contains(addr)
+    })
+}
+
+/// Orphans this thread's quarantine (thread exit): its blocks stay held until another thread
+/// adopts it.
+pub fn thread_exiting(local: &Local) {
+    local.closed.set(true);
+    if let Some(l) = current(local) {
+        local.quarantine.set(core::ptr::null());
+        l.owned.store(false, Ordering::Relaxed);
+        OWNERS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Locks every quarantine (fork prepare).
+pub fn lock() {
+    ALL.raw().lock();
+    // SAFETY: ALL is locked (above), so the list does not change under us.
+    for l in unsafe { all_locked() } {
+        l.held.raw().lock();
+    }
+}
+
+/// Unlocks them (fork parent). In the child, pass the forking thread's state: the other
+/// threads' quarantines lost their threads and are orphaned for adoption.
+pub fn unlock(child: Option<&Local>) {
+    // In the child: the forking thread's own quarantine, if it has one.
+    let own = child.map(current);
+    if let Some(own) = own {
+        OWNERS.store(u64::from(own.is_some()), Ordering::Relaxed);
+    }
+    // SAFETY: ALL is still locked by `lock`.
+    for l in unsafe { all_locked() } {
+        if let Some(own) = own {
+            if !own.is_some_and(|own| core::ptr::eq(own, *l)) {
+                l.owned.store(false, Ordering::Relaxed);
+            }
+        }
+        l.held.raw().unlock();
+    }
+    ALL.raw().unlock();
+}
+
+/// The list of quarantines, read while `ALL`'s lock is held through its raw word.
+///
+/// # Safety
+/// The caller holds `ALL`'s lock.
+unsafe fn all_locked() -> &'static [&'static Quarantine] {
+    // SAFETY: the lock is held (caller's contract), so nobody mutates the vector; the
+    // quarantines are leaked and live forever. The slice is used before the lock is dropped.
+    unsafe { &*ALL.data_ptr() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The limit is process-wide: tests that set it take turns.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Runs `f` on a new thread with the limit set; the thread's quarantine is orphaned at
+    /// the end, as at a real thread exit, emptied first unless `keep` (the addresses are made
+    /// up: they must not reach a later test's thread, which may adopt the quarantine).
+    fn held_here(limit: u64, keep: bool, f: impl FnOnce(&Local) + Send) {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                HISTORY.quarantine_limit.store(limit, Ordering::Relaxed);
+                let state = &Local::new();
+                f(state);
+                if let Some(l) = mine(state).filter(|_| !keep) {
+                    let mut q = l.held.lock();
+                    q.fifo.clear();
+                    q.bytes = 0;
+                    q.recycled.lists.iter_mut().for_each(Ring::clear);
+                    q.recycled.filled = Classes::default();
+                    q.recycled.bytes = 0;
+                }
+                thread_exiting(state);
+            });
+        });
+    }
+
+    #[test]
+    fn class_sets_find_the_next_member_wrapping_around() {
+        let mut s = Classes::default();
+        assert_eq!(s.next_from(0), None);
+        s.insert(3);
+        s.insert(70);
+        s.insert(254);
+        assert_eq!(s.next_from(0), Some(3));
+        assert_eq!(s.next_from(3), Some(3));
+        assert_eq!(s.next_from(4), Some(70));
+        assert_eq!(s.next_from(71), Some(254));
+        assert_eq!(s.next_from(254), Some(254));
+        assert!(s.remove(254) && !s.remove(254));
+        assert_eq!(s.next_from(71), Some(3), "wraps around");
+        assert_eq!(s.next_from(200), Some(3));
+    }
+
+    #[test]
+    fn threads_that_free_share_the_limit() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let before = OWNERS.load(Ordering::Relaxed);
+        for (owners, limit, share_of_each) in [
+            (0, 4 << 20, 4 << 20),
+            (1, 4 << 20, 4 << 20),
+            (2, 4 << 20, 2 << 20),
+            (64, 4 << 20, MIN_SHARE),
+            (64, 100, 100),
+        ] {
+            OWNERS.store(owners, Ordering::Relaxed);
+            assert_eq!(
+                share(limit),
+                share_of_each,
+                "{owners} threads, limit {limit}"
+            );
+        }
+        OWNERS.store(before, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn chunk_sizes_are_glibcs() {
+        assert_eq!(chunk_of(0), 32);
+        assert_eq!(chunk_of(24), 32);
+        assert_eq!(chunk_of(25), 48);
+        assert_eq!(chunk_of(40), 48);
+        assert_eq!(chunk_of(4088), 4096);
+        assert_eq!(class_of(32), Some(0));
+        assert_eq!(class_of(4096), Some(CLASSES - 1));
+        assert_eq!(class_of(4112), None);
+    }
+
+    #[test]
+    fn holds_up_to_the_limit_oldest_out_first_then_reuses_by_class() {
+        held_here(100, false, |state| {
+            let mut r = released();
+            // 40 bytes: 48-byte chunks. Two fit in 100 bytes.
+            assert!(hold(state, 0x10, 40, &mut r));
+            assert!(hold(state, 0x20, 40, &mut r));
+            assert!(contains(0x10));
+            assert!(reuse(state, 40).is_null(), "nothing pushed out yet");
+            // A third pushes the oldest out of the FIFO, into the 48-byte class's list.
+            assert!(hold(state, 0x30, 40, &mut r));
+            assert!(r.addrs().is_empty());
+            assert!(
+                contains(0x10),
+                "a block kept for reuse is still not the program's"
+            );
+            assert!(reuse(state, 100).is_null(), "another class");
+            assert!(reuse(state, 5000).is_null(), "too large to be kept");
+            assert_eq!(reuse(state, 33) as u64, 0x10, "same class as 40 bytes");
+            assert!(!contains(0x10));
+            assert!(reuse(state, 40).is_null());
+            assert!(contains(0x20) && contains(0x30));
+            assert!(
+                !hold(state, 0x40, 101, &mut r),
+                "larger than the whole quarantine"
+            );
+        });
+    }
+
+    #[test]
+    fn past_the_limit_the_class_malloc_stopped_using_goes_back_first() {
+        held_here(200, false, |state| {
+            let mut r = released();
+            let y = 0x1000; // 100 bytes: a 112-byte chunk, never asked for again
+            let x = |i: u64| 0x2000 + 0x100 * i; // 40 bytes: 48-byte chunks
+            for (a, size) in [(y, 100), (x(1), 40), (x(2), 40)] {
+                assert!(hold(state, a, size, &mut r));
+            }
+            // 208 bytes held: y leaves the FIFO for its list.
+            assert!(r.addrs().is_empty() && contains(y));
+            for i in 3..=5 {
+                assert!(hold(state, x(i), 40, &mut r));
+            }
+            assert_eq!(reuse(state, 40) as u64, x(1), "x1 left the FIFO after y");
+            assert!(hold(state, x(6), 40, &mut r));
+            assert!(r.addrs().is_empty(), "lists: y and x2, 160 bytes");
+            assert!(hold(state, x(7), 40, &mut r));
+            // Lists would hold 208 bytes: the hand passes the 48-byte class (it served a
+            // malloc) and gives back y.
+            assert_eq!(r.addrs(), &[y]);
+            assert!(!contains(y) && contains(x(2)) && contains(x(3)));
+        });
+    }
+
+    #[test]
+    fn an_exited_threads_blocks_stay_held_and_its_quarantine_is_adopted() {
+        held_here(1000, true, |state| {
+            let mut r = released();
+            assert!(hold(state, 0x7000, 100, &mut r));
+        });
+        assert!(contains(0x7000), "orphaned, still held");
+        held_here(1000, false, |state| {
+            let mut r = released();
+            // The next thread that frees adopts an orphan: the first block is still there.
+            assert!(hold(state, 0x8000, 100, &mut r));
+            assert!(contains(0x8000) && contains(0x7000));
+            let fifo = current(state)
+                .expect("adopted")
+                .held
+                .lock()
+                .fifo
+                .iter()
+                .map(|e| e.0)
+                .collect::<std::vec::Vec<_>>();
+            assert!(
+                fifo.ends_with(&[0x7000, 0x8000]),
+                "adopted with its blocks: {fifo:x?}"
+            );
+        });
+        held_here(0, false, |state| {
+            let mut r = released();
+            assert!(!hold(state, 0x50, 8, &mut r), "off");
+        });
+    }
+}

@@ -1,0 +1,137 @@
+//! The thread table: a small record per thread that ever allocated, so that an answer can say
+//! "allocated by thread 3 (tid 4242, "worker")" long after the thread is gone.
+//! Exported through `MEM_TRACE_HEADER` (docs/LAYOUT.md "Thread table").
+
+use crate::arena;
+use core::alloc::Layout;
+use core::cell::Cell;
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use mem_trace_format::{
+    ThreadRecord, ThreadTable, MAX_THREAD_INDEX as MAX_INDEX, THREAD_CHUNKS as CHUNKS,
+    THREAD_CHUNK_BITS as CHUNK_BITS, THREAD_EXITED as EXITED,
+};
+
+/// The one thread table.
+pub static THREADS: ThreadTable = ThreadTable {
+    count: AtomicU64::new(0),
+    chunk_bits: CHUNK_BITS,
+    chunks: CHUNKS as u32,
+    dir: [const { AtomicPtr::new(core::ptr::null_mut()) }; CHUNKS],
+};
+
+/// The thread table's per-thread part of `state::ThreadState`.
+pub struct Local {
+    /// Thread index in the exported thread table; 0 until the thread first records a block.
+    pub index: Cell<u32>,
+}
+
+impl Local {
+    /// A thread not registered yet.
+    pub const fn new() -> Self {
+        Local {
+            index: Cell::new(0),
+        }
+    }
+}
+
+impl Default for Local {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn record(index: u32) -> Option<*mut ThreadRecord> {
+    let k = (index >> CHUNK_BITS) as usize;
+    let slot = THREADS.dir.get(k)?;
+    let mut chunk = slot.load(Ordering::Acquire);
+    if chunk.is_null() {
+        let layout = Layout::array::<ThreadRecord>(1 << CHUNK_BITS).ok()?;
+        // Zeroed records mean "not written yet"; published chunks are never freed.
+        let fresh = arena::allocate_zeroed(layout) as *mut ThreadRecord;
+        if fresh.is_null() {
+            return None;
+        }
+        match slot.compare_exchange(
+            core::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => chunk = fresh,
+            Err(existing) => {
+                // SAFETY: ours, from the arena with this layout, never published.
+                unsafe { arena::release(fresh.cast(), layout) };
+                chunk = existing;
+            }
+        }
+    }
+    // SAFETY: the index is masked into the chunk.
+    Some(unsafe { chunk.add((index & ((1 << CHUNK_BITS) - 1)) as usize) })
+}
+
+/// Gives the calling thread a new index and fills its record (kernel tid and name).
+/// Returns 0 if the table is full or out of memory.
+pub fn register_current() -> u32 {
+    let index = THREADS.count.fetch_add(1, Ordering::Relaxed) + 1;
+    if index > MAX_INDEX {
+        return 0;
+    }
+    let Some(rec) = record(index as u32) else {
+        return 0;
+    };
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes into the buffer.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    // SAFETY: `rec` is this index's record; only this thread writes it.
+    unsafe {
+        (*rec).name = name;
+        (*rec).tid.store(tid, Ordering::Release);
+    }
+    index as u32
+}
+
+/// Marks a thread as exited.
+pub fn mark_exited(index: u32) {
+    if index == 0 {
+        return;
+    }
+    if let Some(rec) = record(index) {
+        // SAFETY: records are never freed.
+        unsafe { (*rec).flags.fetch_or(EXITED, Ordering::Relaxed) };
+    }
+}
+
+/// The kernel tid recorded for `index` (0 if unknown).
+pub fn tid_of(index: u32) -> u32 {
+    if index == 0 || u64::from(index) > THREADS.count.load(Ordering::Relaxed) {
+        return 0;
+    }
+    let chunk = THREADS.dir[(index >> CHUNK_BITS) as usize].load(Ordering::Acquire);
+    if chunk.is_null() {
+        return 0;
+    }
+    // SAFETY: masked index into a published chunk.
+    unsafe {
+        (*chunk.add((index & ((1 << CHUNK_BITS) - 1)) as usize))
+            .tid
+            .load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registering_records_tid() {
+        let i = register_current();
+        assert!(i >= 1);
+        // SAFETY: gettid has no preconditions.
+        assert_eq!(tid_of(i), unsafe { libc::gettid() } as u32);
+        let j = std::thread::spawn(register_current).join().unwrap();
+        assert_ne!(i, j);
+        mark_exited(j);
+    }
+}

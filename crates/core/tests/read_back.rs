@@ -1,0 +1,114 @@
+//! The writer and the Rust reader agree on the layout: tables written by `mem-trace-core`
+//! (its stores, as the hooks drive them) are decoded by `mem-trace-read` from this process's
+//! memory, through the same path a reader of another process takes (`process_vm_readv`).
+
+use mem_trace_core::store::{freed, stacks, table, threads};
+use mem_trace_format::{Block, Freed};
+use mem_trace_read::layout::{Error, Tables};
+use mem_trace_read::memory::{Memory, Process, Unreadable};
+
+mem_trace_core::define_header!();
+
+#[test]
+fn tables_written_in_process_read_back_through_process_vm_readv() {
+    let stack = [0x5555_0000_1234u64, 0x5555_0000_5678, 0x7fff_0000_9abc];
+    let id = stacks::intern(&stack);
+    let thread = threads::register_current();
+    let base = 0x7_0000_0000u64;
+    for i in 0..1000u64 {
+        assert!(table::insert(Block {
+            addr: base + i * 64,
+            size: 40,
+            thread,
+            seq: i + 1,
+            stack: id,
+        }));
+    }
+    let big = Block {
+        addr: 0x8_0000_0000,
+        size: 1 << 20,
+        thread,
+        seq: 5000,
+        stack: id,
+    };
+    assert!(table::insert(big));
+    freed::configure(64, true);
+    let claim = freed::Claim::new();
+    let gone = Block {
+        addr: 0x9_0000_0000,
+        size: 24,
+        thread,
+        seq: 7,
+        stack: id,
+    };
+    freed::push(
+        &claim,
+        &Freed {
+            block: gone,
+            free_seq: 9,
+            free_stack: id,
+            free_thread: thread,
+            by_realloc: true,
+        },
+    );
+
+    let me = Process::this();
+    let t = Tables::open(&me, &MEM_TRACE_HEADER as *const _ as u64).expect("open");
+    let hit = t
+        .find_containing(base + 64 * 77 + 39)
+        .unwrap()
+        .expect("a block");
+    assert_eq!(
+        (hit.addr, hit.size, hit.seq, hit.stack),
+        (base + 64 * 77, 40, 78, id)
+    );
+    assert_eq!(
+        t.find_containing(base + 64 * 77 + 40).unwrap(),
+        None,
+        "past its end"
+    );
+    assert_eq!(t.find_containing(big.addr + (1 << 19)).unwrap(), Some(big));
+    assert_eq!(t.stack(id).unwrap().as_deref(), Some(&stack[..]));
+    assert_eq!(t.stack(0).unwrap(), None);
+    let th = t.thread(thread).unwrap().expect("this thread's record");
+    // SAFETY: gettid has no preconditions.
+    assert_eq!(th.tid, unsafe { libc::gettid() } as u32);
+    assert!(!th.exited);
+    let frees = t.frees_containing(gone.addr + 8).unwrap();
+    assert_eq!(frees.len(), 1);
+    assert_eq!(frees[0].block, gone);
+    assert!(frees[0].by_realloc && frees[0].free_seq == 9);
+    let totals = t.totals().unwrap();
+    assert!(totals.blocks >= 1001 && totals.stacks >= 1 && totals.threads >= 1);
+}
+
+/// A header that is not one, or from another layout version, is refused with what was found.
+#[test]
+fn foreign_headers_are_refused() {
+    struct Bytes(Vec<u8>);
+    impl Memory for Bytes {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
+            let a = addr as usize;
+            let src = self.0.get(a..a + buf.len()).ok_or(Unreadable {
+                addr,
+                len: buf.len(),
+            })?;
+            buf.copy_from_slice(src);
+            Ok(())
+        }
+    }
+    let mut bytes = vec![0u8; 128];
+    assert!(matches!(
+        Tables::open(&Bytes(bytes.clone()), 0),
+        Err(Error::BadMagic { addr: 0 })
+    ));
+    bytes[..8].copy_from_slice(b"MEMTRACE");
+    bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let err = Tables::open(&Bytes(bytes.clone()), 0).err().unwrap();
+    assert_eq!(err, Error::Version { found: 3 });
+    assert!(err.to_string().contains("version 3") && err.to_string().contains("version 2"));
+    assert!(matches!(
+        Tables::open(&Bytes(bytes[..100].to_vec()), 0),
+        Err(Error::Unreadable(_))
+    ));
+}

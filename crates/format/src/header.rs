@@ -1,0 +1,85 @@
+//! The header: the one exported static (`MEM_TRACE_HEADER`) from which a reader finds every
+//! table (docs/LAYOUT.md "Header").
+
+use crate::freed::FreedHistory;
+use crate::stacks::StackStore;
+use crate::table::Shard;
+use crate::threads::ThreadTable;
+use core::sync::atomic::AtomicU64;
+
+/// Layout version; bumped on any change of a field's meaning or position. Readers refuse
+/// versions they do not know, naming both.
+pub const VERSION: u32 = 2;
+/// `b"MEMTRACE"`, the header's first eight bytes.
+pub const MAGIC: [u8; 8] = *b"MEMTRACE";
+
+/// Header flag: the tracer has initialised.
+pub const FLAG_INITIALISED: u64 = 1;
+/// Header flag: built with the `profiler` feature.
+pub const FLAG_PROFILER: u64 = 2;
+/// Header flag: free stacks are recorded (`MEM_TRACE_FREE_STACKS`).
+pub const FLAG_FREE_STACKS: u64 = 4;
+
+/// The header (128 bytes). Fields are in `docs/LAYOUT.md` order.
+#[repr(C)]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: [u8; 8],
+    /// [`VERSION`].
+    pub version: u32,
+    /// `size_of::<Header>()`.
+    pub header_size: u32,
+    /// `size_of::<Slot>()`.
+    pub slot_size: u32,
+    /// `size_of::<Shard>()`.
+    pub shard_size: u32,
+    /// Region shards + 1; the last shard holds large blocks.
+    pub shard_count: u32,
+    /// log2 of the region size that picks a block's shard.
+    pub region_shift: u32,
+    /// The shard array.
+    pub shards: *const Shard,
+    /// The stack store.
+    pub stacks: *const StackStore,
+    /// The thread table.
+    pub threads: *const ThreadTable,
+    /// The freed-block history.
+    pub freed: *const FreedHistory,
+    /// Sequence number of the next allocation or free (one counter orders every event).
+    pub next_seq: AtomicU64,
+    /// `FLAG_*` bits.
+    pub flags: AtomicU64,
+    /// Blocks the tracer could not record.
+    pub untracked: AtomicU64,
+    /// Zero.
+    pub reserved: [u64; 5],
+}
+
+// SAFETY: the raw pointers are addresses of statics that are themselves Sync, and are never
+// written after initialisation; the rest are atomics and plain integers.
+unsafe impl Sync for Header {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::{offset_of, size_of};
+
+    #[test]
+    fn header_matches_layout_md() {
+        assert_eq!(size_of::<Header>(), 128);
+        assert_eq!(offset_of!(Header, version), 8);
+        assert_eq!(offset_of!(Header, header_size), 12);
+        assert_eq!(offset_of!(Header, slot_size), 16);
+        assert_eq!(offset_of!(Header, shard_size), 20);
+        assert_eq!(offset_of!(Header, shard_count), 24);
+        assert_eq!(offset_of!(Header, region_shift), 28);
+        assert_eq!(offset_of!(Header, shards), 32);
+        assert_eq!(offset_of!(Header, stacks), 40);
+        assert_eq!(offset_of!(Header, threads), 48);
+        assert_eq!(offset_of!(Header, freed), 56);
+        assert_eq!(offset_of!(Header, next_seq), 64);
+        assert_eq!(offset_of!(Header, flags), 72);
+        assert_eq!(offset_of!(Header, untracked), 80);
+        assert_eq!(offset_of!(Header, reserved), 88);
+    }
+}

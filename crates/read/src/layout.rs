@@ -1,0 +1,313 @@
+//! The `docs/LAYOUT.md` decoder: the Rust twin of the Python reader
+//! (`python/mem_trace_gdb/layout.py`), over any [`Memory`].
+//!
+//! It reads what the writer publishes and nothing else, and trusts none of it: a version it
+//! does not know, sizes that disagree with the contract, a count or capacity past what the
+//! format allows are errors, never a long loop or a huge allocation. Entries are read the way
+//! the writer publishes them (docs/LAYOUT.md "Publication"): a slot whose `addr` is above 1 is
+//! whole, and a block met twice while it moves is the same block.
+
+use crate::memory::{read_plain, read_words, Memory, Unreadable};
+use core::fmt;
+use mem_trace_format::{
+    shard_of, Block, Freed, FreedHistory, FreedRecord, Header, Shard, SlotArray, StackStore,
+    ThreadRecord, ThreadTable, FREED_BY_REALLOC, LARGE_SHARD, MAGIC, MAX_STACK_ID,
+    MAX_THREAD_INDEX, REGION_SHIFT, SHARD_COUNT, SLOT_MOVING, STACK_CHUNK_BITS, THREAD_CHUNK_BITS,
+    THREAD_EXITED, VERSION,
+};
+
+/// The most slots a reader accepts in one array (docs/LAYOUT.md: "reject absurd values").
+const MAX_CAPACITY: u64 = 1 << 32;
+/// The most frames a reader accepts in one stack record.
+const MAX_FRAMES: u64 = 4096;
+
+/// Why the tables could not be read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The header does not start with `MEMTRACE`.
+    BadMagic {
+        /// Where the header was looked for.
+        addr: u64,
+    },
+    /// A layout version this reader does not know.
+    Version {
+        /// The version the process writes.
+        found: u32,
+    },
+    /// A value the contract rules out.
+    Corrupt(String),
+    /// Memory that could not be read.
+    Unreadable(Unreadable),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::BadMagic { addr } => {
+                write!(f, "no mem-trace header at {addr:#x} (wrong magic)")
+            }
+            Error::Version { found } => write!(
+                f,
+                "the process writes layout version {found}, this reader knows version {VERSION}: use the mem-trace build that traced it"
+            ),
+            Error::Corrupt(what) => write!(f, "corrupt mem-trace tables: {what}"),
+            Error::Unreadable(u) => write!(f, "{u}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<Unreadable> for Error {
+    fn from(u: Unreadable) -> Self {
+        Error::Unreadable(u)
+    }
+}
+
+/// Live blocks and bytes, distinct stacks, threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Live blocks.
+    pub blocks: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Distinct stacks interned.
+    pub stacks: u64,
+    /// Threads that ever allocated.
+    pub threads: u64,
+}
+
+/// A thread's record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Thread {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// The thread has exited.
+    pub exited: bool,
+    /// Its name when it first allocated.
+    pub name: String,
+}
+
+/// The tables of one process, read through `mem`.
+pub struct Tables<'m, M: Memory + ?Sized> {
+    mem: &'m M,
+    header: Header,
+}
+
+impl<'m, M: Memory + ?Sized> Tables<'m, M> {
+    /// Reads and checks the header at `addr` (the address of `MEM_TRACE_HEADER`).
+    pub fn open(mem: &'m M, addr: u64) -> Result<Self, Error> {
+        let header: Header = read_plain(mem, addr)?;
+        if header.magic != MAGIC {
+            return Err(Error::BadMagic { addr });
+        }
+        if header.version != VERSION {
+            return Err(Error::Version {
+                found: header.version,
+            });
+        }
+        let sizes = (
+            header.header_size as usize,
+            header.slot_size as usize,
+            header.shard_size as usize,
+            header.shard_count as usize,
+            header.region_shift,
+        );
+        let expected = (
+            core::mem::size_of::<Header>(),
+            core::mem::size_of::<mem_trace_format::Slot>(),
+            core::mem::size_of::<Shard>(),
+            SHARD_COUNT,
+            REGION_SHIFT,
+        );
+        if sizes != expected {
+            return Err(Error::Corrupt(format!(
+                "header sizes {sizes:?}, expected {expected:?}"
+            )));
+        }
+        Ok(Tables { mem, header })
+    }
+
+    /// The header as read.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    fn shard(&self, index: usize) -> Result<Shard, Error> {
+        let at = self.header.shards as u64 + (index * core::mem::size_of::<Shard>()) as u64;
+        Ok(read_plain(self.mem, at)?)
+    }
+
+    /// Live blocks and bytes (summed over the shards' counters), stacks and threads.
+    pub fn totals(&self) -> Result<Totals, Error> {
+        let mut t = Totals::default();
+        for i in 0..SHARD_COUNT {
+            let s = self.shard(i)?;
+            t.blocks += s.live.into_inner();
+            t.bytes += s.live_bytes.into_inner();
+        }
+        t.stacks = self.stack_count()?;
+        t.threads = self.thread_count()?;
+        Ok(t)
+    }
+
+    /// Every block in shard `index`, in slot order.
+    pub fn shard_blocks(&self, index: usize) -> Result<Vec<Block>, Error> {
+        let array = self.shard(index)?.array.into_inner() as u64;
+        if array == 0 {
+            return Ok(Vec::new());
+        }
+        let head: SlotArray = read_plain(self.mem, array)?;
+        if head.capacity == 0 || head.capacity > MAX_CAPACITY {
+            return Err(Error::Corrupt(format!(
+                "shard {index} has a slot array of {} slots",
+                head.capacity
+            )));
+        }
+        let words = read_words(
+            self.mem,
+            array + core::mem::size_of::<SlotArray>() as u64,
+            head.capacity as usize * 3,
+        )?;
+        let mut blocks: Vec<Block> = words
+            .chunks_exact(3)
+            .filter(|s| s[0] > SLOT_MOVING)
+            .map(|s| Block::unpack(s[0], s[1], s[2]))
+            .collect();
+        // A block caught in the middle of a move appears twice: once is enough.
+        blocks.sort_by_key(|b| b.addr);
+        blocks.dedup_by_key(|b| b.addr);
+        Ok(blocks)
+    }
+
+    /// The live block that contains `addr`, reading only the shards it can be in: its region's,
+    /// the region before's, and the large-block shard.
+    pub fn find_containing(&self, addr: u64) -> Result<Option<Block>, Error> {
+        let region = addr >> REGION_SHIFT;
+        let mut shards = vec![shard_of(region), LARGE_SHARD];
+        if region > 0 {
+            shards.push(shard_of(region - 1));
+        }
+        shards.sort_unstable();
+        shards.dedup();
+        for i in shards {
+            if let Some(b) = self.shard_blocks(i)?.into_iter().find(|b| b.contains(addr)) {
+                return Ok(Some(b));
+            }
+        }
+        Ok(None)
+    }
+
+    fn stack_store(&self) -> Result<StackStore, Error> {
+        Ok(read_plain(self.mem, self.header.stacks as u64)?)
+    }
+
+    /// Stack ids handed out.
+    pub fn stack_count(&self) -> Result<u64, Error> {
+        let n = read_plain::<u64>(self.mem, self.header.stacks as u64)?;
+        if n > MAX_STACK_ID {
+            return Err(Error::Corrupt(format!("{n} stacks")));
+        }
+        Ok(n)
+    }
+
+    /// The return addresses of stack `id`, innermost first; `None` for id 0 or an id not
+    /// published yet.
+    pub fn stack(&self, id: u32) -> Result<Option<Vec<u64>>, Error> {
+        if id == 0 || u64::from(id) > self.stack_count()? {
+            return Ok(None);
+        }
+        let store = self.stack_store()?;
+        let chunk = store.dir[(id >> STACK_CHUNK_BITS) as usize]
+            .load(core::sync::atomic::Ordering::Relaxed) as u64;
+        if chunk == 0 {
+            return Ok(None);
+        }
+        let slot = chunk + 8 * u64::from(id & ((1 << STACK_CHUNK_BITS) - 1));
+        let record = read_plain::<u64>(self.mem, slot)?;
+        if record == 0 {
+            return Ok(None);
+        }
+        let n = read_plain::<u64>(self.mem, record)?;
+        if n > MAX_FRAMES {
+            return Err(Error::Corrupt(format!("stack {id} has {n} frames")));
+        }
+        Ok(Some(read_words(self.mem, record + 8, n as usize)?))
+    }
+
+    /// Thread indexes handed out.
+    pub fn thread_count(&self) -> Result<u64, Error> {
+        let n = read_plain::<u64>(self.mem, self.header.threads as u64)?;
+        if n > MAX_THREAD_INDEX {
+            return Err(Error::Corrupt(format!("{n} threads")));
+        }
+        Ok(n)
+    }
+
+    /// Thread `index`'s record; `None` for index 0 or one not written yet.
+    pub fn thread(&self, index: u32) -> Result<Option<Thread>, Error> {
+        if index == 0 || u64::from(index) > self.thread_count()? {
+            return Ok(None);
+        }
+        let dir_at = self.header.threads as u64
+            + core::mem::offset_of!(ThreadTable, dir) as u64
+            + 8 * u64::from(index >> THREAD_CHUNK_BITS);
+        let chunk = read_plain::<u64>(self.mem, dir_at)?;
+        if chunk == 0 {
+            return Ok(None);
+        }
+        let at = chunk
+            + (core::mem::size_of::<ThreadRecord>() as u64)
+                * u64::from(index & ((1 << THREAD_CHUNK_BITS) - 1));
+        let r: ThreadRecord = read_plain(self.mem, at)?;
+        let tid = r.tid.into_inner();
+        if tid == 0 {
+            return Ok(None);
+        }
+        let len = r.name.iter().position(|&c| c == 0).unwrap_or(r.name.len());
+        Ok(Some(Thread {
+            tid,
+            exited: r.flags.into_inner() & THREAD_EXITED != 0,
+            name: String::from_utf8_lossy(&r.name[..len]).into_owned(),
+        }))
+    }
+
+    /// The freed-block history's header.
+    pub fn history(&self) -> Result<FreedHistory, Error> {
+        Ok(read_plain(self.mem, self.header.freed as u64)?)
+    }
+
+    /// The remembered frees of blocks that contained `addr`, newest first.
+    pub fn frees_containing(&self, addr: u64) -> Result<Vec<Freed>, Error> {
+        let h = self.history()?;
+        let cap = h.capacity.into_inner();
+        let ring = h.records.into_inner() as u64;
+        if cap == 0 || ring == 0 {
+            return Ok(Vec::new());
+        }
+        if cap > MAX_CAPACITY {
+            return Err(Error::Corrupt(format!("a history of {cap} records")));
+        }
+        let n = h.written.into_inner().min(cap) as usize;
+        let per = core::mem::size_of::<FreedRecord>() / 8;
+        let words = read_words(self.mem, ring, n * per)?;
+        let mut found: Vec<Freed> = words
+            .chunks_exact(per)
+            .filter(|r| r[0] != 0)
+            .map(|r| {
+                let (free_seq, free_stack) = mem_trace_format::unpack_seq_id(r[3]);
+                Freed {
+                    block: Block::unpack(r[0], r[1], r[2]),
+                    free_seq,
+                    free_stack,
+                    free_thread: r[4] as u32,
+                    by_realloc: (r[4] >> 32) as u32 & FREED_BY_REALLOC != 0,
+                }
+            })
+            .filter(|f| f.block.contains(addr))
+            .collect();
+        // Threads write the ring in claimed runs: order by the free's sequence number.
+        found.sort_by(|a, b| b.free_seq.cmp(&a.free_seq));
+        Ok(found)
+    }
+}

@@ -1,0 +1,22 @@
+//! # mem-trace-read: reading the tables from outside the writer
+//!
+//! Everything that turns mem-trace's raw tables into answers, with no part in recording:
+//! - [`memory`]: where the bytes come from — this process, or another one read with
+//!   `process_vm_readv` without stopping it;
+//! - [`layout`]: the decoder of `docs/LAYOUT.md` over a memory source, the Rust twin of the
+//!   Python reader (`python/mem_trace_gdb/layout.py`), built on the types of `mem-trace-format`;
+//! - [`symbolize`]: return addresses → functions, inlined frames and `file:line`, from the ELF
+//!   files and their DWARF (separate debug files too), taking no lock;
+//! - [`text`]: the frame lines every report prints.
+//!
+//! It allocates through the global allocator of whatever links it: inside the preload library
+//! that is the tracer's arena (in its lock-free scratch mode while `print_trace` runs), in a
+//! command-line reader the system's.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod layout;
+pub mod memory;
+pub mod symbolize;
+pub mod text;

@@ -1,0 +1,143 @@
+//! The aligned allocators (`posix_memalign`, `aligned_alloc`, `memalign`, `valloc`,
+//! `pvalloc`) and `malloc_usable_size`.
+
+use crate::glibc;
+use core::ffi::{c_int, c_void};
+use mem_trace_core::guard::Guard;
+use mem_trace_core::record;
+
+/// The glibc rule for `posix_memalign`: a power-of-two multiple of `sizeof(void *)`.
+fn valid_posix_alignment(align: usize) -> bool {
+    let word = core::mem::size_of::<*const c_void>();
+    align != 0 && align % word == 0 && (align / word).is_power_of_two()
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `posix_memalign(3)`: `EINVAL` for a bad alignment, `ENOMEM` when out of memory, exactly as
+/// glibc decides (its own implementation is this check followed by `memalign`).
+///
+/// # Safety
+/// `out` must be valid for a write.
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    if !valid_posix_alignment(align) {
+        return libc::EINVAL;
+    }
+    let g = Guard::enter();
+    // SAFETY: glibc's memalign has no preconditions.
+    let p = unsafe { glibc::__libc_memalign(align, size) };
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    if let Some(g) = g {
+        record::allocated(&g, p, size);
+    }
+    // SAFETY: caller guarantees `out` is writable.
+    unsafe { out.write(p) };
+    0
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `aligned_alloc(3)`: forwarded to glibc's own, whose alignment rules changed across versions
+/// (2.38 rejects non-powers of two), so the program sees the ones of the glibc it runs on.
+///
+/// # Safety
+/// As for glibc's `aligned_alloc`.
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    let g = Guard::enter();
+    let p = match glibc::ALIGNED_ALLOC.get() {
+        0 => {
+            // SAFETY: glibc's memalign has no preconditions.
+            unsafe { glibc::__libc_memalign(align, size) }
+        }
+        f => {
+            // SAFETY: the next `aligned_alloc` in the lookup order, glibc's.
+            let f: unsafe extern "C" fn(usize, usize) -> *mut c_void =
+                unsafe { core::mem::transmute(f) };
+            // SAFETY: forwarded contract.
+            unsafe { f(align, size) }
+        }
+    };
+    if let Some(g) = g {
+        record::allocated(&g, p, size);
+    }
+    p
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `memalign(3)`.
+///
+/// # Safety
+/// As for glibc's `memalign`.
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    let g = Guard::enter();
+    // SAFETY: glibc's memalign has no preconditions.
+    let p = unsafe { glibc::__libc_memalign(align, size) };
+    if let Some(g) = g {
+        record::allocated(&g, p, size);
+    }
+    p
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `valloc(3)`.
+///
+/// # Safety
+/// As for glibc's `valloc`.
+pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    let g = Guard::enter();
+    // SAFETY: glibc's valloc has no preconditions.
+    let p = unsafe { glibc::__libc_valloc(size) };
+    if let Some(g) = g {
+        record::allocated(&g, p, size);
+    }
+    p
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `pvalloc(3)`: the block is the size rounded up to whole pages, and that is what we record.
+///
+/// # Safety
+/// As for glibc's `pvalloc`.
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    let g = Guard::enter();
+    // SAFETY: glibc's pvalloc has no preconditions.
+    let p = unsafe { glibc::__libc_pvalloc(size) };
+    if let Some(g) = g {
+        let page = 4096usize;
+        record::allocated(&g, p, size.div_ceil(page).max(1) * page);
+    }
+    p
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `malloc_usable_size(3)`: our blocks are glibc's blocks, so glibc answers.
+///
+/// # Safety
+/// `p` is null or a live block.
+pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    let _g = Guard::enter();
+    match glibc::MALLOC_USABLE_SIZE.get() {
+        0 => 0,
+        f => {
+            // SAFETY: glibc's malloc_usable_size, found with RTLD_NEXT.
+            let f: unsafe extern "C" fn(*mut c_void) -> usize = unsafe { core::mem::transmute(f) };
+            // SAFETY: forwarded contract.
+            unsafe { f(p) }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn posix_alignment_rule() {
+        assert!(valid_posix_alignment(8));
+        assert!(valid_posix_alignment(64));
+        assert!(valid_posix_alignment(4096));
+        assert!(!valid_posix_alignment(0));
+        assert!(!valid_posix_alignment(4));
+        assert!(!valid_posix_alignment(24));
+    }
+}

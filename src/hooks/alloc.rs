@@ -1,0 +1,126 @@
+//! `malloc`, `calloc`, `realloc`, `reallocarray` and `free`: the calls every program makes.
+
+use crate::glibc::{self, Glibc};
+use core::ffi::c_void;
+use core::ptr;
+use mem_trace_core::guard::Guard;
+use mem_trace_core::record::{self, Disposition};
+
+#[cfg_attr(not(test), no_mangle)]
+/// `malloc(3)`.
+///
+/// # Safety
+/// As for glibc's `malloc`.
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    let Some(g) = Guard::enter() else {
+        // SAFETY: glibc's malloc has no preconditions.
+        return unsafe { glibc::__libc_malloc(size) };
+    };
+    let mut p = record::reuse(&g, size);
+    if p.is_null() {
+        // SAFETY: as above.
+        p = unsafe { glibc::__libc_malloc(size) };
+    }
+    record::allocated(&g, p, size);
+    p
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `calloc(3)`; overflow of `n * size` is glibc's to report (NULL, `ENOMEM`).
+///
+/// # Safety
+/// As for glibc's `calloc`.
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    let Some(g) = Guard::enter() else {
+        // SAFETY: glibc's calloc has no preconditions.
+        return unsafe { glibc::__libc_calloc(n, size) };
+    };
+    let recycled = n
+        .checked_mul(size)
+        .map(|total| (total, record::reuse(&g, total)));
+    let p = match recycled {
+        Some((total, p)) if !p.is_null() => {
+            // SAFETY: a recycled block of at least `total` bytes, now this call's.
+            unsafe { ptr::write_bytes(p.cast::<u8>(), 0, total) };
+            p
+        }
+        // SAFETY: as above.
+        _ => unsafe { glibc::__libc_calloc(n, size) },
+    };
+    // Non-null means the product did not overflow.
+    record::allocated(&g, p, n.wrapping_mul(size));
+    p
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `free(3)`. A freed block may be held in quarantine instead of going back to glibc at once,
+/// and a double or invalid free is reported and kept from glibc (which would abort).
+///
+/// # Safety
+/// `p` is null or a live block of this process's allocator (violations are reported).
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    if p.is_null() {
+        return;
+    }
+    let disposition = match Guard::enter() {
+        Some(g) => record::free(&g, p, &Glibc),
+        None => Disposition::Release,
+    };
+    if disposition == Disposition::Release {
+        // SAFETY: forwarded contract; the tracer no longer refers to the block.
+        unsafe { glibc::__libc_free(p) };
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `realloc(3)`: the result is recorded as a new block allocated here (ASan does the same);
+/// when the block moves, or size 0 frees it, the old one joins the freed-block history.
+///
+/// # Safety
+/// As for glibc's `realloc`.
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    if p.is_null() {
+        // SAFETY: realloc(NULL, n) is malloc(n).
+        return unsafe { malloc(size) };
+    }
+    let Some(g) = Guard::enter() else {
+        // SAFETY: forwarded contract.
+        return unsafe { glibc::__libc_realloc(p, size) };
+    };
+    let old = record::take(&g, p);
+    if old.is_none() && !record::realloc_unknown(&g, p) {
+        // A freed (or never allocated) block: glibc would corrupt its heap or abort.
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        return core::ptr::null_mut();
+    }
+    // SAFETY: forwarded contract.
+    let q = unsafe { glibc::__libc_realloc(p, size) };
+    match (q.is_null(), old) {
+        (false, Some(old)) if q != p => record::moved(&g, old, q, size),
+        (false, _) => record::allocated(&g, q, size),
+        // realloc(p, 0) freed the block.
+        (true, Some(old)) if size == 0 => record::freed_by_realloc(&g, old),
+        // Failed to grow: the old block is untouched and still the program's.
+        (true, Some(old)) => record::restore(old),
+        (true, None) => {}
+    }
+    q
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `reallocarray(3)`: `ENOMEM` on overflow of `n * size`, like glibc, else `realloc`.
+///
+/// # Safety
+/// As for glibc's `reallocarray`.
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        // SAFETY: forwarded contract.
+        Some(total) => unsafe { realloc(p, total) },
+        None => {
+            // SAFETY: errno is this thread's.
+            unsafe { *libc::__errno_location() = libc::ENOMEM };
+            core::ptr::null_mut()
+        }
+    }
+}

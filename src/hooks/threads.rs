@@ -1,0 +1,62 @@
+//! `pthread_create`: a new thread notes its stack bounds before running the program's code.
+
+use crate::glibc;
+use core::ffi::{c_int, c_void};
+use mem_trace_core::guard::Guard;
+use mem_trace_core::record;
+
+type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartRoutine,
+    *mut c_void,
+) -> c_int;
+
+struct Start {
+    routine: StartRoutine,
+    arg: *mut c_void,
+}
+
+extern "C" fn thread_trampoline(p: *mut c_void) -> *mut c_void {
+    // SAFETY: `p` is the Box made in `pthread_create` below, handed over to this thread.
+    let start = unsafe { Box::from_raw(p as *mut Start) };
+    record::thread_started();
+    let Start { routine, arg } = *start;
+    routine(arg)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `pthread_create(3)`: the new thread first notes its stack bounds (the unwinder reads only
+/// within them; asking glibc for them from inside a hook can deadlock), then runs `routine`.
+///
+/// # Safety
+/// As for glibc's `pthread_create`.
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    routine: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    let real = {
+        let _g = Guard::enter();
+        glibc::PTHREAD_CREATE.get()
+    };
+    if real == 0 {
+        return libc::EAGAIN;
+    }
+    // SAFETY: glibc's pthread_create, found with RTLD_NEXT.
+    let real: PthreadCreate = unsafe { core::mem::transmute(real) };
+    let start = {
+        let _g = Guard::enter();
+        Box::into_raw(Box::new(Start { routine, arg }))
+    };
+    // SAFETY: forwarded contract; the trampoline takes ownership of `start`.
+    let rc = unsafe { real(thread, attr, thread_trampoline, start.cast()) };
+    if rc != 0 {
+        let _g = Guard::enter();
+        // SAFETY: the thread was not created, so the Box is still ours.
+        drop(unsafe { Box::from_raw(start) });
+    }
+    rc
+}
