@@ -5,20 +5,26 @@ The answer's text is in `text.history`; this is the command line.
 
 from __future__ import annotations
 
+import argparse
+
 import gdb
 
+from .. import memory
 from ..text import history
-from .common import (
-    ArgumentParser,
-    UsageError,
-    address_and_tracer,
-    command_errors,
-    help_text,
-    parse,
-)
+from .base import ArgparsedCommand, ArgumentParser, Expression
+from .errors import UsageError
 from .lookups import lookups
 
 DEFAULT_FRAMES = 8
+
+
+class FrameCount(argparse.Action):
+    """`-n N`: a number of frames, 0 for all; a negative one is a usage error."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        if value < 0:
+            raise UsageError(f"{option_string} {value}: the number of frames cannot be negative")
+        setattr(namespace, self.dest, value)
 
 
 parser = ArgumentParser(
@@ -37,29 +43,21 @@ parser = ArgumentParser(
         "  mtrace-history -n 3 $rdi"
     ),
 )
-parser.add_argument("-n", "--frames", type=int, default=DEFAULT_FRAMES, metavar="N",
-                    help="frames per stack (default %(default)s; 0: all)")
+parser.add_argument("-n", "--frames", type=int, action=FrameCount, default=DEFAULT_FRAMES,
+                    metavar="N", help="frames per stack (default %(default)s; 0: all)")
 parser.add_argument("--no-stacks", action="store_true", help="one line per event, no stacks")
 parser.add_argument("-r", "--raw", action="store_true",
                     help="print return addresses without symbolizing them")
-parser.add_argument("expression", metavar="EXPR",
+parser.add_argument("address", type=Expression, metavar="EXPR",
                     help="the address whose history to show")
 
 
-class HistoryCommand(gdb.Command):
-    __doc__ = help_text(parser)
+class HistoryCommand(ArgparsedCommand):
+    parser = parser
+    command_class = gdb.COMMAND_DATA
 
-    def __init__(self):
-        super().__init__(parser.prog, gdb.COMMAND_DATA, gdb.COMPLETE_EXPRESSION)
-
-    def invoke(self, arg, from_tty):
-        self.dont_repeat()
-        with command_errors(parser.prog):
-            args = parse(parser, arg)
-            if args.frames < 0:
-                raise UsageError(f"-n {args.frames}: the number of frames cannot be negative")
-            address, tracer = address_and_tracer(args.expression)
-            facts = history.HistoryFacts.read(tracer, address)
-            lines = history.lines(facts, lookups(tracer, args.raw), args.frames or None,
-                                  stacks=not args.no_stacks)
-            gdb.write("\n".join(lines) + "\n")
+    def run(self, args):
+        tracer = memory.open_tracer()
+        facts = history.HistoryFacts.read(tracer, args.address)
+        return history.lines(facts, lookups(tracer, args.raw), args.frames or None,
+                             stacks=not args.no_stacks)

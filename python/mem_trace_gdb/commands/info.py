@@ -10,7 +10,7 @@ import gdb
 from .. import memory
 from ..layout import NotLoaded
 from ..text import info
-from .common import ArgumentParser, command_errors, help_text, parse
+from .base import ArgparsedCommand, ArgumentParser
 
 parser = ArgumentParser(
     prog="mtrace-info",
@@ -22,20 +22,14 @@ parser = ArgumentParser(
 )
 
 
-class InfoCommand(gdb.Command):
-    __doc__ = help_text(parser)
+class InfoCommand(ArgparsedCommand):
+    parser = parser
+    command_class = gdb.COMMAND_STATUS
 
-    def __init__(self):
-        super().__init__(parser.prog, gdb.COMMAND_STATUS, gdb.COMPLETE_NONE)
-
-    def invoke(self, arg, from_tty):
-        self.dont_repeat()
-        with command_errors(parser.prog):
-            parse(parser, arg)
-            try:
-                tracer = memory.open_tracer()
-            except (NotLoaded, memory.NoProcess) as e:
-                # "Not loaded" is this command's answer, not a failure.
-                gdb.write(f"{e}\n")
-                return
-            gdb.write("\n".join(info.lines(info.InfoFacts.read(tracer))) + "\n")
+    def run(self, args):
+        try:
+            tracer = memory.open_tracer()
+        except (NotLoaded, memory.NoProcess) as e:
+            # "Not loaded" is this command's answer, not a failure.
+            return [str(e)]
+        return info.lines(info.InfoFacts.read(tracer))

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import gdb
 
-from .. import layout
+from .. import layout, memory
 from ..text import why
-from .common import ArgumentParser, address_and_tracer, command_errors, help_text, parse
+from .base import ArgparsedCommand, ArgumentParser, Expression
 from .lookups import lookups
 
 parser = ArgumentParser(
@@ -38,20 +38,14 @@ parser.add_argument("--gap", type=int, default=layout.DEFAULT_MAX_GAP, metavar="
                     help="how far outside a block to still name it (default %(default)s, 0: off)")
 parser.add_argument("-r", "--raw", action="store_true",
                     help="print return addresses without symbolizing them")
-parser.add_argument("expression", metavar="EXPR", help="the address to explain")
+parser.add_argument("address", type=Expression, metavar="EXPR", help="the address to explain")
 
 
-class WhyCommand(gdb.Command):
-    __doc__ = help_text(parser)
+class WhyCommand(ArgparsedCommand):
+    parser = parser
+    command_class = gdb.COMMAND_DATA
 
-    def __init__(self):
-        super().__init__(parser.prog, gdb.COMMAND_DATA, gdb.COMPLETE_EXPRESSION)
-
-    def invoke(self, arg, from_tty):
-        self.dont_repeat()
-        with command_errors(parser.prog):
-            args = parse(parser, arg)
-            address, tracer = address_and_tracer(args.expression)
-            facts = why.WhyFacts.read(tracer, address, max(0, args.gap))
-            lines = why.lines(facts, lookups(tracer, args.raw), args.max_frames)
-            gdb.write("\n".join(lines) + "\n")
+    def run(self, args):
+        tracer = memory.open_tracer()
+        facts = why.WhyFacts.read(tracer, args.address, max(0, args.gap))
+        return why.lines(facts, lookups(tracer, args.raw), args.max_frames)
