@@ -5,7 +5,7 @@ the options is one expression, spaces and all; `-h` prints and returns; every
 failure is one `gdb.GdbError` line naming the command. test_gdb.py checks the
 same commands under real gdb.
 
-Run: python3 -m unittest discover -s tests/python -v
+Run from the repository root: python3 -m unittest discover -s tests/python -v
 """
 
 import argparse

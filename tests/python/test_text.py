@@ -4,7 +4,7 @@ The expected lines are written out in full, byte for byte: they are what users
 read and what the gdb tests (tests/gdb_why.rs, tests/freed_blocks.rs,
 test_gdb.py) match against a real process.
 
-Run: python3 -m unittest discover -s tests/python -v
+Run from the repository root: python3 -m unittest discover -s tests/python -v
 """
 
 import ast
