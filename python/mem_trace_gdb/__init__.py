@@ -1,7 +1,8 @@
 """mem-trace's gdb support: which heap block holds an address, who allocated and freed it.
 
-`layout` is pure Python (no gdb) and decodes docs/LAYOUT.md; everything else
-runs inside gdb. `register()` is what gdb/mem_trace.py calls.
+`layout` (decodes docs/LAYOUT.md), `frame` and `text` (the answers' lines) are
+pure Python, no gdb; `memory`, `symbolize` and `commands` run inside gdb.
+`register()` is what gdb/mem_trace.py and the script embedded in the library call.
 """
 
 

@@ -1,7 +1,10 @@
 """Reading the traced process from gdb: live or from a core file, never calling in.
 
-Calling into a stopped process can deadlock on any lock a stopped thread holds
-(docs: DESIGN.md fact 3), so everything here is `read_memory` and symbol lookup.
+Calling into a stopped process can deadlock: a stopped thread may hold the
+tracer's lock, glibc's arena lock or the stdio lock, and whatever gdb would run
+there (an inferior call, even a string literal, which gdb allocates in the
+inferior with malloc) waits for it forever. So everything here is `read_memory`
+and symbol lookup.
 """
 
 from __future__ import annotations

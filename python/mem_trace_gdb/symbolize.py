@@ -8,40 +8,11 @@ Measured on gdb 13: ~0.1 s for 63 cold addresses, ~1 ms warm, hence the cache.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import gdb
 
-
-@dataclass(frozen=True)
-class Frame:
-    """One source-level frame; an inlined call expands one pc into several."""
-
-    pc: int
-    function: Optional[str] = None
-    inlined: bool = False
-    file: Optional[str] = None
-    line: int = 0
-    # Without debug info: "symbol+offset" and the object file it is in.
-    symbol: Optional[str] = None
-    module: Optional[str] = None
-
-    def describe(self) -> str:
-        """`0x... in fn (inlined) at file:line`, the way gdb's backtrace reads."""
-        text = f"{self.pc:#x}"
-        if self.function:
-            text += f" in {self.function}"
-            if self.inlined:
-                text += " (inlined)"
-        elif self.symbol:
-            text += f" in {self.symbol}"
-        if self.file:
-            text += f" at {self.file}:{self.line}" if self.line else f" at {self.file}"
-        elif self.module:
-            text += f" from {self.module}"
-        return text
-
+from .frame import Frame
 
 _cache: Dict[int, Tuple[Frame, ...]] = {}
 

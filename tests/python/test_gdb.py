@@ -5,7 +5,7 @@ docs/LAYOUT.md, so this tests the gdb side (symbol lookup, reading, symbolizing,
 command conventions) independently of the Rust tracer. Needs gcc and gdb; the
 tests are skipped, loudly, without them.
 
-Run: cd /work/main && python3 -m unittest discover -s tests/python -v
+Run from the repository root: python3 -m unittest discover -s tests/python -v
 """
 
 import os

@@ -1,6 +1,6 @@
 """Tests of the pure layout decoder against synthetic images (no gdb needed).
 
-Run: cd /work/main && python3 -m unittest discover -s tests/python -v
+Run from the repository root: python3 -m unittest discover -s tests/python -v
 """
 
 import os

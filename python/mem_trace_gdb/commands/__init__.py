@@ -1,4 +1,7 @@
-"""The gdb commands, one module each; `register()` instantiates them."""
+"""The gdb commands, one module each; `register()` instantiates them.
+
+Each command is an `ArgparsedCommand` (base.py) over a `text` module.
+"""
 
 import gdb
 

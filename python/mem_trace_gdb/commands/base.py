@@ -1,24 +1,28 @@
-"""What every command shares: argument parsing, expressions, error lines.
+"""One base for every command: a gdb.Command built from an argparse parser.
 
-gdb conventions (as in pwndbg and GEF): arguments are gdb expressions, `-h`
-prints help, and a failure is one `gdb.GdbError` line, never a traceback.
+The pattern of pwndbg's ArgparsedCommand. Each command module declares its
+`ArgumentParser` right above its `ArgparsedCommand` subclass, which only says
+what to answer: `run(args)` returns the lines to print. The base gives every
+command gdb's conventions:
+
+* `help CMD` and `CMD -h` both come from the parser; `-h` prints and returns;
+* the options are parsed by argparse, the rest of the line is one gdb expression
+  (spaces and all), and an argument declared ``type=Expression`` is evaluated to
+  an address once the whole line has parsed;
+* a failure is one `gdb.GdbError` line, `NAME: ...`, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+from typing import ClassVar, List, Optional
 
 import gdb
 
-from .. import memory
-from ..layout import MemTraceError, Tracer
-
-MASK64 = (1 << 64) - 1
-
-
-class UsageError(Exception):
-    """Bad command line; the message is shown after the command name."""
+from ..layout import MemTraceError
+from .errors import UsageError
+from .expression import address_of
 
 
 class _HelpShown(Exception):
@@ -32,6 +36,14 @@ class ArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def print_help(self, file=None):
+        # Through gdb, not sys.stdout: `gdb.execute(..., to_string=True)` and
+        # gdb's pager then see the help like any other output.
+        if file is None:
+            gdb.write(self.format_help())
+        else:
+            super().print_help(file)
+
     def error(self, message):
         raise UsageError(f"{message} (see '{self.prog} -h')")
 
@@ -41,10 +53,24 @@ class ArgumentParser(argparse.ArgumentParser):
         raise _HelpShown()
 
 
+class Expression(str):
+    """An argparse ``type``: this argument is a gdb expression naming an address.
+
+    Parsing keeps the text; the command receives the address (an int), evaluated
+    after the whole line parsed, so a bad option is reported before anything is
+    evaluated.
+    """
+
+
 def help_text(parser: argparse.ArgumentParser) -> str:
     """Docstring for gdb's `help CMD`: the first line is the one `apropos` shows."""
     usage = parser.format_help().replace(f"{parser.description}\n\n", "", 1)
     return f"{parser.description}\n\n{usage}"
+
+
+def takes_expression(parser: argparse.ArgumentParser) -> bool:
+    """The command has a positional argument (the expression ending the line)."""
+    return any(not action.option_strings for action in parser._actions)
 
 
 def parse(parser: argparse.ArgumentParser, arg: str) -> argparse.Namespace:
@@ -80,62 +106,8 @@ def parse(parser: argparse.ArgumentParser, arg: str) -> argparse.Namespace:
     if rest:
         # "--" keeps an expression such as "-1" from being taken for an option;
         # without positionals it would only clutter argparse's error message.
-        takes_expression = any(not a.option_strings for a in parser._actions)
-        tokens += ["--", rest] if takes_expression else [rest]
+        tokens += ["--", rest] if takes_expression(parser) else [rest]
     return parser.parse_args(tokens)
-
-
-_KIND = {
-    gdb.TYPE_CODE_STRUCT: "a struct",
-    gdb.TYPE_CODE_UNION: "a union",
-    gdb.TYPE_CODE_FLT: "a float",
-    gdb.TYPE_CODE_VOID: "void",
-    gdb.TYPE_CODE_DECFLOAT: "a float",
-    gdb.TYPE_CODE_COMPLEX: "a complex number",
-    gdb.TYPE_CODE_STRING: "a string",
-    gdb.TYPE_CODE_SET: "a set",
-}
-
-_INTEGRAL = (
-    gdb.TYPE_CODE_INT,
-    gdb.TYPE_CODE_CHAR,
-    gdb.TYPE_CODE_BOOL,
-    gdb.TYPE_CODE_ENUM,
-    gdb.TYPE_CODE_RANGE,
-)
-
-
-def to_address(expression: str) -> int:
-    """Evaluate a gdb expression (no call into the process) and make it an address.
-
-    Pointers and integers are taken as they are; arrays decay to their first
-    element, references to what they refer to, functions to their entry.
-    """
-    value = gdb.parse_and_eval(expression)
-    for _ in range(8):  # references to references are possible; bound the walk
-        type_ = value.type.strip_typedefs()
-        code = type_.code
-        if code in (gdb.TYPE_CODE_REF, gdb.TYPE_CODE_RVALUE_REF):
-            value = value.referenced_value()
-            continue
-        if code == gdb.TYPE_CODE_PTR or code in _INTEGRAL:
-            return int(value) & MASK64
-        if code == gdb.TYPE_CODE_ARRAY:
-            # Not `value.address`: for an array that is not in memory (a string
-            # literal), gdb would allocate it in the inferior, i.e. call malloc
-            # in the process. The first element's address never does that.
-            low = type_.range()[0]
-            element = value[low].address
-            if element is None:
-                raise UsageError(f"`{expression}` is not in the process's memory")
-            return int(element) & MASK64
-        if code == gdb.TYPE_CODE_FUNC:
-            if value.address is None:
-                raise UsageError(f"`{expression}` has no address")
-            return int(value.address) & MASK64
-        kind = _KIND.get(code, f"of type {type_}")
-        raise UsageError(f"`{expression}` is {kind}, not an address")
-    raise UsageError(f"`{expression}` is a chain of references")
 
 
 def _first_line(error: BaseException) -> str:
@@ -144,7 +116,7 @@ def _first_line(error: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def command_errors(name: str):
+def one_line_errors(name: str):
     """Turn every failure inside a command into one `NAME: ...` gdb error line."""
     try:
         yield
@@ -168,13 +140,36 @@ def command_errors(name: str):
         ) from None
 
 
-def address_and_tracer(expression: str) -> "tuple[int, Tracer]":
-    """The address EXPR names and a decoder over the tracer's tables, for commands that
-    explain an address.
+class ArgparsedCommand(gdb.Command):
+    """A gdb command whose syntax, help and errors come from ``parser``.
 
-    The process check comes first: without a process or a core, gdb cannot evaluate a
-    local and would answer "No symbol", which hides the real problem.
+    Subclasses set ``parser`` and ``command_class`` and implement ``run``.
     """
-    memory.require_process()
-    address = to_address(expression)
-    return address, memory.open_tracer()
+
+    parser: ClassVar[argparse.ArgumentParser]
+    command_class: ClassVar[int] = gdb.COMMAND_DATA
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # gdb reads the class's docstring when the command is created.
+        cls.__doc__ = help_text(cls.parser)
+
+    def __init__(self):
+        completer = gdb.COMPLETE_EXPRESSION if takes_expression(self.parser) else gdb.COMPLETE_NONE
+        super().__init__(self.parser.prog, self.command_class, completer)
+
+    def invoke(self, argument: str, from_tty: bool) -> None:
+        # Repeating on a bare Enter would print the same answer again.
+        self.dont_repeat()
+        with one_line_errors(self.parser.prog):
+            args = parse(self.parser, argument)
+            for name, value in vars(args).items():
+                if isinstance(value, Expression):
+                    setattr(args, name, address_of(value))
+            lines = self.run(args)
+            if lines:
+                gdb.write("\n".join(lines) + "\n")
+
+    def run(self, args: argparse.Namespace) -> Optional[List[str]]:
+        """The answer's lines; raise MemTraceError, UsageError or gdb.error to fail."""
+        raise NotImplementedError

@@ -1,0 +1,74 @@
+"""The answer of `mtrace-info`: is mem-trace loaded, and what its tables hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from ..layout import Header, History, MemTraceError, Totals, Tracer
+
+
+@dataclass(frozen=True)
+class InfoFacts:
+    """The header, the process-wide counters and the freed-block history's header."""
+
+    header: Header
+    totals: Totals
+    # None when the process has no history (header.freed is 0) or it is unreadable.
+    history: Optional[History] = None
+    # Why the history header could not be read.
+    history_error: Optional[str] = None
+
+    @classmethod
+    def read(cls, tracer: Tracer) -> "InfoFacts":
+        """Read them. Unreadable counters are the command's error; an unreadable
+        history is one line of the answer."""
+        totals = tracer.totals()
+        try:
+            history, error = tracer.history_header(), None
+        except MemTraceError as e:
+            history, error = None, str(e)
+        return cls(header=tracer.header, totals=totals, history=history, history_error=error)
+
+
+def lines(facts: InfoFacts) -> List[str]:
+    h, t = facts.header, facts.totals
+    flags = [name for bit, name in ((h.initialised, "initialised"),
+                                    (h.profiler, "profiler"),
+                                    (h.free_stacks, "free stacks")) if bit]
+    return [
+        f"mem-trace is loaded: header at {h.address:#x}, layout version {h.version}",
+        f"  live blocks:     {t.live_blocks} ({t.live_bytes} bytes)",
+        f"  distinct stacks: {t.stacks}",
+        f"  threads seen:    {t.threads}",
+        f"  untracked:       {t.untracked}",
+        f"  next sequence:   {t.next_seq}",
+        f"  flags:           {', '.join(flags) or 'none'}",
+    ] + history_lines(facts)
+
+
+def history_lines(facts: InfoFacts) -> List[str]:
+    """The freed-block history's figures."""
+    if facts.history_error is not None:
+        return [f"  freed history:   unreadable ({facts.history_error})"]
+    h = facts.history
+    if h is None:
+        return ["  freed history:   none (header.freed is 0)"]
+    if not h.enabled:
+        out = ["  freed history:   off (MEM_TRACE_FREED=0)"]
+    else:
+        kept = (
+            f"wrapped: keeps the last {h.capacity}" if h.wrapped
+            else f"{h.held} of {h.capacity} held"
+        )
+        frees = "1 free" if h.written == 1 else f"{h.written} frees"
+        out = [f"  freed history:   {h.capacity} records, {frees} written ({kept})"]
+    quarantine = (
+        f"{h.quarantined_bytes} of {h.quarantine_limit} bytes held"
+        if h.quarantine_limit else "off (MEM_TRACE_QUARANTINE=0)"
+    )
+    return out + [
+        f"  free stacks:     {'on' if h.free_stacks else 'off (MEM_TRACE_FREE_STACKS=0)'}",
+        f"  quarantine:      {quarantine}",
+        f"  errors reported: {h.errors} (double or invalid frees)",
+    ]
