@@ -307,7 +307,7 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             .filter(|f| f.block.contains(addr))
             .collect();
         // Threads write the ring in claimed runs: order by the free's sequence number.
-        found.sort_by(|a, b| b.free_seq.cmp(&a.free_seq));
+        found.sort_by_key(|f| core::cmp::Reverse(f.free_seq));
         Ok(found)
     }
 }
