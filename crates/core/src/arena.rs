@@ -271,6 +271,22 @@ unsafe impl allocator_api2::alloc::Allocator for Arena {
     }
 }
 
+/// A boxed value in the tracer's arena.
+pub type ArenaBox<T> = allocator_api2::boxed::Box<T, Arena>;
+
+/// A boxed `T` made of zero bytes, in the arena; `None` when no memory is left. Large values
+/// (the unwinder's per-thread tables) get fresh pages, which the kernel backs only where
+/// something is stored: a thread that runs little code pays for a few pages instead of
+/// ~300 KiB.
+///
+/// # Safety
+/// - all-zero bytes must be a valid `T`.
+pub unsafe fn zeroed_box<T>() -> Option<ArenaBox<T>> {
+    let b = allocator_api2::boxed::Box::<T, Arena>::try_new_zeroed_in(Arena).ok()?;
+    // SAFETY: zero bytes are a valid `T` (the caller's obligation).
+    Some(unsafe { b.assume_init() })
+}
+
 /// Locks every class, for the `fork` prepare handler: the child must not inherit a lock held
 /// by a thread that does not exist there.
 pub fn lock_all() {

@@ -1,6 +1,6 @@
 //! The allocator underneath the tracer, behind a trait.
 //!
-//! The tracer never allocates the program's blocks itself: the caller of [`crate::record`] does
+//! The tracer never allocates the program's blocks itself: the caller of `record` does
 //! (the preload library's hooks call glibc). The one time the tracer hands a block back on its
 //! own is when the quarantine lets a freed block go, long after the program's `free`; it does
 //! that through this trait, so that another allocator can stand where glibc stands today (a

@@ -8,7 +8,7 @@ use super::modules::ModuleSet;
 use super::rules::{set_index, Entry, Set, FIRST, SETS};
 use super::stack::Stack;
 use super::trail::{Ending, Trail};
-use crate::arena::Arena;
+use crate::arena::{zeroed_box, Arena, ArenaBox};
 use allocator_api2::boxed::Box;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
@@ -39,24 +39,6 @@ pub(super) struct ThreadCache {
     pub(super) taken_over: u64,
     /// Captures wholly taken from a kept walk (for tests and tuning).
     pub(super) kept_hits: u64,
-}
-
-/// A boxed value in the tracer's arena.
-pub(super) type ArenaBox<T> = Box<T, Arena>;
-
-/// A boxed `T` made of zero bytes, in the arena; `None` when no memory is left. The
-/// per-thread tables (the rule cache, the kept walks) are large enough that the arena maps
-/// fresh pages for them, which the kernel backs only where an entry is stored: a thread that
-/// runs little code and allocates from a few stacks pays for a few pages instead of ~300 KiB.
-/// In both tables zero bytes mean "empty": an entry is found by its key, keys are never 0,
-/// and an unfound entry's other fields are never read.
-///
-/// # Safety
-/// - all-zero bytes must be a valid `T`.
-pub(super) unsafe fn zeroed_box<T>() -> Option<ArenaBox<T>> {
-    let b = Box::<T, Arena>::try_new_zeroed_in(Arena).ok()?;
-    // SAFETY: zero bytes are a valid `T` (the caller's obligation).
-    Some(unsafe { b.assume_init() })
 }
 
 impl ThreadCache {

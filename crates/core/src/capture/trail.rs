@@ -1,7 +1,7 @@
 //! A walk's steps, kept so that the next capture can take over its upper part (`Trail`), and
 //! the check-and-copy that does it (`take_over`).
 
-use super::cache::{zeroed_box, ArenaBox};
+use crate::arena::{zeroed_box, ArenaBox};
 use super::frames::Walk;
 use super::stack::Stack;
 use crate::config::MAX_FRAMES;
