@@ -48,6 +48,7 @@ fn assert_lines(fixture: &Fixture, out: &Output, text: &str, checks: &[&str]) {
         .map(|c| {
             let d = Directive {
                 line: 0,
+                keyword: "stderr-check",
                 text: c.to_string(),
             };
             source
