@@ -421,11 +421,17 @@ fn malformed_run_directives_are_errors_citing_the_line() {
         e.starts_with("e.c:2:") && e.contains("unknown directive `stderr-chek`"),
         "{e}"
     );
-    // A comment that starts with a keyword is taken for a directive missing its colon.
-    let e = err("// stdout is a file here\n");
-    assert!(e.starts_with("e.c:1:") && e.contains("`stdout:`"), "{e}");
-    // Prose that only starts like a directive family is left alone.
-    let ok = script::parse(Path::new("e.c"), "// gdb 13 resolves it\n// run it twice\n");
+    // A hyphenated keyword is never prose: without its colon it is a typo.
+    let e = err("// stderr-check mem-trace: boom\n");
+    assert!(
+        e.starts_with("e.c:1:") && e.contains("`stderr-check:`"),
+        "{e}"
+    );
+    // Prose, even when it starts with `stdout` or `stderr` or like a directive family, is
+    // left alone.
+    let prose =
+        "// gdb 13 resolves it\n// run it twice\n// stderr, then SIGABRT\n// stdout is a file\n";
+    let ok = script::parse(Path::new("e.c"), prose);
     assert!(ok.unwrap().scripts.is_empty());
 }
 

@@ -548,7 +548,7 @@ impl FixtureRun {
                 n => format!("{path}:{n}: exit-code"),
             };
             return Err(format!(
-                "{whence}: expected {}, the program ended with {}\n",
+                "{whence}: expected {}, the run ended with: {}\n",
                 wanted.join(" or "),
                 describe_status(out.status)
             ));

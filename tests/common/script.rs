@@ -37,9 +37,11 @@
 //!
 //! Every directive may be written `KEYWORD[NAME]:` to belong to the script called `NAME`; a
 //! fixture may carry several scripts (the unnamed one is `""`). A script is either a gdb
-//! session or a direct run, never both. A comment line whose first word is a directive keyword
-//! (or looks like one: `gdb-…`, `run-…`, `exit-…`, `stdout…`, `stderr…`) must be a well-formed
-//! directive, so a typo is an error rather than a check silently skipped.
+//! session or a direct run, never both. A comment line whose first word is a hyphenated
+//! directive keyword, or looks like one followed by `:` or `[` (`gdb-…`, `run-…`, `exit-…`,
+//! `stdout…`, `stderr…`), must be a well-formed directive, so a typo is an error rather than a
+//! check silently skipped; `stdout` and `stderr` alone are directives only when a colon or a
+//! `[NAME]` follows.
 //!
 //! Matching:
 //! * A check matches a line when, both trimmed, they are equal except that `[...]` in the check
@@ -217,7 +219,11 @@ pub fn parse(path: &Path, text: &str) -> Result<FixtureSource, String> {
             .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
             .unwrap_or(comment.len());
         let (word, rest) = comment.split_at(word_len);
-        let Some(&(keyword, slot)) = KEYWORDS.iter().find(|(k, _)| *k == word) else {
+        let known = KEYWORDS.iter().find(|(k, _)| *k == word);
+        // `stdout` and `stderr` are also words of prose: only a colon or a name makes them a
+        // directive. The hyphenated keywords are never prose, so a missing colon is a typo.
+        let prose = !(word.contains('-') || rest.starts_with(':') || rest.starts_with('['));
+        let Some(&(keyword, slot)) = known.filter(|_| !prose) else {
             if DIRECTIVE_PREFIXES.iter().any(|p| word.starts_with(p))
                 && (rest.starts_with(':') || rest.starts_with('['))
             {
