@@ -22,11 +22,11 @@ fn the_plain_symbol_spelling_works_from_a_c_frame() {
 /// `call mem_trace::print_trace(addr)` from a Rust frame (DESIGN.md fact 2).
 #[test]
 fn rust_blocks_are_traced_from_a_rust_frame() {
-    run_gdb_script(&rust_fixture("rust_frames.rs"), "");
+    run_gdb_script(&rust_fixture("rust_frames.rs"), "print-trace");
 }
 
 /// The documented fallback for Rust frames: `set language c` and `call (void)print_trace(p)`.
 #[test]
 fn the_c_language_fallback_works_from_a_rust_frame() {
-    run_gdb_script(&rust_fixture("rust_frames.rs"), "c");
+    run_gdb_script(&rust_fixture("rust_frames.rs"), "print-trace-c");
 }
