@@ -1,4 +1,4 @@
-//! `mtrace-why` and `mtrace-info` under real gdb against the real `libmem_trace.so` (issue 3):
+//! `mtrace-why` and `mtrace-info` under real gdb against the real `libmem_trace.so`:
 //! live C and Rust programs, core files (gdb's `generate-core-file` and the kernel's own), a
 //! stripped `.so`, auto-load from the `.so`'s `.debug_gdb_scripts`, and every error case.
 //!
