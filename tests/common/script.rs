@@ -48,10 +48,11 @@
 //!   matches any run of characters.
 //! * `-check` lines match in order: each must match a later line than the previous check of
 //!   its stream (extra lines are allowed between and around them).
-//! * A `-not` line holds from where it is written on: no line after the one the preceding
-//!   `-check` matched (after none: no line at all) may match it, to the end of the output. So
-//!   a `-not` before every check forbids the line anywhere; `stderr-not: [...]` after the last
-//!   check says nothing follows it, and alone says stderr is empty.
+//! * A `-not` line holds from where it is written to the end of the output: no line after the
+//!   one matched by the last `-check` written before it may match it (no line at all when no
+//!   check comes before it). So a `-not` before every check forbids the line anywhere;
+//!   `stderr-not: [...]` after the last check says nothing follows it, and alone says stderr
+//!   is empty.
 //!
 //! Substitutions, in every directive:
 //! * A marker comment `// @NAME` on a line makes `{line:NAME}` expand to that line's number,
