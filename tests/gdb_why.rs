@@ -1,9 +1,10 @@
-//! `mtrace-why` and `mtrace-info` under real gdb against the real `libmem_trace.so` (issue 3):
+//! `mtrace-why` and `mtrace-info` under real gdb against the real `libmem_trace.so`:
 //! live C and Rust programs, core files (gdb's `generate-core-file` and the kernel's own), a
 //! stripped `.so`, auto-load from the `.so`'s `.debug_gdb_scripts`, and every error case.
 //!
 //! The gdb scripts and their expectations are the `gdb-command` / `gdb-check` comments in
-//! `tests/fixtures/why_*.{c,rs}`, with line numbers taken from their `// @name` markers (see
+//! `tests/fixtures/why_*.c` and in the `why` script of `tests/fixtures/rust_frames.rs`, with
+//! line numbers taken from their `// @name` markers (see
 //! `tests/common/script.rs`); this file says which script runs against what, prepares what a
 //! script needs outside gdb (a core file, a stripped copy of the `.so`), and adds the checks a
 //! line-by-line match cannot make (no traceback anywhere, values that must agree across lines).
@@ -22,8 +23,9 @@ fn why_c() -> Fixture {
     with_entry_script(c_fixture("why_c.c", &[]))
 }
 
-fn why_rust() -> Fixture {
-    with_entry_script(rust_fixture("why_rust.rs"))
+/// Shared with tests/print_trace.rs, which runs its print-trace scripts.
+fn rust_frames() -> Fixture {
+    with_entry_script(rust_fixture("rust_frames.rs"))
 }
 
 fn why_many() -> Fixture {
@@ -185,7 +187,7 @@ fn error_bad_magic() {
 /// through its field path, a `Box`, a `String`; Rust function paths and file:line.
 #[test]
 fn rust_vec_box_and_string_from_a_rust_frame() {
-    gdb(&why_rust(), "");
+    gdb(&rust_frames(), "why");
 }
 
 // ----------------------------------------------------------------------------- cores

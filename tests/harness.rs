@@ -1,13 +1,17 @@
-//! Unit tests of the test harness itself: check matching, directives, marker substitution,
-//! timeouts. None of them needs the tracer.
+//! Unit tests of the test harness itself: check matching, directives (gdb sessions and direct
+//! runs), marker substitution, exit codes, timeouts. None of them needs the tracer.
 
 mod common;
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
-use common::script::{self, line_matches, match_checks, Directive, Mismatch, Substitutions};
+use common::script::{
+    self, line_matches, match_checks, match_lines, match_stream, parse_exit, Check, Directive,
+    Exit, Mismatch, Substitutions,
+};
 
 #[test]
 fn a_check_without_wildcard_must_equal_the_trimmed_line() {
@@ -65,7 +69,8 @@ fn checks_match_in_order_with_extra_lines_allowed() {
         match_checks(output, &checks(&["Len: 48", "PID: [...]"])),
         Err(Mismatch {
             check: 1,
-            after_line: 3
+            after_line: 3,
+            found: None
         })
     );
     // One output line satisfies one check only.
@@ -73,14 +78,16 @@ fn checks_match_in_order_with_extra_lines_allowed() {
         match_checks(output, &checks(&["Len: 48", "Len: 48"])),
         Err(Mismatch {
             check: 1,
-            after_line: 3
+            after_line: 3,
+            found: None
         })
     );
     assert_eq!(
         match_checks(output, &checks(&["Len: 49"])),
         Err(Mismatch {
             check: 0,
-            after_line: 0
+            after_line: 0,
+            found: None
         })
     );
 }
@@ -134,10 +141,7 @@ fn directives_are_collected_per_script_with_their_line_numbers() {
     assert_eq!(other.commands.len(), 1);
     assert_eq!(other.checks.len(), 1);
     let missing = f.script("nope").unwrap_err();
-    assert!(
-        missing.contains("no gdb script named \"nope\""),
-        "{missing}"
-    );
+    assert!(missing.contains("no script named \"nope\""), "{missing}");
 }
 
 #[test]
@@ -193,11 +197,316 @@ fn a_mismatch_report_cites_the_fixture_line_and_shows_all_output() {
         .collect();
     let output = "Len: 7\n   0: f\n      at /s/f.c:5:1\n";
     let mismatch = match_checks(output, &expanded).unwrap_err();
-    let report = script::describe_mismatch(&f, s, &expanded, &mismatch, output);
+    let report =
+        script::describe_mismatch(&f, &s.checks, &expanded, &mismatch, "gdb output", output);
     assert!(report.starts_with("f.c:7: gdb-check not found"), "{report}");
     assert!(report.contains("expanded: at /s/f.c:4:[...]"), "{report}");
     assert!(report.contains("f.c:6, matched output line 1"), "{report}");
     assert!(report.contains("   3 |       at /s/f.c:5:1"), "{report}");
+}
+
+/// A fixture with direct runs: one unnamed, one named, and a gdb session beside them.
+const RUNS: &str = r#"/* What the fixture shows. */
+// run-args:    double {bin}
+// run-args:    more
+// run-env:     MEM_TRACE_QUARANTINE=256K  MEM_TRACE_FREED=0
+// exit-code:   0
+// stdout:      before double
+// stdout:      after double
+// stderr-not:  [...]invalid free[...]
+// stderr-check: mem-trace: double free of 0x[...]
+// stderr-check: at {src}:{line:free}:[...]
+// stderr-not:  [...]
+// run-env[glibc]:    LD_PRELOAD=
+// exit-code[glibc]:  SIGABRT or SIGSEGV
+// stdout-check[glibc]: before[...]
+// stdout-not[glibc]:   after[...]
+// gdb-command[live]: run
+// gdb-not[live]:     [...]signaled[...]
+// gdb-check[live]:   exited normally
+int main(void) { free(p); } // @free
+"#;
+
+#[test]
+fn run_directives_are_collected_per_script_with_their_keywords() {
+    let f = script::parse(Path::new("r.c"), RUNS).unwrap();
+    let run = f.run_script("").unwrap();
+    let texts = |v: &[Directive]| {
+        v.iter()
+            .map(|d| (d.line, d.keyword, d.text.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        texts(&run.args),
+        vec![
+            (2, "run-args", "double {bin}".to_string()),
+            (3, "run-args", "more".to_string())
+        ]
+    );
+    assert_eq!(run.env.len(), 1);
+    assert_eq!(run.exit.as_ref().map(|d| d.line), Some(5));
+    assert_eq!(
+        texts(&run.stdout.lines),
+        vec![
+            (6, "stdout", "before double".to_string()),
+            (7, "stdout", "after double".to_string())
+        ]
+    );
+    assert!(run.stdout.checks.is_empty());
+    // Checks and nots keep their file order, which gives a not its place.
+    assert_eq!(
+        run.stderr
+            .checks
+            .iter()
+            .map(|d| (d.line, d.forbids()))
+            .collect::<Vec<_>>(),
+        vec![(8, true), (9, false), (10, false), (11, true)]
+    );
+    let glibc = f.run_script("glibc").unwrap();
+    assert_eq!(glibc.env[0].text, "LD_PRELOAD=");
+    assert_eq!(
+        texts(&glibc.stdout.checks),
+        vec![
+            (14, "stdout-check", "before[...]".to_string()),
+            (15, "stdout-not", "after[...]".to_string())
+        ]
+    );
+    let live = f.gdb_script("live").unwrap();
+    assert_eq!(
+        live.checks
+            .iter()
+            .map(|d| (d.keyword, d.forbids()))
+            .collect::<Vec<_>>(),
+        vec![("gdb-not", true), ("gdb-check", false)]
+    );
+    let expanded = f.substitute(&run.stderr.checks[2], &subs()).unwrap();
+    assert_eq!(expanded, "at /s/f.c:19:[...]");
+    assert_eq!(f.substitute(&run.args[0], &subs()).unwrap(), "double /d/f");
+}
+
+#[test]
+fn a_script_is_a_gdb_session_or_a_direct_run_never_both() {
+    let f = script::parse(Path::new("r.c"), RUNS).unwrap();
+    let err = f.gdb_script("").unwrap_err();
+    assert!(err.contains("no gdb-command"), "{err}");
+    let err = f.run_script("live").unwrap_err();
+    assert!(
+        err.starts_with("r.c:16:") && err.contains("gdb session"),
+        "{err}"
+    );
+    let mixed = "// gdb-command[x]: run\n// stderr-check[x]: boom\n";
+    let f = script::parse(Path::new("m.c"), mixed).unwrap();
+    for err in [
+        f.gdb_script("x").unwrap_err(),
+        f.run_script("x").unwrap_err(),
+    ] {
+        assert!(
+            err.contains("m.c:1: gdb-command") && err.contains("m.c:2: stderr-check"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn exit_codes_name_codes_or_signals_and_alternatives() {
+    assert_eq!(parse_exit("0"), Ok(vec![Exit::Code(0)]));
+    assert_eq!(parse_exit("3"), Ok(vec![Exit::Code(3)]));
+    assert_eq!(
+        parse_exit("SIGABRT or SIGSEGV"),
+        Ok(vec![
+            Exit::Signal(libc::SIGABRT),
+            Exit::Signal(libc::SIGSEGV)
+        ])
+    );
+    assert!(parse_exit("SIGFOO").unwrap_err().contains("SIGFOO"));
+    assert!(parse_exit("").is_err());
+    // Wait statuses: exit code in the high byte, the signal in the low bits.
+    let exited = |code: i32| ExitStatus::from_raw(code << 8);
+    let killed = ExitStatus::from_raw(libc::SIGABRT);
+    assert!(Exit::Code(0).matches(exited(0)));
+    assert!(!Exit::Code(0).matches(exited(1)));
+    assert!(!Exit::Code(0).matches(killed));
+    assert!(Exit::Signal(libc::SIGABRT).matches(killed));
+    assert!(!Exit::Signal(libc::SIGSEGV).matches(killed));
+    assert!(!Exit::Signal(libc::SIGABRT).matches(exited(libc::SIGABRT)));
+    assert_eq!(
+        Exit::Signal(libc::SIGABRT).to_string(),
+        "killed by signal 6 (SIGABRT)"
+    );
+}
+
+#[test]
+fn a_not_holds_from_where_it_is_written_to_the_end() {
+    let output = "before\nreport\n  frame\nafter\n";
+    let ok = |checks: &[Check]| match_stream(output, checks);
+    // Before every check: anywhere.
+    assert_eq!(
+        ok(&[Check::absent("[...]double[...]"), Check::present("report")]),
+        Ok(())
+    );
+    assert_eq!(
+        ok(&[Check::absent("after"), Check::present("report")]),
+        Err(Mismatch {
+            check: 0,
+            after_line: 0,
+            found: Some(4)
+        })
+    );
+    // After a check: from the line it matched on, to the end.
+    assert_eq!(
+        ok(&[Check::present("report"), Check::absent("before")]),
+        Ok(())
+    );
+    assert_eq!(
+        ok(&[
+            Check::present("report"),
+            Check::absent("after"),
+            Check::present("frame")
+        ]),
+        Err(Mismatch {
+            check: 1,
+            after_line: 2,
+            found: Some(4)
+        })
+    );
+    // `[...]` after the last check: nothing follows it; alone: no output at all.
+    assert_eq!(
+        ok(&[Check::present("after"), Check::absent("[...]")]),
+        Ok(())
+    );
+    assert_eq!(
+        ok(&[Check::present("frame"), Check::absent("[...]")]),
+        Err(Mismatch {
+            check: 1,
+            after_line: 3,
+            found: Some(4)
+        })
+    );
+    assert_eq!(match_stream("", &[Check::absent("[...]")]), Ok(()));
+    assert!(match_stream("\n", &[Check::absent("[...]")]).is_err());
+}
+
+#[test]
+fn whole_stream_lines_match_one_for_one() {
+    let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let want = lines(&["before double", "after [...]"]);
+    assert_eq!(match_lines("before double\nafter double\n", &want), Ok(()));
+    assert_eq!(match_lines("before double\nafter double", &want), Ok(()));
+    assert_eq!(match_lines("before double\nbefore\n", &want), Err(1));
+    assert_eq!(match_lines("before double\n", &want), Err(1));
+    assert_eq!(
+        match_lines("before double\nafter double\nmore\n", &want),
+        Err(2)
+    );
+    assert_eq!(
+        match_lines("x\nbefore double\nafter double\n", &want),
+        Err(0)
+    );
+    assert_eq!(match_lines("", &[]), Ok(()));
+}
+
+#[test]
+fn malformed_run_directives_are_errors_citing_the_line() {
+    let err = |text: &str| script::parse(Path::new("e.c"), text).unwrap_err();
+    let e = err("x\n// run-env: QUARANTINE\n");
+    assert!(e.starts_with("e.c:2:") && e.contains("NAME=VALUE"), "{e}");
+    let e = err("// run-env: =3\n");
+    assert!(e.contains("`=3`"), "{e}");
+    let e = err("// exit-code: SIGNOPE\n");
+    assert!(e.starts_with("e.c:1:") && e.contains("SIGNOPE"), "{e}");
+    let e = err("// exit-code: 0\n// exit-code: 1\n");
+    assert!(e.starts_with("e.c:2:") && e.contains("line 1"), "{e}");
+    let e = err("// exit-code[a]: 0\n// stderr-chek[a]: boom\n");
+    assert!(
+        e.starts_with("e.c:2:") && e.contains("unknown directive `stderr-chek`"),
+        "{e}"
+    );
+    // A hyphenated keyword is never prose: without its colon it is a typo.
+    let e = err("// stderr-check mem-trace: boom\n");
+    assert!(
+        e.starts_with("e.c:1:") && e.contains("`stderr-check:`"),
+        "{e}"
+    );
+    // Prose, even when it starts with `stdout` or `stderr` or like a directive family, is
+    // left alone.
+    let prose =
+        "// gdb 13 resolves it\n// run it twice\n// stderr, then SIGABRT\n// stdout is a file\n";
+    let ok = script::parse(Path::new("e.c"), prose);
+    assert!(ok.unwrap().scripts.is_empty());
+}
+
+#[test]
+fn a_stream_mismatch_report_cites_the_fixture_line_and_shows_the_stream() {
+    let f = script::parse(Path::new("r.c"), RUNS).unwrap();
+    let run = f.run_script("").unwrap();
+    let expanded: Vec<String> = run
+        .stderr
+        .checks
+        .iter()
+        .map(|d| f.substitute(d, &subs()).unwrap())
+        .collect();
+    let checks: Vec<Check> = run
+        .stderr
+        .checks
+        .iter()
+        .zip(&expanded)
+        .map(|(d, t)| Check {
+            text: t.clone(),
+            forbid: d.forbids(),
+        })
+        .collect();
+
+    // A missing check.
+    let stderr = "mem-trace: double free of 0x10\n   0: release\n      at /s/f.c:18:5\n";
+    let m = match_stream(stderr, &checks).unwrap_err();
+    let report = script::describe_mismatch(&f, &run.stderr.checks, &expanded, &m, "stderr", stderr);
+    assert!(
+        report.starts_with("r.c:10: stderr-check not found in stderr after output line 1"),
+        "{report}"
+    );
+    assert!(report.contains("expanded: at /s/f.c:19:[...]"), "{report}");
+    assert!(
+        report.contains("(previous check, r.c:9, matched output line 1"),
+        "{report}"
+    );
+    assert!(report.contains("----- stderr, numbered -----"), "{report}");
+    assert!(report.contains("   3 |       at /s/f.c:18:5"), "{report}");
+
+    // A forbidden line: the report names it.
+    let stderr = "mem-trace: double free of 0x10\n   0: release\n      at /s/f.c:19:5\nmore\n";
+    let m = match_stream(stderr, &checks).unwrap_err();
+    let report = script::describe_mismatch(&f, &run.stderr.checks, &expanded, &m, "stderr", stderr);
+    assert!(
+        report.starts_with("r.c:11: stderr-not matched stderr line 4"),
+        "{report}"
+    );
+    assert!(report.contains("line 4: more"), "{report}");
+    assert!(
+        report.contains("(previous check, r.c:10, matched output line 3"),
+        "{report}"
+    );
+
+    // Whole-stream lines: a differing line, a missing one, an extra one.
+    let lines: Vec<String> = run.stdout.lines.iter().map(|d| d.text.clone()).collect();
+    let describe = |out: &str| {
+        let index = match_lines(out, &lines).unwrap_err();
+        script::describe_lines_mismatch(&f, &run.stdout.lines, &lines, index, "stdout", out)
+    };
+    let report = describe("before double\nafter single\n");
+    assert!(
+        report.starts_with("r.c:7: stdout line 2 differs"),
+        "{report}"
+    );
+    assert!(report.contains("got:      after single"), "{report}");
+    let report = describe("before double\n");
+    assert!(
+        report.starts_with("r.c:7: stdout has 1 lines, the fixture expects 2: line 2 is missing"),
+        "{report}"
+    );
+    let report = describe("before double\nafter double\nextra\n");
+    assert!(report.starts_with("r.c:7: stdout has 3 lines"), "{report}");
+    assert!(report.contains("line 3 is extra"), "{report}");
+    assert!(report.contains("   3 | extra"), "{report}");
 }
 
 #[test]
@@ -235,4 +544,8 @@ fn commands_render_as_shell_lines() {
         "env LD_PRELOAD=/x/lib.so gdb -nx -x 'a b.gdb'"
     );
     assert_eq!(common::quote("it's"), r"'it'\''s'");
+    // A working directory is part of the line, so it reruns from anywhere.
+    let mut cmd = Command::new("gdb");
+    cmd.arg("-nx").current_dir("/t/my dir");
+    assert_eq!(common::render(&cmd), "cd '/t/my dir' && gdb -nx");
 }

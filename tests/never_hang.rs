@@ -1,8 +1,11 @@
-//! `print_trace` never hangs (DESIGN.md fact 3): with scheduler-locking on, a thread stopped
-//! inside the tracer holding a lock cannot release it, yet a call from gdb — from another
-//! thread or from that very thread — must come back within 5 s with the block or with a
+//! `print_trace` never hangs: a thread stopped by gdb may hold a lock the call needs, and with
+//! scheduler-locking on it cannot run to release it, so a call that waited would hang gdb.
+//! A thread stopped inside the tracer holding a lock, a call from gdb — from another thread or
+//! from that very thread — must come back within 5 s with the block or with a
 //! `mem-trace: ... busy` line. The scripts are in `tests/fixtures/locked.c`; their checks
-//! prove the lock was held (the breakpoint hit) and the program still finished normally.
+//! prove the lock was held (the breakpoint hit), the calls came back in time, none was left
+//! stopped or signalled, and the program still finished normally. This file checks what each
+//! call printed, which may be one of several right answers.
 
 mod common;
 
@@ -38,25 +41,6 @@ fn check_main_block(call: &str, answer: &str, report: &str) {
 fn check(script: &str) {
     let run: GdbRun = run_gdb_script(&c_fixture("locked.c", &["-pthread"]), script);
     let report = run.report();
-    let elapsed: f64 = run
-        .between("elapsed ", " s")
-        .trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("cannot read the elapsed time: {e}\n{report}"));
-    assert!(
-        elapsed < 5.0,
-        "the three print_trace calls took {elapsed:.1} s (limit 5 s)\n{report}"
-    );
-    for failure in [
-        "The program being debugged was signaled",
-        "The program being debugged stopped while in a function called from GDB",
-    ] {
-        assert!(
-            !run.output.contains(failure),
-            "a print_trace call did not return: {failure}\n{report}"
-        );
-    }
-
     // p_main: a live block whose shard is the one held (same 64 KiB region as the worker's
     // block; the fixture checks that), asked with the documented spelling and the C fallback.
     check_main_block(

@@ -1,5 +1,7 @@
 //! Shared harness of the integration tests: builds the tracer once, compiles fixtures, runs
-//! programs plain and under `LD_PRELOAD`, and runs fixture-embedded gdb scripts.
+//! programs plain and under `LD_PRELOAD`, and runs what fixtures say about themselves in their
+//! directive comments (see [`script`]): gdb sessions ([`run_gdb_script`]) and direct runs with
+//! their exit code, stdout and stderr ([`fixture_run`]).
 //!
 //! Every child process runs in its own process group with a hard timeout: a hang fails the
 //! test with the output so far instead of stalling the suite. Outputs go to files next to the
@@ -23,7 +25,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use script::Substitutions;
+use script::{Check, Directive, Exit, FixtureSource, Substitutions};
 
 /// Hard limit for one gdb session (start-up, symbol loading, the script, the kill at exit).
 pub const GDB_TIMEOUT: Duration = Duration::from_secs(90);
@@ -61,7 +63,7 @@ fn build_library() -> Result<PathBuf, String> {
     let mut cmd = Command::new(&cargo);
     cmd.args(["build", "--release", "--features", "tracer", "--lib"])
         .current_dir(manifest_dir());
-    let shown = format!("cd {} && {}", quote(manifest_dir()), render(&cmd));
+    let shown = render(&cmd);
     let out = cmd
         .output()
         .map_err(|e| format!("mem-trace tests: cannot run `{shown}`: {e}"))?;
@@ -339,6 +341,10 @@ pub struct Job {
     pub log_dir: Option<PathBuf>,
     /// Log file base name, e.g. `sqlite`.
     pub label: String,
+    /// Working directory; the test's own when `None`.
+    pub cwd: Option<PathBuf>,
+    /// Run with `RLIMIT_CORE` 0, so a program that aborts leaves no core file anywhere.
+    pub no_core_dump: bool,
 }
 
 impl Job {
@@ -350,8 +356,13 @@ impl Job {
         }
     }
 
+    /// A fixture's binary, run in its build directory, without core dumps.
     pub fn fixture(f: &Fixture) -> Self {
-        Job::new(&f.bin, &f.name)
+        Job {
+            cwd: Some(f.dir.clone()),
+            no_core_dump: true,
+            ..Job::new(&f.bin, &f.name)
+        }
     }
 
     /// Runs the job, with `LD_PRELOAD` set to the tracer when `preload`.
@@ -371,17 +382,40 @@ impl Job {
         if preload {
             cmd.env("LD_PRELOAD", library());
         }
+        if let Some(cwd) = &self.cwd {
+            cmd.current_dir(cwd);
+        }
+        if self.no_core_dump {
+            // SAFETY: runs in the forked child before exec; setrlimit is async-signal-safe
+            // and touches no memory of the parent's.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let none = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_CORE, &none) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let suffix = if preload { "preload" } else { "plain" };
         let log_base = dir.join(format!("{}.{suffix}", self.label));
         let what = format!("{} ({suffix})", self.label);
-        run_with_timeout(
+        let mut out = run_with_timeout(
             cmd,
             &log_base,
             false,
             self.stdin.as_deref(),
             RUN_TIMEOUT,
             &what,
-        )
+        );
+        if self.no_core_dump {
+            out.command = format!("ulimit -c 0 && {}", out.command);
+        }
+        out
     }
 
     /// Runs plain, then preloaded; asserts both succeed with identical stdout.
@@ -422,6 +456,126 @@ impl Job {
     }
 }
 
+/// A fixture's direct run: its script's `run-args` and `run-env` made into a [`Job`], and its
+/// `exit-code`, `stdout…` and `stderr…` directives to check the outcome against.
+pub struct FixtureRun {
+    source: FixtureSource,
+    subs: Substitutions,
+    name: String,
+    /// The program, its arguments and environment; a test may add to them (e.g. the path of a
+    /// library it built) before running.
+    pub job: Job,
+    /// Under the tracer: unless the script sets `LD_PRELOAD` itself.
+    pub preload: bool,
+}
+
+/// The direct run called `name` of `fixture` (see [`script`]); panics if there is none.
+pub fn fixture_run(fixture: &Fixture, name: &str) -> FixtureRun {
+    let source = fixture_source(fixture);
+    let s = source.run_script(name).unwrap_or_else(|e| panic!("{e}"));
+    let subs = substitutions(fixture);
+    let mut job = Job::fixture(fixture);
+    if !name.is_empty() {
+        job.label = name.to_string();
+    }
+    for words in expand(&source, &subs, &s.args) {
+        job.args
+            .extend(words.split_whitespace().map(str::to_string));
+    }
+    for words in expand(&source, &subs, &s.env) {
+        for word in words.split_whitespace() {
+            let (k, v) = word.split_once('=').expect("checked by the parser");
+            job.env.push((k.to_string(), v.to_string()));
+        }
+    }
+    let preload = !job.env.iter().any(|(k, _)| k == "LD_PRELOAD");
+    FixtureRun {
+        source,
+        subs,
+        name: name.to_string(),
+        job,
+        preload,
+    }
+}
+
+impl FixtureRun {
+    /// Runs the program once and checks the outcome; returns it for further checks.
+    pub fn run(&self) -> Output {
+        let out = self.job.run(self.preload);
+        self.check(&out);
+        out
+    }
+
+    /// Runs the program plain, then under the tracer, asserting both succeed with identical
+    /// stdout ([`Job::assert_same_with_preload`]); then checks the traced run.
+    pub fn run_same_as_plain(&self) -> Output {
+        assert!(
+            self.preload,
+            "{}: script {:?} sets LD_PRELOAD itself: there is no traced run to compare",
+            self.source.path.display(),
+            self.name
+        );
+        let traced = self.job.assert_same_with_preload();
+        self.check(&traced);
+        traced
+    }
+
+    /// Checks `out` against the script's exit code, stdout and stderr directives; panics
+    /// with the fixture's file:line of the first that fails, and the whole run.
+    pub fn check(&self, out: &Output) {
+        if let Err(message) = self.mismatch(out) {
+            panic!("{message}----- the run -----\n{}", out.describe());
+        }
+    }
+
+    fn mismatch(&self, out: &Output) -> Result<(), String> {
+        let path = self.source.path.display();
+        if self.preload && out.stderr.contains("cannot be preloaded") {
+            return Err(format!(
+                "{path}: script {:?}: the tracer was not preloaded\n",
+                self.name
+            ));
+        }
+        let s = self.source.run_script(&self.name)?;
+        let (wanted, line) = match &s.exit {
+            Some(d) => (script::parse_exit(&d.text)?, d.line),
+            None => (vec![Exit::Code(0)], 0),
+        };
+        if !wanted.iter().any(|e| e.matches(out.status)) {
+            let wanted: Vec<String> = wanted.iter().map(Exit::to_string).collect();
+            let whence = match line {
+                0 => format!("{path}: script {:?} (no exit-code: 0)", self.name),
+                n => format!("{path}:{n}: exit-code"),
+            };
+            return Err(format!(
+                "{whence}: expected {}, the run ended with: {}\n",
+                wanted.join(" or "),
+                describe_status(out.status)
+            ));
+        }
+        for (stream, expected, output) in [
+            ("stdout", &s.stdout, &out.stdout),
+            ("stderr", &s.stderr, &out.stderr),
+        ] {
+            if !expected.lines.is_empty() {
+                let lines = expand(&self.source, &self.subs, &expected.lines);
+                if let Err(index) = script::match_lines(output, &lines) {
+                    return Err(script::describe_lines_mismatch(
+                        &self.source,
+                        &expected.lines,
+                        &lines,
+                        index,
+                        stream,
+                        output,
+                    ));
+                }
+            }
+            match_directives(&self.source, &self.subs, &expected.checks, stream, output)?;
+        }
+        Ok(())
+    }
+}
+
 /// Result of a gdb session.
 #[derive(Debug)]
 pub struct GdbRun {
@@ -441,37 +595,66 @@ set confirm off
 set debuginfod enabled off
 ";
 
-/// Runs the fixture's gdb script `script` (see [`script`]) and matches its checks; panics
-/// with the fixture's file:line of the first missing check and the whole output.
-pub fn run_gdb_script(fixture: &Fixture, script: &str) -> GdbRun {
-    let text = fs::read_to_string(&fixture.src).expect("read fixture");
-    let source = script::parse(&fixture.src, &text).unwrap_or_else(|e| panic!("{e}"));
-    let s = source.script(script).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        !s.commands.is_empty(),
-        "{}: script {script:?} has no gdb-command",
-        fixture.src.display()
-    );
-    let subs = Substitutions {
+/// Reads and parses a fixture's directives; panics with the parse error.
+fn fixture_source(fixture: &Fixture) -> FixtureSource {
+    let text = fs::read_to_string(&fixture.src)
+        .unwrap_or_else(|e| panic!("read {}: {e}", fixture.src.display()));
+    script::parse(&fixture.src, &text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn substitutions(fixture: &Fixture) -> Substitutions {
+    Substitutions {
         so: library().display().to_string(),
         src: fixture.src.display().to_string(),
         dir: fixture.dir.display().to_string(),
         bin: fixture.bin.display().to_string(),
-    };
-    let expand = |d| {
-        source
-            .substitute(d, &subs)
-            .unwrap_or_else(|e| panic!("{e}"))
-    };
+    }
+}
+
+/// Expands the directives' substitutions; panics citing the directive when one is unknown.
+fn expand(source: &FixtureSource, subs: &Substitutions, directives: &[Directive]) -> Vec<String> {
+    directives
+        .iter()
+        .map(|d| source.substitute(d, subs).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+/// Matches `-check`/`-not` directives against `output`; on failure, the explanation.
+fn match_directives(
+    source: &FixtureSource,
+    subs: &Substitutions,
+    directives: &[Directive],
+    stream: &str,
+    output: &str,
+) -> Result<(), String> {
+    let expanded = expand(source, subs, directives);
+    let checks: Vec<Check> = directives
+        .iter()
+        .zip(&expanded)
+        .map(|(d, text)| Check {
+            text: text.clone(),
+            forbid: d.forbids(),
+        })
+        .collect();
+    script::match_stream(output, &checks).map_err(|mismatch| {
+        script::describe_mismatch(source, directives, &expanded, &mismatch, stream, output)
+    })
+}
+
+/// Runs the fixture's gdb script `script` (see [`script`]) and matches its checks; panics
+/// with the fixture's file:line of the first failed check and the whole output.
+pub fn run_gdb_script(fixture: &Fixture, script: &str) -> GdbRun {
+    let source = fixture_source(fixture);
+    let s = source.gdb_script(script).unwrap_or_else(|e| panic!("{e}"));
+    let subs = substitutions(fixture);
     let mut file = format!(
         "# generated by the mem-trace test harness from {} (script {script:?})\n{GDB_PRELUDE}",
         fixture.src.display()
     );
-    for d in &s.commands {
-        file.push_str(&expand(d));
+    for command in expand(&source, &subs, &s.commands) {
+        file.push_str(&command);
         file.push('\n');
     }
-    let checks: Vec<String> = s.checks.iter().map(expand).collect();
 
     let stem = if script.is_empty() {
         fixture.name.clone()
@@ -486,7 +669,7 @@ pub fn run_gdb_script(fixture: &Fixture, script: &str) -> GdbRun {
         .arg(&fixture.bin)
         .current_dir(&fixture.dir)
         .env_remove("LD_PRELOAD");
-    let rerun = format!("cd {} && {}", quote(&fixture.dir), render(&cmd));
+    let rerun = render(&cmd);
     let out = run_with_timeout(
         cmd,
         &fixture.dir.join(format!("{stem}.gdb-output")),
@@ -500,12 +683,14 @@ pub fn run_gdb_script(fixture: &Fixture, script: &str) -> GdbRun {
         rerun,
         elapsed: out.elapsed,
     };
-    if let Err(mismatch) = script::match_checks(&run.output, &checks) {
-        panic!(
-            "{}rerun: {}\n",
-            script::describe_mismatch(&source, s, &checks, &mismatch, &run.output),
-            run.rerun
-        );
+    if let Err(message) = match_directives(
+        &source,
+        &subs,
+        &s.checks,
+        "gdb output (stdout and stderr interleaved)",
+        &run.output,
+    ) {
+        panic!("{message}rerun: {}\n", run.rerun);
     }
     run
 }
@@ -552,9 +737,13 @@ pub fn quote(word: impl AsRef<OsStr>) -> String {
     }
 }
 
-/// A command as a shell line: explicit environment first, then program and arguments.
+/// A command as a shell line: `cd` to its working directory if it has one, explicit
+/// environment, then program and arguments.
 pub fn render(cmd: &Command) -> String {
     let mut words = Vec::new();
+    if let Some(dir) = cmd.get_current_dir() {
+        words.extend(["cd".to_string(), quote(dir), "&&".to_string()]);
+    }
     let envs: Vec<_> = cmd.get_envs().collect();
     if !envs.is_empty() {
         words.push("env".to_string());
