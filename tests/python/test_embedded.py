@@ -218,12 +218,12 @@ class AutoLoadTests(unittest.TestCase):
     def test_sourced_copy_wins_and_both_orders_work(self):
         probe = "python import mem_trace_gdb.layout as l; print('layout from', l.__spec__.origin)"
         out = self.gdb([f"source {ENTRY}"], [probe, "mtrace-why buffer"])
-        self.assertRegex(out, r"layout from /\S+/python/mem_trace_gdb/layout\.py")
+        self.assertRegex(out, r"layout from /\S+/python/mem_trace_gdb/layout/__init__\.py")
         self.assertRegex(out, r"at the start of a 100-byte block")
         out = self.gdb([], [probe, f"source {ENTRY}", probe, "mtrace-why buffer"])
         self.assertEqual(
             re.findall(r"layout from (\S+)", out),
-            ["<mem-trace", os.path.join(ROOT, "python", "mem_trace_gdb", "layout.py")],
+            ["<mem-trace", os.path.join(ROOT, "python", "mem_trace_gdb", "layout", "__init__.py")],
             out,
         )
         self.assertRegex(out, r"at the start of a 100-byte block")

@@ -548,8 +548,9 @@ class HistoryTests(Fixture):
         t = self.build(b)
         whole = [r.free_seq for r in t.freed_blocks_containing(HEAP + 0x40)]
         self.assertEqual(whole, [133, 123, 113])  # k = 16, 11, 6 (1 was overwritten)
-        saved = layout.RING_CHUNK
-        layout.RING_CHUNK = 3
+        # The tracer module's own binding is the one _ring_parts reads.
+        saved = layout.tracer.RING_CHUNK
+        layout.tracer.RING_CHUNK = 3
         try:
             t = Tracer.open(self.img, self.header_addr)
             self.img.reads.clear()
@@ -559,7 +560,7 @@ class HistoryTests(Fixture):
             self.assertEqual(parts, [(ring + 40 * k, 40 * min(3, 16 - k)) for k in range(0, 16, 3)])
             self.assertEqual(len(list(t.freed_records())), 16)
         finally:
-            layout.RING_CHUNK = saved
+            layout.tracer.RING_CHUNK = saved
 
     def test_empty_records_are_skipped(self):
         b = self.history_fixture()

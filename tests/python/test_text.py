@@ -456,8 +456,10 @@ class NoGdbTests(unittest.TestCase):
     """The modules the texts are made of never import gdb (they run in plain Python)."""
 
     def test_pure_modules_do_not_import_gdb(self):
-        pure = ["layout.py", "frame.py"] + [
-            os.path.join("text", n) for n in os.listdir(os.path.join(PACKAGE, "text"))
+        pure = ["frame.py"] + [
+            os.path.join(sub, n)
+            for sub in ("layout", "text")
+            for n in os.listdir(os.path.join(PACKAGE, sub))
             if n.endswith(".py")
         ]
         for name in pure:

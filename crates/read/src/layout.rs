@@ -1,5 +1,5 @@
 //! The `docs/LAYOUT.md` decoder: the Rust twin of the Python reader
-//! (`python/mem_trace_gdb/layout.py`), over any [`Memory`].
+//! (`python/mem_trace_gdb/layout/`), over any [`Memory`].
 //!
 //! It reads what the writer publishes and nothing else, and trusts none of it: a version it
 //! does not know, sizes that disagree with the contract, a count or capacity past what the

@@ -4,7 +4,7 @@
 //! - [`memory`]: where the bytes come from — this process, or another one read with
 //!   `process_vm_readv` without stopping it;
 //! - [`layout`]: the decoder of `docs/LAYOUT.md` over a memory source, the Rust twin of the
-//!   Python reader (`python/mem_trace_gdb/layout.py`), built on the types of `mem-trace-format`;
+//!   Python reader (`python/mem_trace_gdb/layout/`), built on the types of `mem-trace-format`;
 //! - [`symbolize`]: return addresses → functions, inlined frames and `file:line`, from the ELF
 //!   files and their DWARF (separate debug files too), taking no lock;
 //! - [`text`]: the frame lines every report prints.

@@ -1,155 +1,69 @@
-"""Decoder for the mem-trace memory layout, version 2 (docs/LAYOUT.md).
-
-This module is the out-of-process half of the layout contract. It never imports
-`gdb`: it reads through any object with a ``read(addr, n) -> bytes`` method that
-raises :class:`Inaccessible` for memory it cannot read, so it runs the same way
-under gdb (live process or core file) and in plain unit tests over synthetic
-images.
-
-How an address is answered, in short (the contract explains why this is enough):
-
-* the header at ``MEM_TRACE_HEADER`` points to ``shard_count`` shards;
-* a block of at most 64 KiB starting at ``s`` lives in region shard
-  ``shard_of(s >> 16)``, a larger one in the last ("large") shard;
-* so a block containing ``a`` lives in ``shard_of(a >> 16)``,
-  ``shard_of((a >> 16) - 1)`` or the large shard, and :meth:`Tracer.find_block`
-  reads only those, each slot array in one read;
-* a freed block is in the freed-block history (``header.freed``), a ring of the
-  last ``capacity`` frees shared by all threads. It is not indexed by address, so
-  :meth:`Tracer.freed_blocks_containing` reads the used part of the ring in one
-  read and scans it as columns of u64s (262144 records in about 0.1 s).
-
-Everything read from the process is untrusted: a core taken mid-update, a stray
-write, or a different build can leave any bytes there. Every count and size is
-checked against a cap before it drives a read or a loop, and every failure is one
-of the typed errors below, never another exception.
-"""
+"""The reader: one process's mem-trace tables, read lazily through a memory reader."""
 
 from __future__ import annotations
 
 import struct
 import sys
-from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
 
-LAYOUT_VERSION = 2
-MAGIC = b"MEMTRACE"
-
-HEADER_SIZE = 128
-SLOT_SIZE = 24
-SHARD_SIZE = 64
-REGION_SHIFT = 16
-REGION_SIZE = 1 << REGION_SHIFT
-REGION_SHARD_BITS = 7
-REGION_SHARDS = 1 << REGION_SHARD_BITS
-SHARD_COUNT = REGION_SHARDS + 1
-LARGE_SHARD = SHARD_COUNT - 1
-SHARD_HASH = 0x9E3779B97F4A7C15
-SLOT_ARRAY_HEADER = 16
-
-STACK_STORE_HEADER = 16
-STACK_CHUNK_BITS = 16
-STACK_CHUNKS = 256
-THREAD_TABLE_HEADER = 16
-THREAD_CHUNK_BITS = 12
-THREAD_CHUNKS = 4096
-THREAD_RECORD_SIZE = 32
-HISTORY_HEADER_SIZE = 64
-FREED_RECORD_SIZE = 40
-FREED_RECORD_WORDS = FREED_RECORD_SIZE // 8
-
-MASK64 = (1 << 64) - 1
-FIELD_BITS = 40
-FIELD_MASK = (1 << FIELD_BITS) - 1
-SIZE_SATURATED = FIELD_MASK
-SLOT_EMPTY = 0
-SLOT_TOMBSTONE = 1
-
-FLAG_INITIALISED = 1 << 0
-FLAG_PROFILER = 1 << 1
-FLAG_FREE_STACKS = 1 << 2
-
-HISTORY_FLAG_FREE_STACKS = 1 << 0
-FREED_BY_REALLOC = 1 << 0
-
-# Caps on values read from the process. They are far above what a real process
-# reaches and far below what would make gdb allocate gigabytes or spin:
-# 2^24 slots is one 384 MiB read for a single shard, i.e. ~2 billion live blocks
-# over 128 shards; stacks deeper than 4096 frames are not captured by any unwinder
-# configuration we ship.
-MAX_CAPACITY = 1 << 24
-MAX_FRAMES = 4096
-MAX_STACK_ID = (1 << 24) - 1
-MAX_THREAD_INDEX = (1 << 24) - 1
-MAX_LIVE = 1 << FIELD_BITS
-# MEM_TRACE_FREED accepts at most 2^26 records (src/config.rs); sequence numbers
-# are 40 bits, so more frees than 2^40 cannot have been written.
-MAX_HISTORY_CAPACITY = 1 << 26
-MAX_WRITTEN = 1 << FIELD_BITS
-# The ring is read in one read up to this many records (40 MiB; the default ring,
-# 65536 records, is 2.5 MiB), in reads of this size beyond: as Python lists, a
-# full 2^26-record ring would take gigabytes of gdb's memory.
-RING_CHUNK = 1 << 20
-
-# How far from a block an address may be and still be reported as "N bytes
-# after/before" it. Overflows and underflows land within a few elements of the
-# block; 4 KiB also covers a misplaced struct-sized stride without attributing
-# arbitrary addresses to an unrelated neighbour.
-DEFAULT_MAX_GAP = 4096
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class MemTraceError(Exception):
-    """Base of every error this package raises on purpose; str() is one line."""
-
-
-class NotLoaded(MemTraceError):
-    """mem-trace is not in the process (no header symbol or a null header)."""
-
-
-class BadMagic(MemTraceError):
-    """The header address does not hold ``MEMTRACE``."""
-
-    def __init__(self, address: int, found: bytes):
-        self.address = address
-        self.found = found
-        super().__init__(
-            f"no mem-trace header at {address:#x} (magic {found!r}, expected {MAGIC!r})"
-        )
-
-
-class VersionMismatch(MemTraceError):
-    """The process uses a layout version this reader does not know."""
-
-    def __init__(self, found: int, expected: int = LAYOUT_VERSION):
-        self.found = found
-        self.expected = expected
-        super().__init__(
-            f"mem-trace layout version {found} in the process, this gdb script reads "
-            f"version {expected}: use the gdb/mem_trace.py from the same build"
-        )
-
-
-class Corrupt(MemTraceError):
-    """Bytes that cannot be what the contract says (insane counts, bad sizes...)."""
-
-
-class Inaccessible(MemTraceError):
-    """Memory the reader cannot read (unmapped, missing from the core, short read)."""
-
-    def __init__(self, address: int, length: int, what: str = "", detail: str = ""):
-        self.address = address
-        self.length = length
-        self.what = what
-        self.detail = detail
-        text = f"cannot read {length} bytes at {address:#x}"
-        if what:
-            text = f"cannot read {what} ({length} bytes at {address:#x})"
-        if detail:
-            text += f": {detail}"
-        super().__init__(text)
+from .contract import (
+    DIRECTORY_HEADER_STRUCT,
+    FIELD_MASK,
+    FREED_RECORD_SIZE,
+    FREED_RECORD_WORDS,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    HISTORY_HEADER_SIZE,
+    HISTORY_STRUCT,
+    LARGE_SHARD,
+    LAYOUT_VERSION,
+    MAGIC,
+    MASK64,
+    REGION_SHIFT,
+    REGION_SIZE,
+    SHARD_COUNT,
+    SHARD_SIZE,
+    SHARD_STRUCT,
+    SLOT_ARRAY_HEADER,
+    SLOT_SIZE,
+    SLOT_TOMBSTONE,
+    STACK_CHUNK_BITS,
+    STACK_CHUNKS,
+    STACK_STORE_HEADER,
+    THREAD_CHUNK_BITS,
+    THREAD_CHUNKS,
+    THREAD_RECORD_SIZE,
+    THREAD_STRUCT,
+    THREAD_TABLE_HEADER,
+    candidate_shards,
+    shard_of,
+)
+from .errors import BadMagic, Corrupt, Inaccessible, NotLoaded, VersionMismatch
+from .limits import (
+    DEFAULT_MAX_GAP,
+    MAX_CAPACITY,
+    MAX_FRAMES,
+    MAX_HISTORY_CAPACITY,
+    MAX_LIVE,
+    MAX_STACK_ID,
+    MAX_THREAD_INDEX,
+    MAX_WRITTEN,
+    RING_CHUNK,
+)
+from .records import (
+    Block,
+    Event,
+    FreedBlock,
+    Header,
+    History,
+    Match,
+    Shard,
+    Stack,
+    Thread,
+    Totals,
+    decode_freed,
+    decode_slot,
+)
 
 
 class MemoryReader(Protocol):
@@ -157,24 +71,6 @@ class MemoryReader(Protocol):
 
     def read(self, addr: int, n: int) -> bytes:  # pragma: no cover - protocol
         ...
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def shard_of(region: int) -> int:
-    """Region shard index of a 64 KiB region number (the contract's ``shard_of``)."""
-    return ((region * SHARD_HASH) & MASK64) >> (64 - REGION_SHARD_BITS)
-
-
-def candidate_shards(addr: int) -> List[int]:
-    """The shards that can hold a block containing ``addr``, without duplicates."""
-    region = addr >> REGION_SHIFT
-    out = [shard_of(region)]
-    if region > 0 and shard_of(region - 1) not in out:
-        out.append(shard_of(region - 1))
-    out.append(LARGE_SHARD)
-    return out
 
 
 def _u64s(data: bytes) -> Sequence[int]:
@@ -189,225 +85,6 @@ def _as_list(column: Sequence[int]) -> List[int]:
     return column.tolist() if hasattr(column, "tolist") else list(column)
 
 
-# --------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class Header:
-    """The decoded 128-byte header."""
-
-    address: int
-    version: int
-    shard_count: int
-    region_shift: int
-    shards: int
-    stacks: int
-    threads: int
-    freed: int
-    next_seq: int
-    flags: int
-    untracked: int
-
-    @property
-    def initialised(self) -> bool:
-        return bool(self.flags & FLAG_INITIALISED)
-
-    @property
-    def profiler(self) -> bool:
-        return bool(self.flags & FLAG_PROFILER)
-
-    @property
-    def free_stacks(self) -> bool:
-        return bool(self.flags & FLAG_FREE_STACKS)
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One shard's counters and the address of its slot array (0: never used)."""
-
-    index: int
-    array: int
-    live: int
-    tombstones: int
-    live_bytes: int
-
-
-@dataclass(frozen=True)
-class Block:
-    """A live heap block as recorded in a slot."""
-
-    addr: int
-    size: int
-    thread: int
-    seq: int
-    stack: int
-
-    @property
-    def end(self) -> int:
-        """One past the last byte."""
-        return self.addr + self.size
-
-    @property
-    def size_saturated(self) -> bool:
-        """The real size is at least ``size`` (the 40-bit field saturated)."""
-        return self.size == SIZE_SATURATED
-
-
-def decode_slot(addr: int, size_thread: int, seq_stack: int) -> Block:
-    """Split a slot's two bitfield words into a :class:`Block`."""
-    return Block(
-        addr=addr,
-        size=size_thread & FIELD_MASK,
-        thread=size_thread >> FIELD_BITS,
-        seq=seq_stack & FIELD_MASK,
-        stack=seq_stack >> FIELD_BITS,
-    )
-
-
-@dataclass(frozen=True)
-class Match:
-    """Where an address is relative to a block.
-
-    ``relation`` is ``"inside"`` (``offset`` = bytes from the block's start),
-    ``"after"`` (``offset`` = bytes past its end, 0 = one past the end) or
-    ``"before"`` (``offset`` = bytes before its start).
-    """
-
-    address: int
-    block: Block
-    relation: str
-    offset: int
-
-
-@dataclass(frozen=True)
-class Thread:
-    """A thread record; ``index`` is what slots store."""
-
-    index: int
-    tid: int
-    exited: bool
-    name: str
-
-
-@dataclass(frozen=True)
-class Stack:
-    """An interned allocation stack: return addresses, innermost first."""
-
-    id: int
-    frames: Tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Totals:
-    """Process-wide counters for ``mtrace-info``."""
-
-    live_blocks: int
-    live_bytes: int
-    tombstones: int
-    stacks: int
-    threads: int
-    untracked: int
-    next_seq: int
-
-
-@dataclass(frozen=True)
-class History:
-    """The freed-block history's 64-byte header (``header.freed``)."""
-
-    address: int
-    flags: int
-    capacity: int
-    records: int
-    written: int
-    quarantine_limit: int
-    quarantined_bytes: int
-    errors: int
-
-    @property
-    def enabled(self) -> bool:
-        return self.capacity > 0
-
-    @property
-    def free_stacks(self) -> bool:
-        """Free stacks are recorded (``MEM_TRACE_FREE_STACKS``)."""
-        return bool(self.flags & HISTORY_FLAG_FREE_STACKS)
-
-    @property
-    def held(self) -> int:
-        """How many records the ring holds now."""
-        return min(self.written, self.capacity)
-
-    @property
-    def wrapped(self) -> bool:
-        """Older frees have been overwritten: the ring only knows the last ``capacity``."""
-        return self.written > self.capacity
-
-
-@dataclass(frozen=True)
-class FreedBlock:
-    """A freed-block record: the allocation as its slot said, and the free."""
-
-    allocation: Block
-    free_seq: int
-    free_stack: int
-    free_thread: int
-    flags: int
-
-    @property
-    def addr(self) -> int:
-        return self.allocation.addr
-
-    @property
-    def size(self) -> int:
-        return self.allocation.size
-
-    @property
-    def end(self) -> int:
-        return self.allocation.end
-
-    @property
-    def by_realloc(self) -> bool:
-        """Freed by a ``realloc`` that moved the block or was given size 0."""
-        return bool(self.flags & FREED_BY_REALLOC)
-
-
-@dataclass(frozen=True)
-class Event:
-    """One remembered allocation or free, for ``mtrace-history``.
-
-    ``kind`` is ``"allocation"`` or ``"free"``; ``seq``, ``thread`` and ``stack``
-    are the event's own. ``freed`` is the history record the event comes from
-    (None for the allocation of a live block); an allocation event with a record
-    is one whose block was freed later, at ``freed.free_seq``.
-    """
-
-    kind: str
-    seq: int
-    thread: int
-    stack: int
-    block: Block
-    freed: Optional[FreedBlock] = None
-
-    @property
-    def live(self) -> bool:
-        return self.freed is None
-
-
-def decode_freed(words: Sequence[int]) -> FreedBlock:
-    """A freed record from its five u64 words (the last holds free_thread and flags)."""
-    addr, size_thread, seq_stack, free_seq_stack, thread_flags = words
-    return FreedBlock(
-        allocation=decode_slot(addr, size_thread, seq_stack),
-        free_seq=free_seq_stack & FIELD_MASK,
-        free_stack=free_seq_stack >> FIELD_BITS,
-        free_thread=thread_flags & 0xFFFF_FFFF,
-        flags=thread_flags >> 32,
-    )
-
-
-# --------------------------------------------------------------------------- decoder
-
-
 class Tracer:
     """A view of one process's mem-trace state, read lazily through ``reader``.
 
@@ -415,11 +92,6 @@ class Tracer:
     process changes between commands.
     """
 
-    _HEADER = struct.Struct("<8sIIIIII QQQQ QQQ 40x")
-    _SHARD = struct.Struct("<II QQQQ 24x")
-    _DIR_HEADER = struct.Struct("<QII")
-    _THREAD = struct.Struct("<II16s8x")
-    _HISTORY = struct.Struct("<II QQQ QQQ 8x")
 
     def __init__(self, reader: MemoryReader, header: Header):
         self.reader = reader
@@ -465,7 +137,7 @@ class Tracer:
         (
             _magic, version, header_size, slot_size, shard_size, shard_count, region_shift,
             shards, stacks, threads, freed, next_seq, flags, untracked,
-        ) = cls._HEADER.unpack(raw)
+        ) = HEADER_STRUCT.unpack(raw)
         expected = {
             "header_size": (header_size, HEADER_SIZE),
             "slot_size": (slot_size, SLOT_SIZE),
@@ -496,7 +168,7 @@ class Tracer:
                 raw = self._read(self.header.shards, SHARD_COUNT * SHARD_SIZE, "the shard array")
                 out = []
                 for i in range(SHARD_COUNT):
-                    _lock, _res, array, live, tomb, live_bytes = self._SHARD.unpack_from(
+                    _lock, _res, array, live, tomb, live_bytes = SHARD_STRUCT.unpack_from(
                         raw, i * SHARD_SIZE
                     )
                     if live > MAX_LIVE or tomb > MAX_LIVE:
@@ -616,7 +288,7 @@ class Tracer:
         cached = self._dirs.get(base)
         if cached is not None:
             return cached[0]
-        count, chunk_bits, nchunks = self._DIR_HEADER.unpack(self._read(base, 16, what))
+        count, chunk_bits, nchunks = DIRECTORY_HEADER_STRUCT.unpack(self._read(base, 16, what))
         if chunk_bits != bits or nchunks != chunks:
             raise Corrupt(
                 f"{what} at {base:#x}: chunk_bits {chunk_bits}, chunks {nchunks}; "
@@ -690,7 +362,7 @@ class Tracer:
             return None
         offset = (index & ((1 << THREAD_CHUNK_BITS) - 1)) * THREAD_RECORD_SIZE
         raw = self._read(chunk + offset, THREAD_RECORD_SIZE, f"thread record {index}")
-        tid, flags, name = self._THREAD.unpack(raw)
+        tid, flags, name = THREAD_STRUCT.unpack(raw)
         if tid == 0:
             # The tracer stores tid last (release): 0 is a record still being
             # written when the process stopped, and never a real kernel tid.
@@ -740,7 +412,7 @@ class Tracer:
             (
                 record_size, flags, capacity, records, written, quarantine_limit,
                 quarantined_bytes, errors,
-            ) = self._HISTORY.unpack(self._read(self.header.freed, HISTORY_HEADER_SIZE, what))
+            ) = HISTORY_STRUCT.unpack(self._read(self.header.freed, HISTORY_HEADER_SIZE, what))
             base = self.header.freed
             if record_size != FREED_RECORD_SIZE:
                 raise Corrupt(

@@ -1,0 +1,73 @@
+"""The layout contract, version 2 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
+
+What the tracer writes and this reader must agree on, byte for byte. A change here
+is a change to docs/LAYOUT.md and to the tracer (crates/format), and bumps
+LAYOUT_VERSION.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import List
+
+LAYOUT_VERSION = 2
+MAGIC = b"MEMTRACE"
+
+HEADER_SIZE = 128
+SLOT_SIZE = 24
+SHARD_SIZE = 64
+REGION_SHIFT = 16
+REGION_SIZE = 1 << REGION_SHIFT
+REGION_SHARD_BITS = 7
+REGION_SHARDS = 1 << REGION_SHARD_BITS
+SHARD_COUNT = REGION_SHARDS + 1
+LARGE_SHARD = SHARD_COUNT - 1
+SHARD_HASH = 0x9E3779B97F4A7C15
+SLOT_ARRAY_HEADER = 16
+
+STACK_STORE_HEADER = 16
+STACK_CHUNK_BITS = 16
+STACK_CHUNKS = 256
+THREAD_TABLE_HEADER = 16
+THREAD_CHUNK_BITS = 12
+THREAD_CHUNKS = 4096
+THREAD_RECORD_SIZE = 32
+HISTORY_HEADER_SIZE = 64
+FREED_RECORD_SIZE = 40
+FREED_RECORD_WORDS = FREED_RECORD_SIZE // 8
+
+MASK64 = (1 << 64) - 1
+FIELD_BITS = 40
+FIELD_MASK = (1 << FIELD_BITS) - 1
+SIZE_SATURATED = FIELD_MASK
+SLOT_EMPTY = 0
+SLOT_TOMBSTONE = 1
+
+FLAG_INITIALISED = 1 << 0
+FLAG_PROFILER = 1 << 1
+FLAG_FREE_STACKS = 1 << 2
+
+HISTORY_FLAG_FREE_STACKS = 1 << 0
+FREED_BY_REALLOC = 1 << 0
+
+# The records' byte formats, little-endian (the tables in docs/LAYOUT.md).
+HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQ 40x")
+SHARD_STRUCT = struct.Struct("<II QQQQ 24x")
+DIRECTORY_HEADER_STRUCT = struct.Struct("<QII")
+THREAD_STRUCT = struct.Struct("<II16s8x")
+HISTORY_STRUCT = struct.Struct("<II QQQ QQQ 8x")
+
+
+def shard_of(region: int) -> int:
+    """Region shard index of a 64 KiB region number (the contract's ``shard_of``)."""
+    return ((region * SHARD_HASH) & MASK64) >> (64 - REGION_SHARD_BITS)
+
+
+def candidate_shards(addr: int) -> List[int]:
+    """The shards that can hold a block containing ``addr``, without duplicates."""
+    region = addr >> REGION_SHIFT
+    out = [shard_of(region)]
+    if region > 0 and shard_of(region - 1) not in out:
+        out.append(shard_of(region - 1))
+    out.append(LARGE_SHARD)
+    return out
