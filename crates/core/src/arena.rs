@@ -47,9 +47,9 @@ const CLASSES: [usize; 16] = [
 ];
 
 /// Bytes the tracer has mapped for itself (chunks and large blocks), for `MEM_TRACE_STATS`.
-pub static MAPPED: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static MAPPED: AtomicUsize = AtomicUsize::new(0);
 /// The highest value [`MAPPED`] has reached.
-pub static PEAK_MAPPED: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static PEAK_MAPPED: AtomicUsize = AtomicUsize::new(0);
 
 struct Class {
     /// Head of the free list (a block's first word links to the next), as an address.
@@ -186,7 +186,7 @@ fn alloc_large(layout: Layout) -> *mut u8 {
 }
 
 /// A block for `layout` from the arena; null when no memory is left.
-pub fn allocate(layout: Layout) -> *mut u8 {
+pub(crate) fn allocate(layout: Layout) -> *mut u8 {
     match class_for(layout) {
         Some(c) => alloc_small(c),
         None => alloc_large(layout),
@@ -194,7 +194,7 @@ pub fn allocate(layout: Layout) -> *mut u8 {
 }
 
 /// A zeroed block for `layout` from the arena; null when no memory is left.
-pub fn allocate_zeroed(layout: Layout) -> *mut u8 {
+pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
     let p = allocate(layout);
     if !p.is_null() && class_for(layout).is_some() {
         // Small blocks may be recycled; large mappings are fresh zero pages.
@@ -209,7 +209,7 @@ pub fn allocate_zeroed(layout: Layout) -> *mut u8 {
 /// # Safety
 /// - `p` must come from [`allocate`] or [`allocate_zeroed`] with this `layout`, and nothing
 ///   may use it any more.
-pub unsafe fn release(p: *mut u8, layout: Layout) {
+pub(crate) unsafe fn release(p: *mut u8, layout: Layout) {
     match class_for(layout) {
         // SAFETY: `p` was returned for this layout, hence by this class (caller's contract).
         Some(c) => unsafe { free_small(p, c) },
@@ -272,7 +272,7 @@ unsafe impl allocator_api2::alloc::Allocator for Arena {
 }
 
 /// A boxed value in the tracer's arena.
-pub type ArenaBox<T> = allocator_api2::boxed::Box<T, Arena>;
+pub(crate) type ArenaBox<T> = allocator_api2::boxed::Box<T, Arena>;
 
 /// A boxed `T` made of zero bytes, in the arena; `None` when no memory is left. Large values
 /// (the unwinder's per-thread tables) get fresh pages, which the kernel backs only where
@@ -281,7 +281,7 @@ pub type ArenaBox<T> = allocator_api2::boxed::Box<T, Arena>;
 ///
 /// # Safety
 /// - all-zero bytes must be a valid `T`.
-pub unsafe fn zeroed_box<T>() -> Option<ArenaBox<T>> {
+pub(crate) unsafe fn zeroed_box<T>() -> Option<ArenaBox<T>> {
     let b = allocator_api2::boxed::Box::<T, Arena>::try_new_zeroed_in(Arena).ok()?;
     // SAFETY: zero bytes are a valid `T` (the caller's obligation).
     Some(unsafe { b.assume_init() })
@@ -289,14 +289,14 @@ pub unsafe fn zeroed_box<T>() -> Option<ArenaBox<T>> {
 
 /// Locks every class, for the `fork` prepare handler: the child must not inherit a lock held
 /// by a thread that does not exist there.
-pub fn lock_all() {
+pub(crate) fn lock_all() {
     for c in &CLASS_STATE {
         c.raw().lock();
     }
 }
 
 /// Releases the locks taken by [`lock_all`] (parent and child side of `fork`).
-pub fn unlock_all() {
+pub(crate) fn unlock_all() {
     for c in &CLASS_STATE {
         c.raw().unlock();
     }
@@ -347,7 +347,7 @@ fn scratch_alloc(layout: Layout) -> *mut u8 {
 ///
 /// Only one scope may exist at a time in the process; `print_trace` ensures that with its own
 /// busy flag. Everything allocated inside the scope must be dropped before the scope ends.
-pub struct ScratchScope(());
+pub(crate) struct ScratchScope(());
 
 impl ScratchScope {
     /// Enters scratch mode, reserving the region on first use. `None` if it cannot be reserved.

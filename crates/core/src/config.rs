@@ -9,33 +9,33 @@
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Default number of frames kept per stack.
-pub const DEFAULT_FRAMES: usize = 64;
+pub(crate) const DEFAULT_FRAMES: usize = 64;
 /// The upper bound on `MEM_TRACE_FRAMES`, and the size of a capture's frame buffer.
-pub const MAX_FRAMES: usize = 128;
+pub(crate) const MAX_FRAMES: usize = 128;
 /// Default number of frees remembered (`MEM_TRACE_FREED`): 2.5 MiB of records, enough to
 /// explain a dangling pointer freed tens of thousands of frees ago.
-pub const DEFAULT_FREED: u64 = 1 << 16;
+pub(crate) const DEFAULT_FREED: u64 = 1 << 16;
 /// Default bytes held back from reuse (`MEM_TRACE_QUARANTINE`).
-pub const DEFAULT_QUARANTINE: u64 = 4 << 20;
+pub(crate) const DEFAULT_QUARANTINE: u64 = 4 << 20;
 
 /// Frames kept per allocation stack (`MEM_TRACE_FRAMES`, 1..=128, default 64).
-pub static FRAMES: AtomicUsize = AtomicUsize::new(DEFAULT_FRAMES);
+pub(crate) static FRAMES: AtomicUsize = AtomicUsize::new(DEFAULT_FRAMES);
 /// Whether stacks are captured at all (`MEM_TRACE_UNWIND=cfi` (default), `fp` or `none`).
-pub static UNWIND: AtomicBool = AtomicBool::new(true);
+pub(crate) static UNWIND: AtomicBool = AtomicBool::new(true);
 /// Whether the program's frames are walked by frame pointers (`MEM_TRACE_UNWIND=fp`) rather
 /// than by CFI: cheaper, and right only for code built with `-fno-omit-frame-pointer`.
-pub static UNWIND_FP: AtomicBool = AtomicBool::new(false);
+pub(crate) static UNWIND_FP: AtomicBool = AtomicBool::new(false);
 /// Print one line of statistics to stderr at exit (`MEM_TRACE_STATS=1`).
-pub static STATS: AtomicBool = AtomicBool::new(false);
+pub(crate) static STATS: AtomicBool = AtomicBool::new(false);
 /// Capture the freeing stack of every free (`MEM_TRACE_FREE_STACKS`, default 1).
-pub static FREE_STACKS: AtomicBool = AtomicBool::new(true);
+pub(crate) static FREE_STACKS: AtomicBool = AtomicBool::new(true);
 /// Abort right after reporting a double or invalid free, so a core is written there
 /// (`MEM_TRACE_ON_ERROR=abort`; default `report`: report and go on without freeing).
-pub static ABORT_ON_ERROR: AtomicBool = AtomicBool::new(false);
+pub(crate) static ABORT_ON_ERROR: AtomicBool = AtomicBool::new(false);
 
 /// How stacks are captured (`MEM_TRACE_UNWIND`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unwind {
+pub(crate) enum Unwind {
     /// `cfi`: `.eh_frame` rules, right for code built without frame pointers (the default).
     Cfi,
     /// `fp`: the rbp chain, for programs built with frame pointers.
@@ -46,7 +46,7 @@ pub enum Unwind {
 
 /// A parsed configuration, separate from the globals so it can be tested.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Config {
+pub(crate) struct Config {
     pub frames: usize,
     pub unwind: Unwind,
     pub stats: bool,
@@ -74,14 +74,14 @@ impl Default for Config {
 
 /// One rejected variable: its name, the value given, and what was expected.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Rejected {
+pub(crate) struct Rejected {
     pub var: &'static str,
     pub value: String,
     pub expected: &'static str,
 }
 
 /// Parses the configuration from a variable lookup.
-pub fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Rejected>) {
+pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Rejected>) {
     let mut c = Config::default();
     let mut bad = Vec::new();
     let mut reject = |var, value: String, expected| {
@@ -179,7 +179,7 @@ fn getenv(name: &str) -> Option<String> {
 
 /// Reads the environment into the globals, reports bad values on stderr, and returns the
 /// whole configuration for the settings that other modules keep (history, quarantine).
-pub fn load() -> Config {
+pub(crate) fn load() -> Config {
     let (c, bad) = parse(getenv);
     for r in &bad {
         let mut out = crate::out::Out::stderr();

@@ -31,7 +31,7 @@ impl Guard {
 
     /// The state of the thread holding the guard.
     #[inline(always)]
-    pub fn state(&self) -> &'static ThreadState {
+    pub(crate) fn state(&self) -> &'static ThreadState {
         self.state
     }
 }
@@ -41,11 +41,6 @@ impl Drop for Guard {
     fn drop(&mut self) {
         self.state.busy.set(false);
     }
-}
-
-/// Whether the current thread is inside the tracer (used by `print_trace` to say so).
-pub fn inside_tracer() -> bool {
-    state::current().busy.get()
 }
 
 /// Marks the current thread busy (or not) regardless of the previous value; returns the
@@ -63,9 +58,9 @@ mod tests {
     fn nested_entry_passes_through() {
         let outer = Guard::enter().expect("first entry");
         assert!(Guard::enter().is_none());
-        assert!(inside_tracer());
+        assert!(state::current().busy.get());
         drop(outer);
-        assert!(!inside_tracer());
+        assert!(!state::current().busy.get());
         assert!(Guard::enter().is_some());
     }
 

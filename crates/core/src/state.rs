@@ -10,7 +10,7 @@ use crate::store::{freed, quarantine, stacks, threads};
 use core::cell::Cell;
 
 /// The per-thread state: one field per module that keeps something per thread.
-pub struct ThreadState {
+pub(crate) struct ThreadState {
     /// Whether the thread is inside the tracer (see `guard`).
     pub(crate) busy: Cell<bool>,
     /// The thread's index in the thread table.
@@ -45,7 +45,7 @@ thread_local! {
 /// The current thread's state. The reference stays valid for the thread's whole life: the
 /// thread-local has no destructor, so its storage lives as long as the thread.
 #[inline(always)]
-pub fn current() -> &'static ThreadState {
+pub(crate) fn current() -> &'static ThreadState {
     // SAFETY: see above; the reference never leaves this thread because ThreadState is !Sync.
     STATE.with(|s| unsafe { &*(s as *const ThreadState) })
 }

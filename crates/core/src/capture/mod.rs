@@ -115,7 +115,7 @@ pub fn capture(local: &Local, out: &mut [u64]) -> usize {
 
 /// A capture for interning: either frames in `out`, or the stack id they were given last
 /// time (see [`capture_interned`]).
-pub struct Captured {
+pub(crate) struct Captured {
     /// Frames written to `out` (when `id` is 0), or the count the stack has.
     pub frames: usize,
     /// The stack's interned id, when this capture repeats a kept walk whose id is known;
@@ -129,7 +129,7 @@ pub struct Captured {
 /// and over skips copying, hashing and comparing its frames (most captures on churn and
 /// python3).
 #[inline(never)]
-pub fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
+pub(crate) fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
     let w = capture_with(local, out, registers(), true);
     Captured {
         frames: w.frames,
@@ -139,7 +139,7 @@ pub fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
 
 /// Notes that the frames of the capture just made by [`capture_interned`] (into a buffer of
 /// `len` frames) were interned as `id`.
-pub fn remember_id(local: &Local, id: u32, len: usize) {
+pub(crate) fn remember_id(local: &Local, id: u32, len: usize) {
     if let Some(cache) = cache_if_made(local) {
         if let Some(k) = cache.memo.take() {
             let kept = &mut cache.kept[k];

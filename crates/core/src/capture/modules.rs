@@ -71,7 +71,7 @@ static BUILD: SpinLock<()> = SpinLock::new(());
 /// The current module set, building it first if needed. Returns `None` only if building
 /// failed (out of memory).
 #[inline]
-pub fn current() -> Option<&'static ModuleSet> {
+pub(crate) fn current() -> Option<&'static ModuleSet> {
     let p = CURRENT.load(Ordering::Acquire);
     // SAFETY: published sets are never freed.
     if let Some(set) = unsafe { p.as_ref() } {
@@ -83,7 +83,7 @@ pub fn current() -> Option<&'static ModuleSet> {
 }
 
 /// Takes (`true`) or releases (`false`) the build lock around `fork`.
-pub fn fork_lock(lock: bool) {
+pub(crate) fn fork_lock(lock: bool) {
     if lock {
         BUILD.raw().lock();
     } else {
@@ -104,7 +104,7 @@ pub fn invalidate() {
 
 /// Called when the unwinder met an unknown address: rebuilds if modules were added or removed
 /// since `seen` was built. Returns the new set if there is one.
-pub fn refresh_if_changed(seen: &ModuleSet) -> Option<&'static ModuleSet> {
+pub(crate) fn refresh_if_changed(seen: &ModuleSet) -> Option<&'static ModuleSet> {
     let (adds, subs) = counters();
     if adds == seen.adds && subs == seen.subs {
         return None;
@@ -158,7 +158,7 @@ struct Raw {
 
 /// A set built afresh and not published (tests of what happens when the set changes).
 #[cfg(test)]
-pub fn build_for_tests() -> ModuleSet {
+pub(crate) fn build_for_tests() -> ModuleSet {
     build(0)
 }
 

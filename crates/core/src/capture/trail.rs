@@ -1,9 +1,9 @@
 //! A walk's steps, kept so that the next capture can take over its upper part (`Trail`), and
 //! the check-and-copy that does it (`take_over`).
 
-use crate::arena::{zeroed_box, ArenaBox};
 use super::frames::Walk;
 use super::stack::Stack;
+use crate::arena::{zeroed_box, ArenaBox};
 use crate::config::MAX_FRAMES;
 
 /// Steps kept of a walk: every frame it may record, and the tracer's own leading frames.

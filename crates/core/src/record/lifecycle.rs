@@ -28,7 +28,7 @@ pub(super) static FREES: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the tracer is ready to record; initialises it on first call.
 #[inline(always)]
-pub fn ready() -> bool {
+pub(super) fn ready() -> bool {
     STATE.load(Ordering::Acquire) == READY || init()
 }
 

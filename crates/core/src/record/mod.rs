@@ -9,7 +9,8 @@
 mod invalid;
 mod lifecycle;
 
-pub use lifecycle::{on_load, on_unload, ready, thread_started};
+use lifecycle::ready;
+pub use lifecycle::{on_load, on_unload, thread_started};
 
 use crate::capture;
 use crate::config;

@@ -16,7 +16,7 @@ use mem_trace_format::Block;
 
 /// The operation that met a pointer it cannot take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     /// `free`.
     Free,
     /// `realloc`.
@@ -25,7 +25,7 @@ pub enum Op {
 
 /// Why a pointer cannot be freed.
 #[derive(Clone, Copy, Debug)]
-pub enum Why {
+pub(crate) enum Why {
     /// Inside a live block, not at its start.
     Inside(Block),
     /// On the calling thread's stack.
@@ -72,7 +72,7 @@ fn finish(out: Out) {
 }
 
 /// A block freed twice (or handed to `realloc` after being freed).
-pub fn double_free(state: &ThreadState, addr: u64, previous: Option<Freed>, op: Op) {
+pub(crate) fn double_free(state: &ThreadState, addr: u64, previous: Option<Freed>, op: Op) {
     let mut out = Out::stderr();
     let what = match op {
         Op::Free => "double free",
@@ -126,7 +126,7 @@ pub fn double_free(state: &ThreadState, addr: u64, previous: Option<Freed>, op: 
 }
 
 /// A pointer that no allocation returned.
-pub fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
+pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
     let mut out = Out::stderr();
     let name = op_name(op);
     let _ = match why {

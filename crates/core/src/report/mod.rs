@@ -4,4 +4,4 @@
 mod errors;
 pub mod frames;
 
-pub use errors::{double_free, invalid_free, Op, Why};
+pub(crate) use errors::{double_free, invalid_free, Op, Why};

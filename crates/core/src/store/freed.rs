@@ -84,7 +84,7 @@ fn allocate(cap: u64) -> Option<(*mut FreedRecord, u64)> {
 
 /// Records a thread claims at once. One shared `fetch_add` per free, and neighbouring records
 /// written by different threads, made the history most of what a second thread cost on churn.
-pub const CLAIM: u64 = 8;
+pub(crate) const CLAIM: u64 = 8;
 
 /// A thread's claimed, still unwritten records of the ring: `[next, end)`.
 pub struct Claim {
@@ -149,7 +149,7 @@ pub fn push(claim: &Claim, f: &Freed) {
 /// The newest remembered free of a block starting exactly at `addr` (for double-free reports):
 /// the one with the highest sequence number, since threads write the ring in claimed runs.
 /// Scans the whole ring: only called on the rare frees of unknown pointers.
-pub fn newest_at(addr: u64) -> Option<Freed> {
+pub(crate) fn newest_at(addr: u64) -> Option<Freed> {
     let cap = HISTORY.capacity.load(Ordering::Relaxed);
     let ring = HISTORY.records.load(Ordering::Acquire);
     if cap == 0 || ring.is_null() {

@@ -31,7 +31,7 @@ pub static STACKS: StackStore = StackStore {
 };
 
 /// Entries of the per-thread intern cache.
-pub const INTERN_CACHE: usize = 256;
+pub(crate) const INTERN_CACHE: usize = 256;
 
 /// The interner's per-thread part of `state::ThreadState`: recently interned stacks, so a
 /// repeated stack is found without the interner's lock. Entry `hash % N` holds the hash's top
@@ -73,7 +73,7 @@ static INTERN: [SpinLock<InternTable>; INTERN_SHARDS] =
 
 /// Hash of a stack: a multiply-rotate mix, strong enough for table placement and cheap
 /// enough for the allocation path (≈1 ns per frame).
-pub fn hash(frames: &[u64]) -> u64 {
+pub(crate) fn hash(frames: &[u64]) -> u64 {
     let mut h = frames.len() as u64;
     for &f in frames {
         h = (h.rotate_left(5) ^ f).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
@@ -106,7 +106,7 @@ pub fn frames(id: u32) -> Option<&'static [u64]> {
 /// [`intern`] through the thread's cache of recent stacks: a hit costs the hash and one
 /// comparison with the stored record, no lock. Programs allocate from a few hot stacks.
 #[inline]
-pub fn intern_cached(local: &Local, frames_in: &[u64]) -> u32 {
+pub(crate) fn intern_cached(local: &Local, frames_in: &[u64]) -> u32 {
     intern_with_cache(&local.cache, frames_in)
 }
 
@@ -152,7 +152,7 @@ fn intern_hashed(h: u64, frames_in: &[u64]) -> u32 {
 /// Stores a new stack with its intern shard locked. Out of line and named so that tests can
 /// stop a thread here, holding the lock, and check that `print_trace` still answers.
 #[inline(never)]
-pub fn locked_intern(table: &mut InternTable, h: u64, frames_in: &[u64]) -> u32 {
+pub(crate) fn locked_intern(table: &mut InternTable, h: u64, frames_in: &[u64]) -> u32 {
     let id = STACKS.count.load(Ordering::Relaxed) + 1;
     if id > MAX_ID {
         return 0;
@@ -220,12 +220,12 @@ fn publish(rec: u64) -> Option<u32> {
 }
 
 /// Number of distinct stacks stored.
-pub fn count() -> u64 {
+pub(crate) fn count() -> u64 {
     STACKS.count.load(Ordering::Relaxed)
 }
 
 /// Locks everything (fork prepare handler).
-pub fn lock_all() {
+pub(crate) fn lock_all() {
     for t in &INTERN {
         t.raw().lock();
     }
@@ -233,7 +233,7 @@ pub fn lock_all() {
 }
 
 /// Unlocks everything (fork parent and child handlers).
-pub fn unlock_all() {
+pub(crate) fn unlock_all() {
     SEGMENT.raw().unlock();
     for t in &INTERN {
         t.raw().unlock();

@@ -63,7 +63,7 @@ static LOCKLESS_READERS: AtomicUsize = AtomicUsize::new(0);
 static PEAK_LIVE: [AtomicU64; SHARD_COUNT] = [const { AtomicU64::new(0) }; SHARD_COUNT];
 
 /// Sum of the shards' peak live counts (each an upper bound of its shard's share).
-pub fn peak_live() -> u64 {
+pub(crate) fn peak_live() -> u64 {
     PEAK_LIVE.iter().map(|p| p.load(Ordering::Relaxed)).sum()
 }
 
@@ -124,7 +124,7 @@ fn next_slot(i: u64, capacity: u64) -> u64 {
 /// cache: python3's 200k live blocks) overlaps the stack capture done before the table is
 /// touched.
 #[inline(always)]
-pub fn prefetch(addr: u64, size: u64) {
+pub(crate) fn prefetch(addr: u64, size: u64) {
     let hint = &HINTS[shard_for(addr, size)];
     let slots = hint.slots.load(Ordering::Relaxed);
     let cap = hint.capacity.load(Ordering::Relaxed);
@@ -147,7 +147,7 @@ pub fn insert(block: Block) -> bool {
 /// Inserts with the shard's lock held. Kept out of line and named so that tests can stop a
 /// thread here (holding the lock) and check that `print_trace` still answers.
 #[inline(never)]
-pub fn locked_insert(shard: &Shard, block: Block) -> bool {
+pub(crate) fn locked_insert(shard: &Shard, block: Block) -> bool {
     let Some(arr) = room_for_one(shard) else {
         return false;
     };
@@ -321,7 +321,7 @@ unsafe fn put_fresh(arr: *mut SlotArray, b: Block) {
 
 /// Forgets the block starting at `addr` and returns what was recorded, or `None` if the
 /// address is not a tracked block start.
-pub fn remove(addr: u64) -> Option<Block> {
+pub(crate) fn remove(addr: u64) -> Option<Block> {
     let region = &SHARDS[region_shard(addr >> REGION_SHIFT)];
     if let Some(b) = remove_from(region, addr) {
         return Some(b);
@@ -509,7 +509,7 @@ pub fn totals() -> (u64, u64) {
 }
 
 /// Bytes of slot arrays currently allocated (for `MEM_TRACE_STATS`).
-pub fn slot_bytes() -> u64 {
+pub(crate) fn slot_bytes() -> u64 {
     SHARDS
         .iter()
         .map(|s| {
@@ -526,14 +526,14 @@ pub fn slot_bytes() -> u64 {
 }
 
 /// Locks every shard (fork prepare handler).
-pub fn lock_all() {
+pub(crate) fn lock_all() {
     for s in &SHARDS {
         lock_of(s).lock();
     }
 }
 
 /// Unlocks every shard (fork parent and child handlers).
-pub fn unlock_all() {
+pub(crate) fn unlock_all() {
     for s in &SHARDS {
         lock_of(s).unlock();
     }

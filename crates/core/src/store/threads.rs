@@ -93,7 +93,7 @@ pub fn register_current() -> u32 {
 }
 
 /// Marks a thread as exited.
-pub fn mark_exited(index: u32) {
+pub(crate) fn mark_exited(index: u32) {
     if index == 0 {
         return;
     }

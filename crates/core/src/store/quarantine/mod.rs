@@ -200,14 +200,14 @@ fn class_bytes(k: usize) -> u64 {
 /// Blocks released from quarantine, to be freed for real by the caller. Left uninitialised
 /// beyond `n`: zeroing 256 bytes on every free was 9% of perf's samples on churn with two
 /// threads.
-pub struct Released {
+pub(crate) struct Released {
     n: usize,
     addrs: [MaybeUninit<u64>; 32],
 }
 
 impl Released {
     /// The released block starts.
-    pub fn addrs(&self) -> &[u64] {
+    pub(crate) fn addrs(&self) -> &[u64] {
         // SAFETY: the first `n` entries were written by `hold`; `MaybeUninit<u64>` has the
         // layout of `u64`.
         unsafe { core::slice::from_raw_parts(self.addrs.as_ptr().cast(), self.n) }
@@ -224,7 +224,7 @@ impl Released {
 }
 
 /// The configured limit in bytes (0: quarantine off).
-pub fn limit() -> u64 {
+pub(crate) fn limit() -> u64 {
     HISTORY.quarantine_limit.load(Ordering::Relaxed)
 }
 
@@ -234,7 +234,7 @@ static OWNERS: AtomicU64 = AtomicU64::new(0);
 /// The least share of the limit a thread holds, however many threads free: below it a
 /// dangling pointer would be protected for too few frees. (400 threads that all free: 50 MiB
 /// held, and as much in recycling lists.)
-pub const MIN_SHARE: u64 = 128 << 10;
+pub(crate) const MIN_SHARE: u64 = 128 << 10;
 
 /// A thread's share of `limit`. Read on every free, written only when a thread starts or
 /// stops freeing: the line stays shared in every cache.
@@ -305,7 +305,7 @@ fn adopt_or_make() -> Option<&'static Quarantine> {
 /// block is larger than the thread's share, the thread is exiting): the caller frees it at
 /// once. `released` gets blocks pushed out that are not kept for reuse (at most 32 per call:
 /// a big block may push out more on later calls, which keeps each free's work bounded).
-pub fn hold(local: &Local, addr: u64, size: u64, released: &mut Released) -> bool {
+pub(crate) fn hold(local: &Local, addr: u64, size: u64, released: &mut Released) -> bool {
     released.n = 0;
     let limit = share(limit());
     let chunk = chunk_of(size);
@@ -371,7 +371,7 @@ const PUBLISH_STEP: u64 = 64 << 10;
 /// A block of `size` bytes out of this thread's recycling lists, or null: a block freed at
 /// least a quarantine ago whose glibc chunk fits `size` exactly as a fresh one would.
 #[inline]
-pub fn reuse(local: &Local, size: usize) -> *mut core::ffi::c_void {
+pub(crate) fn reuse(local: &Local, size: usize) -> *mut core::ffi::c_void {
     let (Some(q), Some(k)) = (current(local), class_of(chunk_of(size as u64))) else {
         return core::ptr::null_mut();
     };
@@ -380,7 +380,7 @@ pub fn reuse(local: &Local, size: usize) -> *mut core::ffi::c_void {
 }
 
 /// An empty release list.
-pub fn released() -> Released {
+pub(crate) fn released() -> Released {
     Released {
         n: 0,
         addrs: [MaybeUninit::uninit(); 32],
@@ -389,7 +389,7 @@ pub fn released() -> Released {
 
 /// Whether the block starting at `addr` is held in some thread's quarantine or recycling
 /// lists (so freeing it again is a double free).
-pub fn contains(addr: u64) -> bool {
+pub(crate) fn contains(addr: u64) -> bool {
     let all = ALL.lock();
     all.iter().any(|l| {
         let q = l.held.lock();
@@ -399,7 +399,7 @@ pub fn contains(addr: u64) -> bool {
 
 /// Orphans this thread's quarantine (thread exit): its blocks stay held until another thread
 /// adopts it.
-pub fn thread_exiting(local: &Local) {
+pub(crate) fn thread_exiting(local: &Local) {
     local.closed.set(true);
     if let Some(l) = current(local) {
         local.quarantine.set(core::ptr::null());
@@ -409,7 +409,7 @@ pub fn thread_exiting(local: &Local) {
 }
 
 /// Locks every quarantine (fork prepare).
-pub fn lock() {
+pub(crate) fn lock() {
     ALL.raw().lock();
     // SAFETY: ALL is locked (above), so the list does not change under us.
     for l in unsafe { all_locked() } {
@@ -419,7 +419,7 @@ pub fn lock() {
 
 /// Unlocks them (fork parent). In the child, pass the forking thread's state: the other
 /// threads' quarantines lost their threads and are orphaned for adoption.
-pub fn unlock(child: Option<&Local>) {
+pub(crate) fn unlock(child: Option<&Local>) {
     // In the child: the forking thread's own quarantine, if it has one.
     let own = child.map(current);
     if let Some(own) = own {
