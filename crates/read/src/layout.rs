@@ -140,11 +140,17 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
 
     /// Live blocks and bytes (summed over the shards' counters), stacks and threads.
     pub fn totals(&self) -> Result<Totals, Error> {
+        // The shard array in one read rather than one per shard.
+        let per_shard = core::mem::size_of::<Shard>() / 8;
+        let words = read_words(self.mem, self.header.shards as u64, SHARD_COUNT * per_shard)?;
+        let (live, bytes) = (
+            core::mem::offset_of!(Shard, live) / 8,
+            core::mem::offset_of!(Shard, live_bytes) / 8,
+        );
         let mut t = Totals::default();
-        for i in 0..SHARD_COUNT {
-            let s = self.shard(i)?;
-            t.blocks += s.live.into_inner();
-            t.bytes += s.live_bytes.into_inner();
+        for s in words.chunks_exact(per_shard) {
+            t.blocks += s[live];
+            t.bytes += s[bytes];
         }
         t.stacks = self.stack_count()?;
         t.threads = self.thread_count()?;
@@ -198,8 +204,18 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         Ok(None)
     }
 
-    fn stack_store(&self) -> Result<StackStore, Error> {
-        Ok(read_plain(self.mem, self.header.stacks as u64)?)
+    /// The address of entry `index` in a chunked directory at `dir` (the stack store's and the
+    /// thread table's: chunk `index >> bits` holds entries of `size` bytes); `None` while its
+    /// chunk is not published.
+    fn directory_entry(
+        &self,
+        dir: u64,
+        index: u32,
+        bits: u32,
+        size: u64,
+    ) -> Result<Option<u64>, Error> {
+        let chunk = read_plain::<u64>(self.mem, dir + 8 * u64::from(index >> bits))?;
+        Ok((chunk != 0).then(|| chunk + size * u64::from(index & ((1 << bits) - 1))))
     }
 
     /// Stack ids handed out.
@@ -217,13 +233,10 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         if id == 0 || u64::from(id) > self.stack_count()? {
             return Ok(None);
         }
-        let store = self.stack_store()?;
-        let chunk = store.dir[(id >> STACK_CHUNK_BITS) as usize]
-            .load(core::sync::atomic::Ordering::Relaxed) as u64;
-        if chunk == 0 {
+        let dir = self.header.stacks as u64 + core::mem::offset_of!(StackStore, dir) as u64;
+        let Some(slot) = self.directory_entry(dir, id, STACK_CHUNK_BITS, 8)? else {
             return Ok(None);
-        }
-        let slot = chunk + 8 * u64::from(id & ((1 << STACK_CHUNK_BITS) - 1));
+        };
         let record = read_plain::<u64>(self.mem, slot)?;
         if record == 0 {
             return Ok(None);
@@ -249,16 +262,11 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         if index == 0 || u64::from(index) > self.thread_count()? {
             return Ok(None);
         }
-        let dir_at = self.header.threads as u64
-            + core::mem::offset_of!(ThreadTable, dir) as u64
-            + 8 * u64::from(index >> THREAD_CHUNK_BITS);
-        let chunk = read_plain::<u64>(self.mem, dir_at)?;
-        if chunk == 0 {
+        let dir = self.header.threads as u64 + core::mem::offset_of!(ThreadTable, dir) as u64;
+        let size = core::mem::size_of::<ThreadRecord>() as u64;
+        let Some(at) = self.directory_entry(dir, index, THREAD_CHUNK_BITS, size)? else {
             return Ok(None);
-        }
-        let at = chunk
-            + (core::mem::size_of::<ThreadRecord>() as u64)
-                * u64::from(index & ((1 << THREAD_CHUNK_BITS) - 1));
+        };
         let r: ThreadRecord = read_plain(self.mem, at)?;
         let tid = r.tid.into_inner();
         if tid == 0 {

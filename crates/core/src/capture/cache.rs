@@ -27,7 +27,7 @@ pub(super) struct ThreadCache {
     pub(super) kept_recent: [u8; KEPT_SETS],
     pub(super) shapes: ArenaBox<[Shape; SHAPES]>,
     pub(super) last_kept: Option<usize>,
-    /// The kept walk the last capture repeated or was kept as, for [`remember_id`].
+    /// The kept walk the last capture repeated or was kept as, for `capture::remember_id`.
     pub(super) memo: Option<usize>,
     /// Framehop's own cache, for the frames it unwinds.
     pub(super) framehop: CacheX86_64,
