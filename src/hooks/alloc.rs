@@ -98,11 +98,12 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     let q = unsafe { glibc::__libc_realloc(p, size) };
     match (q.is_null(), old) {
         (false, Some(old)) if q != p => record::moved(&g, old, q, size),
-        (false, _) => record::allocated(&g, q, size),
+        (false, Some(old)) => record::resized(&g, old, q, size),
+        (false, None) => record::allocated(&g, q, size),
         // realloc(p, 0) freed the block.
         (true, Some(old)) if size == 0 => record::freed_by_realloc(&g, old),
         // Failed to grow: the old block is untouched and still the program's.
-        (true, Some(old)) => record::restore(old),
+        (true, Some(old)) => record::restore(&g, old),
         (true, None) => {}
     }
     q

@@ -33,6 +33,7 @@ pub mod config;
 pub mod guard;
 pub mod out;
 mod prefetch;
+pub mod profile;
 pub mod real;
 pub mod record;
 pub mod report;

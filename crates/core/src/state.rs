@@ -23,6 +23,9 @@ pub(crate) struct ThreadState {
     pub history: freed::Claim,
     /// This thread's quarantine.
     pub quarantine: quarantine::Local,
+    /// This thread's cache of per-stack counter deltas.
+    #[cfg(feature = "profiler")]
+    pub profile: crate::profile::counters::Local,
 }
 
 impl ThreadState {
@@ -34,6 +37,8 @@ impl ThreadState {
             stacks: stacks::Local::new(),
             history: freed::Claim::new(),
             quarantine: quarantine::Local::new(),
+            #[cfg(feature = "profiler")]
+            profile: crate::profile::counters::Local::new(),
         }
     }
 }

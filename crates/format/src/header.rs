@@ -2,6 +2,7 @@
 //! table (docs/LAYOUT.md "Header").
 
 use crate::freed::FreedHistory;
+use crate::profile::Profile;
 use crate::stacks::StackStore;
 use crate::table::Shard;
 use crate::threads::ThreadTable;
@@ -9,7 +10,7 @@ use core::sync::atomic::AtomicU64;
 
 /// Layout version; bumped on any change of a field's meaning or position. Readers refuse
 /// versions they do not know, naming both.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// `b"MEMTRACE"`, the header's first eight bytes.
 pub const MAGIC: [u8; 8] = *b"MEMTRACE";
 
@@ -20,8 +21,8 @@ pub const FLAG_PROFILER: u64 = 2;
 /// Header flag: free stacks are recorded (`MEM_TRACE_FREE_STACKS`).
 pub const FLAG_FREE_STACKS: u64 = 4;
 
-/// The header (128 bytes). Fields are in `docs/LAYOUT.md` order.
-#[repr(C)]
+/// The header (128 bytes, 16-byte aligned). Fields are in `docs/LAYOUT.md` order.
+#[repr(C, align(16))]
 pub struct Header {
     /// [`MAGIC`].
     pub magic: [u8; 8],
@@ -47,12 +48,23 @@ pub struct Header {
     pub freed: *const FreedHistory,
     /// Sequence number of the next allocation or free (one counter orders every event).
     pub next_seq: AtomicU64,
+    /// Bytes in live blocks, all threads together (profiler builds only; `0` otherwise).
+    /// Beside `next_seq`, 16-byte aligned: a profiler build moves both with one
+    /// `cmpxchg16b`, so counting bytes costs no second atomic instruction per event.
+    pub live_bytes: AtomicU64,
     /// `FLAG_*` bits.
     pub flags: AtomicU64,
     /// Blocks the tracer could not record.
     pub untracked: AtomicU64,
+    /// The profiler's per-stack counters; null unless built with `profiler`.
+    pub profile: *const Profile,
+    /// The highest `live_bytes` since start or the last reset.
+    pub peak_bytes: AtomicU64,
+    /// Sequence number of the event that set `peak_bytes` (or of the reset): a stack's
+    /// counters changed after it keep their value at the peak (see `StackCounters`).
+    pub peak_seq: AtomicU64,
     /// Zero.
-    pub reserved: [u64; 5],
+    pub reserved: u64,
 }
 
 // SAFETY: the raw pointers are addresses of statics that are themselves Sync, and are never
@@ -78,8 +90,12 @@ mod tests {
         assert_eq!(offset_of!(Header, threads), 48);
         assert_eq!(offset_of!(Header, freed), 56);
         assert_eq!(offset_of!(Header, next_seq), 64);
-        assert_eq!(offset_of!(Header, flags), 72);
-        assert_eq!(offset_of!(Header, untracked), 80);
-        assert_eq!(offset_of!(Header, reserved), 88);
+        assert_eq!(offset_of!(Header, live_bytes), 72);
+        assert_eq!(offset_of!(Header, flags), 80);
+        assert_eq!(offset_of!(Header, untracked), 88);
+        assert_eq!(offset_of!(Header, profile), 96);
+        assert_eq!(offset_of!(Header, peak_bytes), 104);
+        assert_eq!(offset_of!(Header, peak_seq), 112);
+        assert_eq!(offset_of!(Header, reserved), 120);
     }
 }

@@ -22,6 +22,7 @@ mod block;
 mod freed;
 mod header;
 mod packing;
+mod profile;
 mod stacks;
 mod table;
 mod threads;
@@ -32,6 +33,7 @@ pub use header::{Header, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER, MAGI
 pub use packing::{
     pack_seq_id, pack_size_thread, unpack_seq_id, unpack_size_thread, LOW40, SIZE_BITS,
 };
+pub use profile::{Profile, StackCounters, COUNTER_CACHE, COUNTER_CHUNKS, COUNTER_CHUNK_BITS};
 pub use stacks::{StackStore, MAX_STACK_ID, STACK_CHUNKS, STACK_CHUNK_BITS};
 pub use table::{
     shard_of, Shard, Slot, SlotArray, LARGE_SHARD, REGION_SHARDS, REGION_SHIFT, SHARD_COUNT,
@@ -68,5 +70,9 @@ unsafe impl Plain for ThreadRecord {}
 unsafe impl Plain for FreedHistory {}
 // SAFETY: as above.
 unsafe impl Plain for FreedRecord {}
+// SAFETY: as above.
+unsafe impl Plain for Profile {}
+// SAFETY: as above.
+unsafe impl Plain for StackCounters {}
 // SAFETY: an integer.
 unsafe impl Plain for u64 {}

@@ -1,5 +1,6 @@
 //! The thread table (docs/LAYOUT.md "Thread table").
 
+use crate::profile::StackCounters;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64};
 
 /// log2 of the records in one chunk.
@@ -11,7 +12,7 @@ pub const MAX_THREAD_INDEX: u64 = (1 << 24) - 1;
 /// Record flag: the thread has exited.
 pub const THREAD_EXITED: u32 = 1;
 
-/// One thread (32 bytes).
+/// One thread (64 bytes). The last four words are the profiler's (zero in other builds).
 #[repr(C)]
 pub struct ThreadRecord {
     /// Kernel thread id (`gettid`).
@@ -20,8 +21,19 @@ pub struct ThreadRecord {
     pub flags: AtomicU32,
     /// The thread's name when it first allocated, NUL-padded.
     pub name: [u8; 16],
-    /// Zero.
-    pub reserved: u64,
+    /// The thread's cache of per-stack counter deltas (profiler builds): [`crate::COUNTER_CACHE`]
+    /// records; null when it has none (never had one, or exited and flushed it).
+    pub counters: AtomicPtr<StackCounters>,
+    /// Bytes of blocks this thread allocated and has not freed itself. Written only by the
+    /// thread, so it costs no atomic read-modify-write.
+    pub own_live: AtomicU64,
+    /// Bytes of this thread's blocks that other threads freed. The thread's live bytes are
+    /// `own_live - freed_elsewhere` (wrapping).
+    pub freed_elsewhere: AtomicU64,
+    /// The highest live bytes of this thread since start or the last reset.
+    pub peak_bytes: AtomicU64,
+    /// Bytes this thread ever allocated.
+    pub allocated_bytes: AtomicU64,
 }
 
 /// The thread table's exported root: index `i` is record `i & 4095` of chunk `i >> 12`.
@@ -44,7 +56,12 @@ mod tests {
 
     #[test]
     fn records_match_layout_md() {
-        assert_eq!(size_of::<ThreadRecord>(), 32);
+        assert_eq!(size_of::<ThreadRecord>(), 64);
+        assert_eq!(offset_of!(ThreadRecord, counters), 24);
+        assert_eq!(offset_of!(ThreadRecord, own_live), 32);
+        assert_eq!(offset_of!(ThreadRecord, freed_elsewhere), 40);
+        assert_eq!(offset_of!(ThreadRecord, peak_bytes), 48);
+        assert_eq!(offset_of!(ThreadRecord, allocated_bytes), 56);
         assert_eq!(offset_of!(ThreadRecord, flags), 4);
         assert_eq!(offset_of!(ThreadRecord, name), 8);
         assert_eq!(offset_of!(ThreadTable, dir), 16);

@@ -49,6 +49,7 @@ fn init() -> bool {
         return STATE.load(Ordering::Acquire) == READY;
     }
     let c = config::load();
+    crate::profile::init();
     freed::configure(c.freed, c.free_stacks);
     freed::HISTORY
         .quarantine_limit
@@ -79,8 +80,7 @@ pub(super) fn thread_index(state: &ThreadState) -> u32 {
 #[cold]
 #[inline(never)]
 fn register_thread(state: &ThreadState) -> u32 {
-    let index = threads::register_current();
-    state.thread.index.set(index);
+    let index = threads::register_current(&state.thread);
     let bounds = &state.capture.bounds;
     if !bounds.known() {
         // SAFETY: getpid and gettid have no preconditions.
@@ -104,6 +104,8 @@ unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
     let state = state::current();
     capture::drop_cache(&state.capture);
     quarantine::thread_exiting(&state.quarantine);
+    #[cfg(feature = "profiler")]
+    crate::profile::counters::thread_exiting(&state.profile, state.thread.record());
     threads::mark_exited(value as usize as u32);
 }
 
@@ -143,7 +145,7 @@ extern "C" fn fork_child() {
     let state = state::current();
     unlock_after_fork(Some(state));
     // The child's only thread is a new kernel thread: give it its own record on next use.
-    state.thread.index.set(0);
+    state.thread.forget();
 }
 
 /// For the library's ELF constructor: initialise before `main` even if nothing allocated yet,

@@ -15,6 +15,7 @@ pub use lifecycle::{on_load, on_unload, thread_started};
 use crate::capture;
 use crate::config;
 use crate::guard::Guard;
+use crate::profile;
 use crate::real::RealAlloc;
 use crate::report::Op;
 use crate::state::ThreadState;
@@ -80,31 +81,40 @@ fn record(state: &ThreadState, addr: u64, size: u64) {
 
 fn record_with(state: &ThreadState, addr: u64, size: u64, stack: u32) {
     let thread = thread_index(state);
-    let seq = header().next_seq.fetch_add(1, Ordering::Relaxed);
-    insert(Block {
+    let (seq, live) = profile::tick(size);
+    let block = Block {
         addr,
         size,
         thread,
         seq,
         stack,
-    });
+    };
+    if insert(block) {
+        profile::allocated(state, &block, live);
+    } else {
+        profile::untick(size);
+    }
 }
 
 /// Publishes a block in the table, counting it in the header when no memory is left for it.
-fn insert(block: Block) {
-    if !table::insert(block) {
+fn insert(block: Block) -> bool {
+    let recorded = table::insert(block);
+    if !recorded {
         header().untracked.fetch_add(1, Ordering::Relaxed);
     }
+    recorded
 }
 
 /// Forgets a block that is about to be freed or moved, returning what was recorded. Called
 /// *before* the real `free`/`realloc` (see the module documentation).
 #[inline(always)]
-pub fn take(_g: &Guard, p: *mut c_void) -> Option<Block> {
+pub fn take(g: &Guard, p: *mut c_void) -> Option<Block> {
     if p.is_null() || !is_ready() {
         return None;
     }
-    table::remove(p as u64)
+    let block = table::remove(p as u64)?;
+    profile::forgotten(g.state(), &block);
+    Some(block)
 }
 
 /// The whole of `free` but handing the block itself to the real allocator: forget the block,
@@ -187,7 +197,7 @@ fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc:
         &state.history,
         &Freed {
             block,
-            free_seq: header().next_seq.fetch_add(1, Ordering::Relaxed),
+            free_seq: profile::tick(block.size.wrapping_neg()).0,
             free_stack,
             free_thread,
             by_realloc,
@@ -201,7 +211,16 @@ pub fn realloc_unknown(g: &Guard, p: *mut c_void) -> bool {
     !is_ready() || unknown_pointer(g.state(), p as u64, Op::Realloc)
 }
 
+/// Notes that `realloc` resized `old` where it was, now `q` (== old.addr) of `size` bytes:
+/// a new block of this call, without a free event for the old one.
+pub fn resized(g: &Guard, old: Block, q: *mut c_void, size: usize) {
+    profile::untick(old.size);
+    allocated(g, q, size);
+}
+
 /// Puts back a block that `realloc` failed to move (the old block is still valid).
-pub fn restore(block: Block) {
-    insert(block);
+pub fn restore(g: &Guard, block: Block) {
+    if insert(block) {
+        profile::restored(g.state(), &block);
+    }
 }

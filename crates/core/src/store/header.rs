@@ -35,14 +35,25 @@ pub const fn initial() -> Header {
         threads: &THREADS,
         freed: &HISTORY,
         next_seq: AtomicU64::new(1),
+        live_bytes: AtomicU64::new(0),
         flags: AtomicU64::new(if cfg!(feature = "profiler") {
             FLAG_PROFILER
         } else {
             0
         }),
         untracked: AtomicU64::new(0),
-        reserved: [0; 5],
+        profile: profile_root(),
+        peak_bytes: AtomicU64::new(0),
+        peak_seq: AtomicU64::new(0),
+        reserved: 0,
     }
+}
+
+const fn profile_root() -> *const mem_trace_format::Profile {
+    #[cfg(feature = "profiler")]
+    return &crate::profile::counters::PROFILE;
+    #[cfg(not(feature = "profiler"))]
+    core::ptr::null()
 }
 
 /// The exported header.

@@ -23,6 +23,8 @@ pub static THREADS: ThreadTable = ThreadTable {
 pub struct Local {
     /// Thread index in the exported thread table; 0 until the thread first records a block.
     pub index: Cell<u32>,
+    /// The record of `index` (null while unregistered).
+    rec: Cell<*const ThreadRecord>,
 }
 
 impl Local {
@@ -30,7 +32,21 @@ impl Local {
     pub const fn new() -> Self {
         Local {
             index: Cell::new(0),
+            rec: Cell::new(core::ptr::null()),
         }
+    }
+
+    /// This thread's record, once registered.
+    #[inline(always)]
+    pub fn record(&self) -> Option<&'static ThreadRecord> {
+        // SAFETY: null or a record in a chunk that is never freed.
+        unsafe { self.rec.get().as_ref() }
+    }
+
+    /// Forgets the registration (the child side of `fork`: a new kernel thread).
+    pub(crate) fn forget(&self) {
+        self.index.set(0);
+        self.rec.set(core::ptr::null());
     }
 }
 
@@ -69,9 +85,9 @@ fn record(index: u32) -> Option<*mut ThreadRecord> {
     Some(unsafe { chunk.add((index & ((1 << CHUNK_BITS) - 1)) as usize) })
 }
 
-/// Gives the calling thread a new index and fills its record (kernel tid and name).
-/// Returns 0 if the table is full or out of memory.
-pub fn register_current() -> u32 {
+/// Gives the calling thread a new index and fills its record (kernel tid and name), noting
+/// both in `local`. Returns the index, 0 if the table is full or out of memory.
+pub fn register_current(local: &Local) -> u32 {
     let index = THREADS.count.fetch_add(1, Ordering::Relaxed) + 1;
     if index > MAX_INDEX {
         return 0;
@@ -79,6 +95,8 @@ pub fn register_current() -> u32 {
     let Some(rec) = record(index as u32) else {
         return 0;
     };
+    local.index.set(index as u32);
+    local.rec.set(rec);
     let mut name = [0u8; 16];
     // SAFETY: PR_GET_NAME writes at most 16 bytes into the buffer.
     unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
@@ -103,21 +121,29 @@ pub(crate) fn mark_exited(index: u32) {
     }
 }
 
-/// The kernel tid recorded for `index` (0 if unknown).
-pub fn tid_of(index: u32) -> u32 {
+/// The record of thread `index`, if it was handed out (never allocates).
+pub fn get(index: u32) -> Option<&'static ThreadRecord> {
     if index == 0 || u64::from(index) > THREADS.count.load(Ordering::Relaxed) {
-        return 0;
+        return None;
     }
     let chunk = THREADS.dir[(index >> CHUNK_BITS) as usize].load(Ordering::Acquire);
-    if chunk.is_null() {
-        return 0;
+    // SAFETY: null, or a published chunk (never freed) indexed within its length.
+    unsafe { chunk.as_ref()?; Some(&*chunk.add((index & ((1 << CHUNK_BITS) - 1)) as usize)) }
+}
+
+/// Calls `f` on every record handed out so far.
+pub fn for_each(mut f: impl FnMut(&'static ThreadRecord)) {
+    let count = THREADS.count.load(Ordering::Acquire).min(MAX_INDEX);
+    for i in 1..=count as u32 {
+        if let Some(t) = get(i) {
+            f(t);
+        }
     }
-    // SAFETY: masked index into a published chunk.
-    unsafe {
-        (*chunk.add((index & ((1 << CHUNK_BITS) - 1)) as usize))
-            .tid
-            .load(Ordering::Acquire)
-    }
+}
+
+/// The kernel tid recorded for `index` (0 if unknown).
+pub fn tid_of(index: u32) -> u32 {
+    get(index).map_or(0, |t| t.tid.load(Ordering::Acquire))
 }
 
 #[cfg(test)]
@@ -126,11 +152,13 @@ mod tests {
 
     #[test]
     fn registering_records_tid() {
-        let i = register_current();
+        let i = register_current(&Local::new());
         assert!(i >= 1);
         // SAFETY: gettid has no preconditions.
         assert_eq!(tid_of(i), unsafe { libc::gettid() } as u32);
-        let j = std::thread::spawn(register_current).join().unwrap();
+        let j = std::thread::spawn(|| register_current(&Local::new()))
+            .join()
+            .unwrap();
         assert_ne!(i, j);
         mark_exited(j);
     }

@@ -1,0 +1,105 @@
+//! Where the memory goes (the `profiler` feature): counters per interned stack, peaks global
+//! and per thread, and the reports built from them.
+//!
+//! Everything the hot path updates lives in the exported layout (docs/LAYOUT.md "Profile",
+//! the header's live and peak words, the thread records' last five words), so that gdb and
+//! the `mem-trace` command read the same numbers from a running process or a core file,
+//! without calling in. Without the feature these hooks compile to nothing but the sequence
+//! counter.
+//!
+//! - [`events`]: the sequence number and the global live bytes, moved together;
+//! - [`counters`]: live, ever-allocated and at-peak bytes and blocks of each stack;
+//! - [`peaks`]: the global and per-thread peaks, and the reset.
+
+#[cfg(feature = "profiler")]
+pub mod counters;
+#[cfg(feature = "profiler")]
+mod events;
+#[cfg(feature = "profiler")]
+pub mod peaks;
+
+use crate::state::ThreadState;
+use mem_trace_format::Block;
+
+/// Takes the sequence number of an event that changes the live bytes by `delta` (wrapping:
+/// a free passes the negated size); returns it with the live bytes after the change (0
+/// without the profiler).
+#[inline(always)]
+pub(crate) fn tick(delta: u64) -> (u64, u64) {
+    #[cfg(feature = "profiler")]
+    return events::tick(delta);
+    #[cfg(not(feature = "profiler"))]
+    {
+        let _ = delta;
+        let seq = crate::store::header::header()
+            .next_seq
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        (seq, 0)
+    }
+}
+
+/// Undoes the live bytes of a [`tick`] whose block could not be recorded, or that of a block
+/// that left the table without a free event (`realloc` in place).
+pub(crate) fn untick(size: u64) {
+    #[cfg(feature = "profiler")]
+    crate::store::header::header()
+        .live_bytes
+        .fetch_sub(size, core::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(feature = "profiler"))]
+    let _ = size;
+}
+
+/// Start-up work.
+pub(crate) fn init() {
+    #[cfg(feature = "profiler")]
+    {
+        events::init();
+        peaks::init();
+    }
+}
+
+/// Counts a block just recorded (its [`tick`] gave `live`, the global live bytes after it):
+/// its stack's counters, its thread's live bytes, and the peaks.
+#[inline(always)]
+pub(crate) fn allocated(state: &ThreadState, block: &Block, live: u64) {
+    #[cfg(feature = "profiler")]
+    {
+        peaks::global(live, block.seq);
+        counters::add(state, block.stack, block.size, block.seq, true);
+        peaks::add(state, block.size, true);
+    }
+    #[cfg(not(feature = "profiler"))]
+    let _ = (state, block, live);
+}
+
+/// Counts a block put back after a failed `realloc`: live again, but not a new allocation
+/// (the global count never dropped: see [`forgotten`]).
+pub(crate) fn restored(state: &ThreadState, block: &Block) {
+    #[cfg(feature = "profiler")]
+    {
+        let seq = crate::store::header::header()
+            .next_seq
+            .load(core::sync::atomic::Ordering::Relaxed);
+        counters::add(state, block.stack, block.size, seq, false);
+        peaks::add(state, block.size, false);
+    }
+    #[cfg(not(feature = "profiler"))]
+    let _ = (state, block);
+}
+
+/// Uncounts a block just taken out of the table (freed, or about to be moved by `realloc`)
+/// from its stack and its thread. The global count moves with the free's own [`tick`].
+#[inline(always)]
+pub(crate) fn forgotten(state: &ThreadState, block: &Block) {
+    #[cfg(feature = "profiler")]
+    {
+        // Any number above the peak's will do: the counters only compare it with that.
+        let seq = crate::store::header::header()
+            .next_seq
+            .load(core::sync::atomic::Ordering::Relaxed);
+        counters::sub(state, block.stack, block.size, seq);
+        peaks::sub(state, block.size, block.thread);
+    }
+    #[cfg(not(feature = "profiler"))]
+    let _ = (state, block);
+}
