@@ -58,11 +58,33 @@ pub fn library() -> &'static Path {
     }
 }
 
+/// Builds the `profiler` build of `libmem_trace.so` once per test process, in its own target
+/// directory (`target/profiler/`: one `target/release/libmem_trace.so` cannot be both builds
+/// while test binaries run side by side), and returns it. Fixtures name it `{profiler_so}`.
+pub fn profiler_library() -> &'static Path {
+    static LIBRARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = LIBRARY.get_or_init(|| {
+        build_library_in("profiler", Some(target_dir().join("profiler")))
+    });
+    match built {
+        Ok(path) => path,
+        Err(message) => panic!("{message}"),
+    }
+}
+
 fn build_library() -> Result<PathBuf, String> {
+    build_library_in("tracer", None)
+}
+
+/// `cargo build --release --features FEATURE --lib`, into `target_dir` when given.
+fn build_library_in(feature: &str, target: Option<PathBuf>) -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(&cargo);
-    cmd.args(["build", "--release", "--features", "tracer", "--lib"])
+    cmd.args(["build", "--release", "--features", feature, "--lib"])
         .current_dir(manifest_dir());
+    if let Some(dir) = &target {
+        cmd.arg("--target-dir").arg(dir);
+    }
     let shown = render(&cmd);
     let out = cmd
         .output()
@@ -74,7 +96,10 @@ fn build_library() -> Result<PathBuf, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let so = target_dir().join("release").join("libmem_trace.so");
+    let so = target
+        .unwrap_or_else(target_dir)
+        .join("release")
+        .join("libmem_trace.so");
     if !so.is_file() {
         return Err(format!(
             "mem-trace tests: `{shown}` succeeded but {} does not exist",

@@ -147,7 +147,8 @@ pub struct FixtureSource {
     pub scripts: BTreeMap<String, Script>,
 }
 
-/// Values substituted for `{so}`, `{src}`, `{dir}` and `{bin}`.
+/// Values substituted for `{so}`, `{src}`, `{dir}` and `{bin}` (`{profiler_so}` is built on
+/// demand).
 #[derive(Debug, Clone)]
 pub struct Substitutions {
     pub so: String,
@@ -349,7 +350,8 @@ impl FixtureSource {
         )
     }
 
-    /// Expands `{line:NAME}`, `{so}`, `{src}`, `{dir}` and `{bin}` in a directive's text.
+    /// Expands `{line:NAME}`, `{so}`, `{profiler_so}`, `{src}`, `{dir}` and `{bin}` in a
+    /// directive's text.
     /// Other braces are left alone (gdb expressions may contain them).
     pub fn substitute(&self, d: &Directive, subs: &Substitutions) -> Result<String, String> {
         let mut out = String::new();
@@ -361,6 +363,8 @@ impl FixtureSource {
             let token = close.map(|c| &after[1..c]);
             let value = match token {
                 Some("so") => Some(subs.so.clone()),
+                // Built only when a script asks for it.
+                Some("profiler_so") => Some(super::profiler_library().display().to_string()),
                 Some("src") => Some(subs.src.clone()),
                 Some("dir") => Some(subs.dir.clone()),
                 Some("bin") => Some(subs.bin.clone()),
