@@ -56,6 +56,22 @@ pub extern "C" fn print_trace(addr: usize) {
     print::print_trace(addr)
 }
 
+/// Starts a new phase of the program: every peak (global, per thread, and the stacks held at
+/// the global peak) becomes what is live now, so the next report's peaks are the new phase's
+/// own. For C programs through `dlsym(RTLD_DEFAULT, "mem_trace_reset_peaks")`, and from gdb
+/// with `call mem_trace_reset_peaks()`: it never waits on a lock and never allocates.
+#[cfg(feature = "profiler")]
+#[no_mangle]
+pub extern "C" fn mem_trace_reset_peaks() {
+    mem_trace_core::profile::peaks::reset()
+}
+
+/// [`mem_trace_reset_peaks`] for Rust programs that link this crate.
+#[cfg(feature = "profiler")]
+pub fn reset_peaks() {
+    mem_trace_core::profile::peaks::reset()
+}
+
 /// Initialises before `main` even if nothing allocated yet, and registers the fork handlers.
 #[cfg(all(feature = "tracer", not(test)))]
 #[used]
