@@ -33,7 +33,9 @@ pub use header::{Header, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER, MAGI
 pub use packing::{
     pack_seq_id, pack_size_thread, unpack_seq_id, unpack_size_thread, LOW40, SIZE_BITS,
 };
-pub use profile::{Profile, StackCounters, COUNTER_CACHE, COUNTER_CHUNKS, COUNTER_CHUNK_BITS};
+pub use profile::{
+    at_peak, Counts, Profile, StackCounters, COUNTER_CACHE, COUNTER_CHUNKS, COUNTER_CHUNK_BITS,
+};
 pub use stacks::{StackStore, MAX_STACK_ID, STACK_CHUNKS, STACK_CHUNK_BITS};
 pub use table::{
     shard_of, Shard, Slot, SlotArray, LARGE_SHARD, REGION_SHARDS, REGION_SHIFT, SHARD_COUNT,

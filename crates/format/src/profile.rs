@@ -1,7 +1,7 @@
 //! The profiler's counters (docs/LAYOUT.md "Profile"): per interned stack, what its blocks
 //! hold now, what it ever allocated, and what it held at the global peak.
 
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// log2 of the counter records in one chunk.
 pub const COUNTER_CHUNK_BITS: u32 = 12;
@@ -63,6 +63,47 @@ pub struct Profile {
     pub reserved: [u64; 3],
     /// Chunk `k` holds the counters of stack ids `k << 12 ..`; null until one is counted.
     pub dir: [AtomicPtr<StackCounters>; COUNTER_CHUNKS],
+}
+
+/// What a record (shared or cached) held at the global peak: `(bytes, blocks)`. A record not
+/// changed since the peak held its live values then; one changed since saved them.
+pub fn at_peak(c: &StackCounters, peak_seq: u64) -> (u64, u64) {
+    if c.last_seq.load(Relaxed) <= peak_seq {
+        (c.live_bytes.load(Relaxed), c.live_blocks.load(Relaxed))
+    } else {
+        (c.peak_bytes.load(Relaxed), c.peak_blocks.load(Relaxed))
+    }
+}
+
+/// A stack's counts as readers sum them: its shared record plus every thread's cache record
+/// for it, with wrapping arithmetic (a cache record's deltas may be negative).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Bytes in live blocks.
+    pub live_bytes: u64,
+    /// Live blocks.
+    pub live_blocks: u64,
+    /// Bytes ever allocated.
+    pub total_bytes: u64,
+    /// Blocks ever allocated.
+    pub total_blocks: u64,
+    /// Bytes live at the global peak.
+    pub peak_bytes: u64,
+    /// Blocks live at the global peak.
+    pub peak_blocks: u64,
+}
+
+impl Counts {
+    /// Adds one record, given the header's `peak_seq`.
+    pub fn add(&mut self, c: &StackCounters, peak_seq: u64) {
+        let (pb, pn) = at_peak(c, peak_seq);
+        self.live_bytes = self.live_bytes.wrapping_add(c.live_bytes.load(Relaxed));
+        self.live_blocks = self.live_blocks.wrapping_add(c.live_blocks.load(Relaxed));
+        self.total_bytes = self.total_bytes.wrapping_add(c.total_bytes.load(Relaxed));
+        self.total_blocks = self.total_blocks.wrapping_add(c.total_blocks.load(Relaxed));
+        self.peak_bytes = self.peak_bytes.wrapping_add(pb);
+        self.peak_blocks = self.peak_blocks.wrapping_add(pn);
+    }
 }
 
 #[cfg(test)]

@@ -86,6 +86,15 @@ pub struct Thread {
     pub exited: bool,
     /// Its name when it first allocated.
     pub name: String,
+    /// Profiler builds: live bytes of the blocks it allocated (0 when a racing free makes the
+    /// difference negative for an instant).
+    pub live_bytes: u64,
+    /// Profiler builds: the highest `live_bytes` since start or the last reset.
+    pub peak_bytes: u64,
+    /// Profiler builds: bytes it ever allocated.
+    pub allocated_bytes: u64,
+    /// Profiler builds: the address of its cache of counter deltas (0: none).
+    pub counters: u64,
 }
 
 /// The tables of one process, read through `mem`.
@@ -131,6 +140,11 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
     /// The header as read.
     pub fn header(&self) -> &Header {
         &self.header
+    }
+
+    /// The memory the tables are read from.
+    pub fn memory(&self) -> &'m M {
+        self.mem
     }
 
     fn shard(&self, index: usize) -> Result<Shard, Error> {
@@ -273,10 +287,18 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             return Ok(None);
         }
         let len = r.name.iter().position(|&c| c == 0).unwrap_or(r.name.len());
+        let live = r
+            .own_live
+            .into_inner()
+            .wrapping_sub(r.freed_elsewhere.into_inner());
         Ok(Some(Thread {
             tid,
             exited: r.flags.into_inner() & THREAD_EXITED != 0,
             name: String::from_utf8_lossy(&r.name[..len]).into_owned(),
+            live_bytes: if (live as i64) < 0 { 0 } else { live },
+            peak_bytes: r.peak_bytes.into_inner(),
+            allocated_bytes: r.allocated_bytes.into_inner(),
+            counters: r.counters.into_inner() as u64,
         }))
     }
 

@@ -5,6 +5,8 @@
 //!   `process_vm_readv` without stopping it;
 //! - [`layout`]: the decoder of `docs/LAYOUT.md` over a memory source, the Rust twin of the
 //!   Python reader (`python/mem_trace_gdb/layout/`), built on the types of `mem-trace-format`;
+//! - [`profile`]: the profiler's counters, peaks and per-thread numbers, summed as the
+//!   contract says;
 //! - [`symbolize`]: return addresses → functions, inlined frames and `file:line`, from the ELF
 //!   files and their DWARF (separate debug files too), taking no lock;
 //! - [`text`]: the frame lines every report prints.
@@ -18,5 +20,6 @@
 
 pub mod layout;
 pub mod memory;
+pub mod profile;
 pub mod symbolize;
 pub mod text;

@@ -19,12 +19,13 @@
 //! value then.
 
 use crate::arena;
+use crate::state::ThreadState;
 use crate::store::header::header;
 use crate::sync::RawSpin;
 use core::alloc::Layout;
-use crate::state::ThreadState;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering, Ordering::Relaxed};
+pub use mem_trace_format::{at_peak, Counts};
 use mem_trace_format::{
     Profile, StackCounters, ThreadRecord, COUNTER_CACHE as CACHE, COUNTER_CHUNKS as CHUNKS,
     COUNTER_CHUNK_BITS as CHUNK_BITS,
@@ -54,7 +55,6 @@ fn record(stack: u32) -> Option<&'static StackCounters> {
     // SAFETY: the index is masked into the chunk, and chunks are never freed.
     Some(unsafe { &*chunk.add((stack & ((1 << CHUNK_BITS) - 1)) as usize) })
 }
-
 
 #[cold]
 #[inline(never)]
@@ -121,7 +121,13 @@ impl Default for Local {
 /// shared record, locked), after saving its at-peak value if this is its first change since
 /// the peak; then stamps it with `seq`.
 #[inline(always)]
-fn update(local: &Local, thread: Option<&ThreadRecord>, stack: u32, seq: u64, f: impl FnOnce(&StackCounters)) {
+fn update(
+    local: &Local,
+    thread: Option<&ThreadRecord>,
+    stack: u32,
+    seq: u64,
+    f: impl FnOnce(&StackCounters),
+) {
     let cache = local.cache.get();
     if cache.is_null() {
         return update_uncached(local, thread, stack, seq, f);
@@ -302,47 +308,6 @@ pub(crate) fn sub(state: &ThreadState, stack: u32, size: u64, seq: u64) {
         bump(&c.live_bytes, size.wrapping_neg());
         bump(&c.live_blocks, u64::MAX);
     });
-}
-
-/// What a stack held at the global peak: `(bytes, blocks)`. The reader's side of the lazy
-/// rule above.
-pub fn at_peak(c: &StackCounters, peak_seq: u64) -> (u64, u64) {
-    if c.last_seq.load(Relaxed) <= peak_seq {
-        (c.live_bytes.load(Relaxed), c.live_blocks.load(Relaxed))
-    } else {
-        (c.peak_bytes.load(Relaxed), c.peak_blocks.load(Relaxed))
-    }
-}
-
-/// A stack's counts as a reader sums them: the shared record plus every thread's cache
-/// record for it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// Bytes in live blocks.
-    pub live_bytes: u64,
-    /// Live blocks.
-    pub live_blocks: u64,
-    /// Bytes ever allocated.
-    pub total_bytes: u64,
-    /// Blocks ever allocated.
-    pub total_blocks: u64,
-    /// Bytes live at the global peak.
-    pub peak_bytes: u64,
-    /// Blocks live at the global peak.
-    pub peak_blocks: u64,
-}
-
-impl Counts {
-    /// Adds one record (shared or cached), wrapping: a cache record's deltas may be negative.
-    pub fn add(&mut self, c: &StackCounters, peak_seq: u64) {
-        let (pb, pn) = at_peak(c, peak_seq);
-        self.live_bytes = self.live_bytes.wrapping_add(c.live_bytes.load(Relaxed));
-        self.live_blocks = self.live_blocks.wrapping_add(c.live_blocks.load(Relaxed));
-        self.total_bytes = self.total_bytes.wrapping_add(c.total_bytes.load(Relaxed));
-        self.total_blocks = self.total_blocks.wrapping_add(c.total_blocks.load(Relaxed));
-        self.peak_bytes = self.peak_bytes.wrapping_add(pb);
-        self.peak_blocks = self.peak_blocks.wrapping_add(pn);
-    }
 }
 
 /// Calls `f(stack, record)` on every thread's cache records in use (readers in process).
