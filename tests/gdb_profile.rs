@@ -82,10 +82,7 @@ fn sites_live_and_on_their_core() {
     assert_eq!(thread_peak, 8 * MIB, "the thread's peak\n{}", live.report());
     let leaks = live.between("=== leaks", "=== end");
     for reachable in ["kept_site", "hold_site", "hold_array_site"] {
-        let lost = leaks
-            .split("still reachable:")
-            .next()
-            .unwrap_or_default();
+        let lost = leaks.split("still reachable:").next().unwrap_or_default();
         assert!(
             !lost.contains(reachable),
             "{reachable} reported lost\n{}",
