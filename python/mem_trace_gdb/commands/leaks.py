@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 import gdb
 
 from .. import memory, scan
-from ..layout import MASK64
+from ..layout import MASK64, MemTraceError
 from ..text import leaks
 from .base import ArgparsedCommand, ArgumentParser
 from .history import FrameCount
@@ -143,7 +143,7 @@ def _probe_end(reader: memory.InferiorReader, sp: int) -> int:
     while page < limit:
         try:
             reader.read(page, 1)
-        except Exception:  # noqa: BLE001 - any failure ends the stack
+        except MemTraceError:
             break
         page += 4096
     return max(page, sp)

@@ -413,11 +413,11 @@ class Tracer:
             if not chunk:
                 continue
             lo = (first - k * per_chunk) * THREAD_RECORD_SIZE
-            raw = self._read(
-                chunk + lo, (last - first + 1) * THREAD_RECORD_SIZE, f"thread records {first}..{last}"
-            )
+            size = THREAD_RECORD_SIZE
+            raw = self._read(chunk + lo, (last - first + 1) * size,
+                             f"thread records {first}..{last}")
             for i in range(last - first + 1):
-                t = _decode_thread(first + i, raw[i * THREAD_RECORD_SIZE:(i + 1) * THREAD_RECORD_SIZE])
+                t = _decode_thread(first + i, raw[i * size:(i + 1) * size])
                 if t is not None:
                     out.append(t)
         return out
