@@ -1,6 +1,7 @@
 # mem-trace's gdb entry point: `source /path/to/mem-trace/gdb/mem_trace.py`.
 #
-# Registers mtrace-why, mtrace-history and mtrace-info. The code lives in
+# Registers mtrace-why, mtrace-history, mtrace-info, mtrace-top, mtrace-peaks and
+# mtrace-leaks. The code lives in
 # ../python/mem_trace_gdb (found relative to this file, through symlinks); this
 # file only puts it on sys.path and registers, so it can be sourced from any
 # directory, any number of times: a second source reloads the package (handy

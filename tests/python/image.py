@@ -1,4 +1,4 @@
-"""Synthetic process images in the mem-trace layout, version 2.
+"""Synthetic process images in the mem-trace layout, version 3.
 
 Written from docs/LAYOUT.md with its own struct formats and constants, not with
 the decoder's, so a misreading of the contract in one does not hide in both.
@@ -66,7 +66,18 @@ class TraceBuilder:
         self.next_seq = 1
         self.flags = 1
         self.untracked = 0
-        self.version = 2
+        self.version = 3
+        # Profiler words of the header (docs/LAYOUT.md "Header").
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.peak_seq = 0
+        # Profile: None leaves header.profile at 0 (a build without the profiler).
+        self.profile = None  # or {"resets": n, "started_ns": n, "reports": n}
+        # Shared counter records: stack id -> (live_bytes, live_blocks, total_bytes,
+        # total_blocks, peak_bytes, peak_blocks, last_seq), raw u64 words.
+        self.counters = {}
+        # Thread caches: thread index -> [(slot, stack id, the seven words as above)].
+        self.caches = {}
         # Freed-block history: None leaves header.freed at 0.
         self.history_capacity = 8
         self.history_flags = 1  # bit 0: free stacks recorded
@@ -80,9 +91,27 @@ class TraceBuilder:
         self.stacks.append(list(frames))
         return len(self.stacks)
 
-    def add_thread(self, tid, name="", exited=False):
-        self.threads.append((tid, 1 if exited else 0, name.encode()))
+    def add_thread(self, tid, name="", exited=False, own_live=0, freed_elsewhere=0,
+                   peak_bytes=0, allocated_bytes=0):
+        self.threads.append((tid, 1 if exited else 0, name.encode(),
+                             own_live, freed_elsewhere, peak_bytes, allocated_bytes))
         return len(self.threads)
+
+    def add_counter(self, stack, live_bytes=0, live_blocks=0, total_bytes=0, total_blocks=0,
+                    peak_bytes=0, peak_blocks=0, last_seq=1):
+        """Stack ``stack``'s shared counter record (values are stored mod 2^64)."""
+        self.counters[stack] = tuple(v % 2**64 for v in (
+            live_bytes, live_blocks, total_bytes, total_blocks, peak_bytes, peak_blocks,
+            last_seq))
+
+    def add_cached(self, thread, stack, live_bytes=0, live_blocks=0, total_bytes=0,
+                   total_blocks=0, peak_bytes=0, peak_blocks=0, last_seq=1, slot=None):
+        """A record of thread ``thread``'s cache naming ``stack``: wrapping deltas, so
+        negative values are stored as their two's complement."""
+        self.caches.setdefault(thread, []).append((
+            stack % 128 if slot is None else slot, stack,
+            tuple(v % 2**64 for v in (live_bytes, live_blocks, total_bytes, total_blocks,
+                                      peak_bytes, peak_blocks, last_seq))))
 
     def add_block(self, addr, size, thread=1, stack=0, seq=None):
         if seq is None:
@@ -171,10 +200,37 @@ class TraceBuilder:
         where["threads"] = threads
         img.write(threads, struct.pack("<QII", len(self.threads), 12, 4096))
         if self.threads:
-            chunk = img.map(32 * 4096)
+            # Thread record: 64 bytes; the last five words are the profiler's.
+            chunk = img.map(64 * 4096)
             img.write_u64(threads + 16, chunk)
-            for i, (tid, flags, name) in enumerate(self.threads, start=1):
-                img.write(chunk + 32 * i, struct.pack("<II16s8x", tid, flags, name[:16]))
+            for i, (tid, flags, name, own, elsewhere, peak, allocated) in enumerate(
+                    self.threads, start=1):
+                cache = 0
+                if i in self.caches:
+                    cache = img.map(64 * 128)
+                    where[f"cache{i}"] = cache
+                    for slot, stack, words in self.caches[i]:
+                        img.write(cache + 64 * slot,
+                                  struct.pack("<7QII", *words, 0, stack + 1))
+                img.write(chunk + 64 * i, struct.pack(
+                    "<II16sQQQQQ", tid, flags, name[:16], cache, own, elsewhere, peak,
+                    allocated))
+
+        profile = 0
+        if self.profile is not None:
+            # Profile: 64-byte head, then a directory of 4096 chunk pointers.
+            profile = img.map(64 + 8 * 4096)
+            where["profile"] = profile
+            img.write(profile, struct.pack(
+                "<IIIIQQQ24x", 64, 12, 4096, 0, self.profile.get("started_ns", 0),
+                self.profile.get("resets", 0), self.profile.get("reports", 0)))
+            chunks = {}
+            for stack, words in sorted(self.counters.items()):
+                k = stack >> 12
+                if k not in chunks:
+                    chunks[k] = img.map(64 * 4096)
+                    img.write_u64(profile + 64 + 8 * k, chunks[k])
+                img.write(chunks[k] + 64 * (stack & 4095), struct.pack("<7QII", *words, 0, 0))
 
         freed = 0
         if self.history_capacity is not None:
@@ -197,9 +253,10 @@ class TraceBuilder:
         img.write(
             header,
             struct.pack(
-                "<8sIIIIII7Q40x",
+                "<8sIIIIII12Q",
                 b"MEMTRACE", self.version, 128, 24, 64, 129, 16,
-                shards, stacks, threads, freed, self.next_seq, self.flags, self.untracked,
+                shards, stacks, threads, freed, self.next_seq, self.live_bytes, self.flags,
+                self.untracked, profile, self.peak_bytes, self.peak_seq, 0,
             ),
         )
         return img, header, where

@@ -59,7 +59,7 @@ class HeaderTests(Fixture):
     def test_header_fields(self):
         t = self.standard()
         h = t.header
-        self.assertEqual(h.version, 2)
+        self.assertEqual(h.version, 3)
         self.assertEqual(h.address, self.header_addr)
         self.assertEqual(h.shards, self.where["shards"])
         self.assertEqual(h.stacks, self.where["stacks"])
@@ -87,7 +87,10 @@ class HeaderTests(Fixture):
     def test_uninitialised_header_is_empty(self):
         img = Image()
         h = img.map(128)
-        img.write(h, struct.pack("<8sIIIIII7Q40x", b"MEMTRACE", 2, 128, 24, 64, 129, 16, 0, 0, 0, 0, 1, 0, 0))
+        # Version 3: shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked,
+        # profile, peak_bytes, peak_seq, reserved.
+        img.write(h, struct.pack("<8sIIIIII12Q", b"MEMTRACE", 3, 128, 24, 64, 129, 16,
+                                 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0))
         t = Tracer.open(img, h)
         self.assertIsNone(t.find_block(HEAP))
         self.assertEqual(t.totals().live_blocks, 0)
@@ -96,6 +99,9 @@ class HeaderTests(Fixture):
         self.assertIsNone(t.history_header())
         self.assertEqual(t.freed_blocks_containing(HEAP), [])
         self.assertEqual(t.history(HEAP), [])
+        self.assertIsNone(t.profile())
+        self.assertEqual(t.stack_counts(), {})
+        self.assertEqual(t.threads(), [])
 
 
 class FindBlockTests(Fixture):
@@ -305,15 +311,15 @@ class ErrorTests(Fixture):
         self.assert_only(BadMagic, lambda: Tracer.open(self.img, self.header_addr))
 
     def test_version_mismatch_names_both(self):
-        # Version 1 (no freed-block history) is no longer produced: refused like any other.
-        for version in (1, 3, 0xFFFF_FFFF):
+        # Versions 1 and 2 (32-byte thread records, other header offsets) are refused too.
+        for version in (1, 2, 4, 0xFFFF_FFFF):
             self.standard()
             self.img.write_u32(self.header_addr + 8, version)
             msg = self.assert_only(VersionMismatch, lambda: Tracer.open(self.img, self.header_addr))
             self.assertEqual(
                 msg,
                 f"mem-trace layout version {version} in the process, this gdb script reads "
-                "version 2: use the gdb/mem_trace.py from the same build",
+                "version 3: use the gdb/mem_trace.py from the same build",
             )
 
     def test_wrong_sizes(self):
@@ -328,7 +334,7 @@ class ErrorTests(Fixture):
     def test_short_header(self):
         img = Image()
         h = img.map(100)  # the mapping ends inside the header
-        img.write(h, b"MEMTRACE" + struct.pack("<I", 2))
+        img.write(h, b"MEMTRACE" + struct.pack("<I", 3))
         self.assert_only(Inaccessible, lambda: Tracer.open(img, h))
 
     def test_reader_returning_short_bytes(self):
@@ -720,3 +726,141 @@ class HistoryErrorTests(Fixture):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ProfileTests(Fixture):
+    """Layout version 3's profiler words: header, thread records, the Profile section."""
+
+    def profiled(self, peak_seq=100):
+        b = TraceBuilder()
+        b.flags = 1 | 2
+        b.live_bytes, b.peak_bytes, b.peak_seq = 5000, 9000, peak_seq
+        b.profile = {"resets": 2, "started_ns": 123, "reports": 4}
+        self.t1 = b.add_thread(4242, "prog", own_live=3000, freed_elsewhere=1000,
+                               peak_bytes=7000, allocated_bytes=11000)
+        self.t2 = b.add_thread(4243, "worker", exited=True, own_live=10, freed_elsewhere=30,
+                               peak_bytes=8388608, allocated_bytes=8388608)
+        self.sa = b.add_stack([0x1000])
+        self.sb = b.add_stack([0x2000])
+        self.sc = b.add_stack([0x3000])
+        return b
+
+    def test_header_and_profile_head(self):
+        t = self.build(self.profiled())
+        h = t.header
+        self.assertTrue(h.profiler)
+        self.assertEqual((h.live_bytes, h.peak_bytes, h.peak_seq), (5000, 9000, 100))
+        self.assertEqual(h.profile, self.where["profile"])
+        p = t.profile()
+        self.assertEqual((p.resets, p.started_ns, p.reports), (2, 123, 4))
+
+    def test_thread_profiler_words(self):
+        b = self.profiled()
+        b.add_cached(self.t1, self.sa, live_bytes=1)
+        t = self.build(b)
+        th = t.thread(self.t1)
+        self.assertEqual(th.counters, self.where["cache1"])
+        self.assertEqual((th.own_live, th.freed_elsewhere, th.peak_bytes, th.allocated_bytes),
+                         (3000, 1000, 7000, 11000))
+        self.assertEqual(th.live_bytes, 2000)
+        # More freed elsewhere than owned (a reader racing the owner): 0, not 2^64 - 20.
+        self.assertEqual(t.thread(self.t2).live_bytes, 0)
+        self.assertEqual(t.thread(self.t2).counters, 0)
+        self.assertEqual([x.index for x in t.threads()], [1, 2])
+        self.assertEqual(t.threads()[1].name, "worker")
+
+    def test_shared_plus_every_cache_with_wrapping_deltas(self):
+        b = self.profiled()
+        b.add_counter(self.sa, live_bytes=1000, live_blocks=10, total_bytes=5000,
+                      total_blocks=50, last_seq=20)
+        # Thread 1 allocated 300 more bytes; thread 2 freed 400 of them: a negative delta.
+        b.add_cached(self.t1, self.sa, live_bytes=300, live_blocks=3, total_bytes=300,
+                     total_blocks=3, last_seq=30)
+        b.add_cached(self.t2, self.sa, live_bytes=-400, live_blocks=-4, last_seq=40)
+        # A stack known only to a cache, and stack id 0 (blocks without a stack).
+        b.add_cached(self.t2, self.sb, live_bytes=64, live_blocks=1, total_bytes=64,
+                     total_blocks=1, last_seq=41)
+        b.add_counter(0, live_bytes=7, live_blocks=1, total_bytes=7, total_blocks=1, last_seq=5)
+        counts = self.build(b).stack_counts()
+        a = counts[self.sa]
+        self.assertEqual((a.live_bytes, a.live_blocks, a.total_bytes, a.total_blocks),
+                         (900, 9, 5300, 53))
+        self.assertEqual((counts[self.sb].live_bytes, counts[self.sb].total_blocks), (64, 1))
+        self.assertEqual(counts[0].live_bytes, 7)
+        # Never-updated records (last_seq 0) are not counted stacks.
+        self.assertNotIn(self.sc, counts)
+
+    def test_a_sum_caught_negative_mid_move_reads_as_zero(self):
+        b = self.profiled()
+        b.add_cached(self.t1, self.sa, live_bytes=-100, live_blocks=-1, last_seq=50)
+        a = self.build(b).stack_counts()[self.sa]
+        self.assertEqual((a.live_bytes, a.live_blocks), (0, 0))
+        self.assertEqual(a.live_bytes_raw, 2**64 - 100)
+
+    def test_at_peak_rule(self):
+        # peak_seq 100. Shared record unchanged since the peak (last_seq 100 == peak_seq):
+        # its live values are its at-peak values; the cache record changed after (last_seq
+        # 150): its peak_* fields are.
+        b = self.profiled(peak_seq=100)
+        b.add_counter(self.sa, live_bytes=4096, live_blocks=1, peak_bytes=1, peak_blocks=1,
+                      last_seq=100)
+        b.add_cached(self.t1, self.sa, live_bytes=-4096, live_blocks=-1, peak_bytes=8192,
+                     peak_blocks=2, last_seq=150)
+        # Changed after the peak in the shared record: peak_* (the live value is gone).
+        b.add_counter(self.sb, live_bytes=0, live_blocks=0, peak_bytes=65536, peak_blocks=1,
+                      total_bytes=65536, total_blocks=1, last_seq=101)
+        # Before the peak and stale peak_* left from an earlier peak: ignored.
+        b.add_counter(self.sc, live_bytes=10, live_blocks=1, peak_bytes=999, peak_blocks=9,
+                      last_seq=99)
+        counts = self.build(b).stack_counts()
+        self.assertEqual((counts[self.sa].peak_bytes, counts[self.sa].peak_blocks),
+                         (4096 + 8192, 3))
+        self.assertEqual(counts[self.sa].live_bytes, 0)
+        self.assertEqual((counts[self.sb].peak_bytes, counts[self.sb].live_bytes), (65536, 0))
+        self.assertEqual((counts[self.sc].peak_bytes, counts[self.sc].peak_blocks), (10, 1))
+
+    def test_counter_at_peak_boundary(self):
+        c = layout.Counter(stack=1, live_bytes=5, live_blocks=1, total_bytes=5, total_blocks=1,
+                           peak_bytes=7, peak_blocks=2, last_seq=10)
+        self.assertEqual(c.at_peak(10), (5, 1))
+        self.assertEqual(c.at_peak(11), (5, 1))
+        self.assertEqual(c.at_peak(9), (7, 2))
+
+    def test_rust_reference_scenario(self):
+        # crates/core/src/profile/counters.rs's test, as records: a peak at seq 11 with 150
+        # bytes in 2 blocks; after it, -100 (seq 12), +7 (seq 13, a realloc put back) and an
+        # eviction into the shared record at seq 14.
+        b = self.profiled(peak_seq=11)
+        b.add_counter(self.sa, live_bytes=57, live_blocks=2, total_bytes=150, total_blocks=2,
+                      peak_bytes=150, peak_blocks=2, last_seq=14)
+        n = self.build(b).stack_counts()[self.sa]
+        self.assertEqual((n.peak_bytes, n.peak_blocks), (150, 2))
+        self.assertEqual((n.live_bytes, n.live_blocks, n.total_bytes), (57, 2, 150))
+
+    def test_without_the_profiler(self):
+        t = self.standard()
+        self.assertIsNone(t.profile())
+        self.assertEqual(t.stack_counts(), {})
+        self.assertEqual(list(t.cached_counters()), [])
+
+    def test_bad_profile_head(self):
+        b = self.profiled()
+        t = self.build(b)
+        self.img.write_u32(self.where["profile"], 32)
+        with self.assertRaises(Corrupt) as e:
+            Tracer.open(self.img, self.header_addr).profile()
+        self.assertIn("counter_size is 32", str(e.exception))
+
+    def test_cache_naming_an_unknown_stack(self):
+        b = self.profiled()
+        b.add_cached(self.t1, 77, live_bytes=1, last_seq=3)
+        with self.assertRaises(Corrupt):
+            self.build(b).stack_counts()
+
+    def test_unreadable_cache_is_typed(self):
+        b = self.profiled()
+        b.add_cached(self.t1, self.sa, live_bytes=1, last_seq=3)
+        t = self.build(b)
+        self.img.maps = [(s, buf) for s, buf in self.img.maps if s != self.where["cache1"]]
+        with self.assertRaises(Inaccessible):
+            Tracer.open(self.img, self.header_addr).stack_counts()

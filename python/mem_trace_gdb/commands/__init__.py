@@ -6,9 +6,16 @@ Each command is an `ArgparsedCommand` (base.py) over a `text` module.
 import gdb
 
 from .. import symbolize
-from . import history, info, why
+from . import history, info, leaks, peaks, top, why
 
-COMMANDS = (why.WhyCommand, history.HistoryCommand, info.InfoCommand)
+COMMANDS = (
+    why.WhyCommand,
+    history.HistoryCommand,
+    info.InfoCommand,
+    top.TopCommand,
+    peaks.PeaksCommand,
+    leaks.LeaksCommand,
+)
 
 _connected = []
 

@@ -8,7 +8,9 @@ command gdb's conventions:
 * `help CMD` and `CMD -h` both come from the parser; `-h` prints and returns;
 * the options are parsed by argparse, the rest of the line is one gdb expression
   (spaces and all), and an argument declared ``type=Expression`` is evaluated to
-  an address once the whole line has parsed;
+  an address once the whole line has parsed; a command that takes no expression
+  but plain words (``mtrace-top 5 --by blocks``) sets ``words = True``, and its
+  line is split like gdb splits arguments (`gdb.string_to_argv`), options anywhere;
 * a failure is one `gdb.GdbError` line, `NAME: ...`, never a traceback.
 """
 
@@ -148,6 +150,8 @@ class ArgparsedCommand(gdb.Command):
 
     parser: ClassVar[argparse.ArgumentParser]
     command_class: ClassVar[int] = gdb.COMMAND_DATA
+    # The line is words (numbers, names), not an expression: split it, options anywhere.
+    words: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -155,14 +159,18 @@ class ArgparsedCommand(gdb.Command):
         cls.__doc__ = help_text(cls.parser)
 
     def __init__(self):
-        completer = gdb.COMPLETE_EXPRESSION if takes_expression(self.parser) else gdb.COMPLETE_NONE
+        expression = takes_expression(self.parser) and not self.words
+        completer = gdb.COMPLETE_EXPRESSION if expression else gdb.COMPLETE_NONE
         super().__init__(self.parser.prog, self.command_class, completer)
 
     def invoke(self, argument: str, from_tty: bool) -> None:
         # Repeating on a bare Enter would print the same answer again.
         self.dont_repeat()
         with one_line_errors(self.parser.prog):
-            args = parse(self.parser, argument)
+            if self.words:
+                args = self.parser.parse_args(gdb.string_to_argv(argument))
+            else:
+                args = parse(self.parser, argument)
             for name, value in vars(args).items():
                 if isinstance(value, Expression):
                     setattr(args, name, address_of(value))

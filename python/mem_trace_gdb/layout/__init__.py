@@ -1,4 +1,4 @@
-"""Decoder for the mem-trace memory layout, version 2 (docs/LAYOUT.md).
+"""Decoder for the mem-trace memory layout, version 3 (docs/LAYOUT.md).
 
 This package is the out-of-process half of the layout contract. It never imports
 `gdb`: it reads through any object with a ``read(addr, n) -> bytes`` method that
@@ -17,7 +17,11 @@ How an address is answered, in short (the contract explains why this is enough):
 * a freed block is in the freed-block history (``header.freed``), a ring of the
   last ``capacity`` frees shared by all threads. It is not indexed by address, so
   :meth:`Tracer.freed_blocks_containing` reads the used part of the ring in one
-  read and scans it as columns of u64s (262144 records in about 0.1 s).
+  read and scans it as columns of u64s (262144 records in about 0.1 s);
+* profiler builds add per-stack counters (``header.profile``): a stack's counts
+  are its shared record plus every thread's cache record naming it, summed
+  with wrapping arithmetic (:meth:`Tracer.stack_counts`), and what it held at
+  the global peak follows the at-peak rule (:meth:`Counter.at_peak`).
 
 Everything read from the process is untrusted: a core taken mid-update, a stray
 write, or a different build can leave any bytes there. Every count and size is
@@ -32,6 +36,11 @@ here: import from `mem_trace_gdb.layout`, not from the modules.
 """
 
 from .contract import (
+    COUNTER_CACHE,
+    COUNTER_CHUNK_BITS,
+    COUNTER_CHUNKS,
+    COUNTER_SIZE,
+    COUNTER_WORDS,
     DIRECTORY_HEADER_STRUCT,
     FIELD_BITS,
     FIELD_MASK,
@@ -50,6 +59,8 @@ from .contract import (
     LAYOUT_VERSION,
     MAGIC,
     MASK64,
+    PROFILE_HEADER,
+    PROFILE_STRUCT,
     REGION_SHARD_BITS,
     REGION_SHARDS,
     REGION_SHIFT,
@@ -68,6 +79,7 @@ from .contract import (
     STACK_STORE_HEADER,
     THREAD_CHUNK_BITS,
     THREAD_CHUNKS,
+    THREAD_EXITED,
     THREAD_RECORD_SIZE,
     THREAD_STRUCT,
     THREAD_TABLE_HEADER,
@@ -88,22 +100,32 @@ from .limits import (
 )
 from .records import (
     Block,
+    Counter,
+    Counts,
     Event,
     FreedBlock,
     Header,
     History,
     Match,
+    Profile,
     Shard,
     Stack,
     Thread,
     Totals,
+    decode_counter,
     decode_freed,
     decode_slot,
+    signed64,
 )
 from .tracer import MemoryReader, Tracer
 
 __all__ = [
     # contract
+    "COUNTER_CACHE",
+    "COUNTER_CHUNK_BITS",
+    "COUNTER_CHUNKS",
+    "COUNTER_SIZE",
+    "COUNTER_WORDS",
     "DIRECTORY_HEADER_STRUCT",
     "FIELD_BITS",
     "FIELD_MASK",
@@ -122,6 +144,8 @@ __all__ = [
     "LAYOUT_VERSION",
     "MAGIC",
     "MASK64",
+    "PROFILE_HEADER",
+    "PROFILE_STRUCT",
     "REGION_SHARD_BITS",
     "REGION_SHARDS",
     "REGION_SHIFT",
@@ -140,6 +164,7 @@ __all__ = [
     "STACK_STORE_HEADER",
     "THREAD_CHUNK_BITS",
     "THREAD_CHUNKS",
+    "THREAD_EXITED",
     "THREAD_RECORD_SIZE",
     "THREAD_STRUCT",
     "THREAD_TABLE_HEADER",
@@ -164,17 +189,22 @@ __all__ = [
     "RING_CHUNK",
     # records
     "Block",
+    "Counter",
+    "Counts",
     "Event",
     "FreedBlock",
     "Header",
     "History",
     "Match",
+    "Profile",
     "Shard",
     "Stack",
     "Thread",
     "Totals",
+    "decode_counter",
     "decode_freed",
     "decode_slot",
+    "signed64",
     # tracer
     "MemoryReader",
     "Tracer",

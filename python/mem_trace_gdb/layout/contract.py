@@ -1,4 +1,4 @@
-"""The layout contract, version 2 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
+"""The layout contract, version 3 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
 
 What the tracer writes and this reader must agree on, byte for byte. A change here
 is a change to docs/LAYOUT.md and to the tracer (crates/format), and bumps
@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from typing import List
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 MAGIC = b"MEMTRACE"
 
 HEADER_SIZE = 128
@@ -31,10 +31,19 @@ STACK_CHUNKS = 256
 THREAD_TABLE_HEADER = 16
 THREAD_CHUNK_BITS = 12
 THREAD_CHUNKS = 4096
-THREAD_RECORD_SIZE = 32
+THREAD_RECORD_SIZE = 64
 HISTORY_HEADER_SIZE = 64
 FREED_RECORD_SIZE = 40
 FREED_RECORD_WORDS = FREED_RECORD_SIZE // 8
+
+# Profile (profiler builds, at header.profile).
+PROFILE_HEADER = 64
+COUNTER_SIZE = 64
+COUNTER_WORDS = COUNTER_SIZE // 8
+COUNTER_CHUNK_BITS = 12
+COUNTER_CHUNKS = 4096
+# Records in a thread's cache of counter deltas (thread record's `counters`).
+COUNTER_CACHE = 128
 
 MASK64 = (1 << 64) - 1
 FIELD_BITS = 40
@@ -47,14 +56,22 @@ FLAG_INITIALISED = 1 << 0
 FLAG_PROFILER = 1 << 1
 FLAG_FREE_STACKS = 1 << 2
 
+THREAD_EXITED = 1 << 0
+
 HISTORY_FLAG_FREE_STACKS = 1 << 0
 FREED_BY_REALLOC = 1 << 0
 
 # The records' byte formats, little-endian (the tables in docs/LAYOUT.md).
-HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQ 40x")
+# magic, version, header_size, slot_size, shard_size, shard_count, region_shift, shards,
+# stacks, threads, freed, next_seq, live_bytes, flags, untracked, profile, peak_bytes,
+# peak_seq, reserved.
+HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQQ QQQ 8x")
 SHARD_STRUCT = struct.Struct("<II QQQQ 24x")
 DIRECTORY_HEADER_STRUCT = struct.Struct("<QII")
-THREAD_STRUCT = struct.Struct("<II16s8x")
+# tid, flags, name, counters, own_live, freed_elsewhere, peak_bytes, allocated_bytes.
+THREAD_STRUCT = struct.Struct("<II16s QQQQQ")
+# counter_size, chunk_bits, chunks, flags, started_ns, resets, reports, reserved.
+PROFILE_STRUCT = struct.Struct("<IIII QQQ 24x")
 HISTORY_STRUCT = struct.Struct("<II QQQ QQQ 8x")
 
 

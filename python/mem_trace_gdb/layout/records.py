@@ -13,6 +13,7 @@ from .contract import (
     FLAG_PROFILER,
     FREED_BY_REALLOC,
     HISTORY_FLAG_FREE_STACKS,
+    MASK64,
     SIZE_SATURATED,
 )
 
@@ -32,6 +33,11 @@ class Header:
     next_seq: int
     flags: int
     untracked: int
+    # Profiler builds only (0 otherwise): live bytes of all threads, the profile, the peak.
+    live_bytes: int = 0
+    profile: int = 0
+    peak_bytes: int = 0
+    peak_seq: int = 0
 
     @property
     def initialised(self) -> bool:
@@ -104,14 +110,35 @@ class Match:
     offset: int
 
 
+def signed64(value: int) -> int:
+    """A wrapping u64 as the signed number it stands for (a sum of deltas may be negative)."""
+    value &= MASK64
+    return value - (1 << 64) if value >> 63 else value
+
+
 @dataclass(frozen=True)
 class Thread:
-    """A thread record; ``index`` is what slots store."""
+    """A thread record; ``index`` is what slots store.
+
+    The last five fields are written by profiler builds only (zero otherwise).
+    """
 
     index: int
     tid: int
     exited: bool
     name: str
+    # Address of the thread's cache of counter deltas (0: none).
+    counters: int = 0
+    own_live: int = 0
+    freed_elsewhere: int = 0
+    peak_bytes: int = 0
+    allocated_bytes: int = 0
+
+    @property
+    def live_bytes(self) -> int:
+        """``own_live - freed_elsewhere``, wrapping; a running process may show it
+        negative for an instant (another thread freed first): that is 0."""
+        return max(0, signed64(self.own_live - self.freed_elsewhere))
 
 
 @dataclass(frozen=True)
@@ -120,6 +147,115 @@ class Stack:
 
     id: int
     frames: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The profile's 64-byte head (``header.profile``)."""
+
+    address: int
+    started_ns: int
+    resets: int
+    reports: int
+
+
+@dataclass(frozen=True)
+class Counter:
+    """One 64-byte counter record, shared or in a thread's cache (then every field is a
+    wrapping delta). ``stack`` is the stack id it counts."""
+
+    stack: int
+    live_bytes: int
+    live_blocks: int
+    total_bytes: int
+    total_blocks: int
+    peak_bytes: int
+    peak_blocks: int
+    last_seq: int
+
+    def at_peak(self, peak_seq: int) -> Tuple[int, int]:
+        """(bytes, blocks) this record held at the global peak.
+
+        The writer saves ``live_*`` into ``peak_*`` on a record's first change after the
+        peak (docs/LAYOUT.md "Profile"), so a record not changed since then
+        (``last_seq <= peak_seq``) still holds its at-peak values in ``live_*``.
+        """
+        if self.last_seq <= peak_seq:
+            return self.live_bytes, self.live_blocks
+        return self.peak_bytes, self.peak_blocks
+
+
+def decode_counter(words: Sequence[int], stack: Optional[int] = None) -> Counter:
+    """A counter record from its eight u64 words; ``stack`` overrides the record's own
+    (a shared record's is 0: its id is its position)."""
+    if stack is None:
+        stack = (words[7] >> 32) - 1
+    return Counter(
+        stack=stack,
+        live_bytes=words[0],
+        live_blocks=words[1],
+        total_bytes=words[2],
+        total_blocks=words[3],
+        peak_bytes=words[4],
+        peak_blocks=words[5],
+        last_seq=words[6],
+    )
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A stack's counts: its shared record plus every thread's cache record naming it.
+
+    Built with :meth:`add`, which sums with wrapping 64-bit arithmetic as the contract
+    says; the properties read the sums as signed and clamp at 0, because a reader that
+    does not stop the process may catch a record mid-move and see a negative total.
+    """
+
+    stack: int
+    live_bytes_raw: int = 0
+    live_blocks_raw: int = 0
+    total_bytes_raw: int = 0
+    total_blocks_raw: int = 0
+    peak_bytes_raw: int = 0
+    peak_blocks_raw: int = 0
+
+    def add(self, record: Counter, peak_seq: int) -> "Counts":
+        """These counts plus one record's (the reference is ``Counts::add`` in
+        crates/core/src/profile/counters.rs)."""
+        pb, pn = record.at_peak(peak_seq)
+        return Counts(
+            stack=self.stack,
+            live_bytes_raw=(self.live_bytes_raw + record.live_bytes) & MASK64,
+            live_blocks_raw=(self.live_blocks_raw + record.live_blocks) & MASK64,
+            total_bytes_raw=(self.total_bytes_raw + record.total_bytes) & MASK64,
+            total_blocks_raw=(self.total_blocks_raw + record.total_blocks) & MASK64,
+            peak_bytes_raw=(self.peak_bytes_raw + pb) & MASK64,
+            peak_blocks_raw=(self.peak_blocks_raw + pn) & MASK64,
+        )
+
+    @property
+    def live_bytes(self) -> int:
+        return max(0, signed64(self.live_bytes_raw))
+
+    @property
+    def live_blocks(self) -> int:
+        return max(0, signed64(self.live_blocks_raw))
+
+    @property
+    def total_bytes(self) -> int:
+        return max(0, signed64(self.total_bytes_raw))
+
+    @property
+    def total_blocks(self) -> int:
+        return max(0, signed64(self.total_blocks_raw))
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(0, signed64(self.peak_bytes_raw))
+
+    @property
+    def peak_blocks(self) -> int:
+        return max(0, signed64(self.peak_blocks_raw))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,11 @@ import sys
 from typing import Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 from .contract import (
+    COUNTER_CACHE,
+    COUNTER_CHUNK_BITS,
+    COUNTER_CHUNKS,
+    COUNTER_SIZE,
+    COUNTER_WORDS,
     DIRECTORY_HEADER_STRUCT,
     FIELD_MASK,
     FREED_RECORD_SIZE,
@@ -19,6 +24,8 @@ from .contract import (
     LAYOUT_VERSION,
     MAGIC,
     MASK64,
+    PROFILE_HEADER,
+    PROFILE_STRUCT,
     REGION_SHIFT,
     REGION_SIZE,
     SHARD_COUNT,
@@ -32,6 +39,7 @@ from .contract import (
     STACK_STORE_HEADER,
     THREAD_CHUNK_BITS,
     THREAD_CHUNKS,
+    THREAD_EXITED,
     THREAD_RECORD_SIZE,
     THREAD_STRUCT,
     THREAD_TABLE_HEADER,
@@ -52,15 +60,19 @@ from .limits import (
 )
 from .records import (
     Block,
+    Counter,
+    Counts,
     Event,
     FreedBlock,
     Header,
     History,
     Match,
+    Profile,
     Shard,
     Stack,
     Thread,
     Totals,
+    decode_counter,
     decode_freed,
     decode_slot,
 )
@@ -85,6 +97,23 @@ def _as_list(column: Sequence[int]) -> List[int]:
     return column.tolist() if hasattr(column, "tolist") else list(column)
 
 
+def _decode_thread(index: int, raw: bytes) -> Optional[Thread]:
+    """A 64-byte thread record; None while unpublished (tid 0)."""
+    tid, flags, name, counters, own_live, freed_elsewhere, peak, allocated = (
+        THREAD_STRUCT.unpack(raw)
+    )
+    if tid == 0:
+        # The tracer stores tid last (release): 0 is a record still being
+        # written when the process stopped, and never a real kernel tid.
+        return None
+    return Thread(
+        index=index, tid=tid, exited=bool(flags & THREAD_EXITED),
+        name=name.split(b"\0", 1)[0].decode("utf-8", "replace"),
+        counters=counters, own_live=own_live, freed_elsewhere=freed_elsewhere,
+        peak_bytes=peak, allocated_bytes=allocated,
+    )
+
+
 class Tracer:
     """A view of one process's mem-trace state, read lazily through ``reader``.
 
@@ -101,6 +130,7 @@ class Tracer:
         self._dirs: Dict[int, Tuple[int, int]] = {}
         self._history: Optional[History] = None
         self._ring: Optional[List[Tuple[Sequence[int], ...]]] = None
+        self._profile: Optional[Profile] = None
 
     # -- reading
 
@@ -136,7 +166,8 @@ class Tracer:
         raw = probe._read(address, HEADER_SIZE, "the mem-trace header")
         (
             _magic, version, header_size, slot_size, shard_size, shard_count, region_shift,
-            shards, stacks, threads, freed, next_seq, flags, untracked,
+            shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked, profile,
+            peak_bytes, peak_seq,
         ) = HEADER_STRUCT.unpack(raw)
         expected = {
             "header_size": (header_size, HEADER_SIZE),
@@ -154,6 +185,7 @@ class Tracer:
             address=address, version=version, shard_count=shard_count,
             region_shift=region_shift, shards=shards, stacks=stacks, threads=threads,
             freed=freed, next_seq=next_seq, flags=flags, untracked=untracked,
+            live_bytes=live_bytes, profile=profile, peak_bytes=peak_bytes, peak_seq=peak_seq,
         )
         return cls(reader, header)
 
@@ -362,13 +394,114 @@ class Tracer:
             return None
         offset = (index & ((1 << THREAD_CHUNK_BITS) - 1)) * THREAD_RECORD_SIZE
         raw = self._read(chunk + offset, THREAD_RECORD_SIZE, f"thread record {index}")
-        tid, flags, name = THREAD_STRUCT.unpack(raw)
-        if tid == 0:
-            # The tracer stores tid last (release): 0 is a record still being
-            # written when the process stopped, and never a real kernel tid.
-            return None
-        name = name.split(b"\0", 1)[0].decode("utf-8", "replace")
-        return Thread(index=index, tid=tid, exited=bool(flags & 1), name=name)
+        return _decode_thread(index, raw)
+
+    def threads(self) -> List[Thread]:
+        """Every published thread record, by index; one read per chunk of 4096."""
+        count = self.thread_count()
+        out: List[Thread] = []
+        per_chunk = 1 << THREAD_CHUNK_BITS
+        for k in range((count >> THREAD_CHUNK_BITS) + 1):
+            first = max(1, k * per_chunk)
+            last = min(count, (k + 1) * per_chunk - 1)
+            if first > last:
+                continue
+            chunk = self._read_ptr(
+                self.header.threads + THREAD_TABLE_HEADER + 8 * k,
+                f"the thread directory entry of chunk {k}",
+            )
+            if not chunk:
+                continue
+            lo = (first - k * per_chunk) * THREAD_RECORD_SIZE
+            size = THREAD_RECORD_SIZE
+            raw = self._read(chunk + lo, (last - first + 1) * size,
+                             f"thread records {first}..{last}")
+            for i in range(last - first + 1):
+                t = _decode_thread(first + i, raw[i * size:(i + 1) * size])
+                if t is not None:
+                    out.append(t)
+        return out
+
+    # -- profile (profiler builds)
+
+    def profile(self) -> Optional[Profile]:
+        """The profile's head; None when the library was built without the profiler."""
+        if self._profile is None and self.header.profile:
+            base = self.header.profile
+            what = "the profile"
+            (
+                counter_size, chunk_bits, chunks, _flags, started_ns, resets, reports,
+            ) = PROFILE_STRUCT.unpack(self._read(base, PROFILE_HEADER, what))
+            expected = {
+                "counter_size": (counter_size, COUNTER_SIZE),
+                "chunk_bits": (chunk_bits, COUNTER_CHUNK_BITS),
+                "chunks": (chunks, COUNTER_CHUNKS),
+            }
+            for name, (got, want) in expected.items():
+                if got != want:
+                    raise Corrupt(
+                        f"{what} at {base:#x}: {name} is {got}, version {LAYOUT_VERSION} says {want}"
+                    )
+            self._profile = Profile(address=base, started_ns=started_ns, resets=resets,
+                                    reports=reports)
+        return self._profile
+
+    def shared_counters(self) -> Iterator[Counter]:
+        """The shared counter record of every stack id handed out (and of id 0) that was
+        ever updated; one read per chunk of 4096 records (256 KiB)."""
+        if self.profile() is None:
+            return
+        count = self.stack_count()
+        per_chunk = 1 << COUNTER_CHUNK_BITS
+        nchunks = (count >> COUNTER_CHUNK_BITS) + 1
+        dir_words = _u64s(self._read(
+            self.header.profile + PROFILE_HEADER, 8 * nchunks, "the profile's directory"
+        ))
+        for k, chunk in enumerate(_as_list(dir_words)):
+            if not chunk:
+                continue
+            n = min(per_chunk, count + 1 - k * per_chunk)
+            words = _u64s(self._read(chunk, n * COUNTER_SIZE, f"counter chunk {k}"))
+            last_seqs = _as_list(words[6::COUNTER_WORDS])
+            for i, last in enumerate(last_seqs):
+                if last:
+                    base = i * COUNTER_WORDS
+                    yield decode_counter(words[base:base + COUNTER_WORDS], k * per_chunk + i)
+
+    def cached_counters(self, threads: Optional[Sequence[Thread]] = None) -> Iterator[Counter]:
+        """Every thread's cache records in use (``stack`` set), each cache in one read."""
+        if self.profile() is None:
+            return
+        count = self.stack_count()
+        for t in self.threads() if threads is None else threads:
+            if not t.counters:
+                continue
+            words = _u64s(self._read(
+                t.counters, COUNTER_CACHE * COUNTER_SIZE, f"the counter cache of thread {t.index}"
+            ))
+            for i in range(COUNTER_CACHE):
+                record = words[i * COUNTER_WORDS:(i + 1) * COUNTER_WORDS]
+                tag = record[7] >> 32
+                if not tag:
+                    continue
+                if tag - 1 > count:
+                    raise Corrupt(
+                        f"the counter cache of thread {t.index}: stack id {tag - 1} is beyond "
+                        f"the {count} handed out"
+                    )
+                yield decode_counter(record)
+
+    def stack_counts(self) -> Dict[int, Counts]:
+        """Every counted stack's counts: its shared record plus every thread's cache record
+        naming it (docs/LAYOUT.md "Profile"), with the at-peak rule against
+        ``header.peak_seq``. Empty without the profiler."""
+        peak_seq = self.header.peak_seq
+        out: Dict[int, Counts] = {}
+        for record in self.shared_counters():
+            out[record.stack] = out.get(record.stack, Counts(record.stack)).add(record, peak_seq)
+        for record in self.cached_counters():
+            out[record.stack] = out.get(record.stack, Counts(record.stack)).add(record, peak_seq)
+        return out
 
     # -- totals
 
