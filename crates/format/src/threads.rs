@@ -12,7 +12,7 @@ pub const MAX_THREAD_INDEX: u64 = (1 << 24) - 1;
 /// Record flag: the thread has exited.
 pub const THREAD_EXITED: u32 = 1;
 
-/// One thread (64 bytes). The last four words are the profiler's (zero in other builds).
+/// One thread (64 bytes). The last five words are the profiler's (zero in other builds).
 #[repr(C)]
 pub struct ThreadRecord {
     /// Kernel thread id (`gettid`).
