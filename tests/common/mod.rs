@@ -63,9 +63,8 @@ pub fn library() -> &'static Path {
 /// while test binaries run side by side), and returns it. Fixtures name it `{profiler_so}`.
 pub fn profiler_library() -> &'static Path {
     static LIBRARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = LIBRARY.get_or_init(|| {
-        build_library_in("profiler", Some(target_dir().join("profiler")))
-    });
+    let built =
+        LIBRARY.get_or_init(|| build_library_in("profiler", Some(target_dir().join("profiler"))));
     match built {
         Ok(path) => path,
         Err(message) => panic!("{message}"),

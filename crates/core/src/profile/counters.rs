@@ -19,10 +19,10 @@
 //! value then.
 
 use crate::arena;
+use crate::state::ThreadState;
 use crate::store::header::header;
 use crate::sync::RawSpin;
 use core::alloc::Layout;
-use crate::state::ThreadState;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering, Ordering::Relaxed};
 use mem_trace_format::{
@@ -54,7 +54,6 @@ fn record(stack: u32) -> Option<&'static StackCounters> {
     // SAFETY: the index is masked into the chunk, and chunks are never freed.
     Some(unsafe { &*chunk.add((stack & ((1 << CHUNK_BITS) - 1)) as usize) })
 }
-
 
 #[cold]
 #[inline(never)]
@@ -121,7 +120,13 @@ impl Default for Local {
 /// shared record, locked), after saving its at-peak value if this is its first change since
 /// the peak; then stamps it with `seq`.
 #[inline(always)]
-fn update(local: &Local, thread: Option<&ThreadRecord>, stack: u32, seq: u64, f: impl FnOnce(&StackCounters)) {
+fn update(
+    local: &Local,
+    thread: Option<&ThreadRecord>,
+    stack: u32,
+    seq: u64,
+    f: impl FnOnce(&StackCounters),
+) {
     let cache = local.cache.get();
     if cache.is_null() {
         return update_uncached(local, thread, stack, seq, f);

@@ -84,9 +84,10 @@ pub(crate) fn init() {
     };
     // SAFETY: writes the current time into `ts`.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    PROFILE
-        .started_ns
-        .store(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64, Relaxed);
+    PROFILE.started_ns.store(
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+        Relaxed,
+    );
 }
 
 /// A live count that a racing free has made negative for an instant reads as 0.

@@ -128,7 +128,10 @@ pub fn get(index: u32) -> Option<&'static ThreadRecord> {
     }
     let chunk = THREADS.dir[(index >> CHUNK_BITS) as usize].load(Ordering::Acquire);
     // SAFETY: null, or a published chunk (never freed) indexed within its length.
-    unsafe { chunk.as_ref()?; Some(&*chunk.add((index & ((1 << CHUNK_BITS) - 1)) as usize)) }
+    unsafe {
+        chunk.as_ref()?;
+        Some(&*chunk.add((index & ((1 << CHUNK_BITS) - 1)) as usize))
+    }
 }
 
 /// Calls `f` on every record handed out so far.
