@@ -77,15 +77,6 @@ impl RankBy {
             _ => RankBy::Live,
         }
     }
-
-    /// The word the variable takes, as reports name it.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            RankBy::Live => "live",
-            RankBy::Allocated => "allocated",
-            RankBy::Blocks => "blocks",
-        }
-    }
 }
 
 /// How stacks are captured (`MEM_TRACE_UNWIND`).
