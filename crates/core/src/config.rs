@@ -69,6 +69,8 @@ pub(crate) enum RankBy {
 }
 
 impl RankBy {
+    // Read by the profiler's reports only.
+    #[cfg_attr(not(feature = "profiler"), allow(dead_code))]
     /// The value stored in [`PROFILE_BY`] back as a `RankBy`.
     pub(crate) fn from_u8(v: u8) -> RankBy {
         match v {
