@@ -6,7 +6,8 @@
 //! A leaf: the modules configured read these values (or are handed them by `record`'s
 //! initialisation); nothing here reaches into them.
 
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 /// Default number of frames kept per stack.
 pub(crate) const DEFAULT_FRAMES: usize = 64;
@@ -17,6 +18,13 @@ pub(crate) const MAX_FRAMES: usize = 128;
 pub(crate) const DEFAULT_FREED: u64 = 1 << 16;
 /// Default bytes held back from reuse (`MEM_TRACE_QUARANTINE`).
 pub(crate) const DEFAULT_QUARANTINE: u64 = 4 << 20;
+
+/// Default time between periodic profile reports (`MEM_TRACE_PROFILE_INTERVAL`), in ms.
+pub(crate) const DEFAULT_PROFILE_INTERVAL_MS: u64 = 30_000;
+/// Default number of stacks a profile report ranks (`MEM_TRACE_PROFILE_TOP`).
+pub(crate) const DEFAULT_PROFILE_TOP: usize = 10;
+/// Default snapshot signal (`MEM_TRACE_SNAPSHOT_SIGNAL`).
+pub(crate) const DEFAULT_SNAPSHOT_SIGNAL: i32 = libc::SIGUSR2;
 
 /// Frames kept per allocation stack (`MEM_TRACE_FRAMES`, 1..=128, default 64).
 pub(crate) static FRAMES: AtomicUsize = AtomicUsize::new(DEFAULT_FRAMES);
@@ -32,6 +40,46 @@ pub(crate) static FREE_STACKS: AtomicBool = AtomicBool::new(true);
 /// Abort right after reporting a double or invalid free, so a core is written there
 /// (`MEM_TRACE_ON_ERROR=abort`; default `report`: report and go on without freeing).
 pub(crate) static ABORT_ON_ERROR: AtomicBool = AtomicBool::new(false);
+
+/// Profiler builds: milliseconds between periodic reports (`MEM_TRACE_PROFILE_INTERVAL`, in
+/// seconds, fractions allowed, default 30; `0` disables them).
+pub(crate) static PROFILE_INTERVAL_MS: AtomicU64 = AtomicU64::new(DEFAULT_PROFILE_INTERVAL_MS);
+/// Profiler builds: stacks per ranking (`MEM_TRACE_PROFILE_TOP`, 1..=10000, default 10).
+pub(crate) static PROFILE_TOP: AtomicUsize = AtomicUsize::new(DEFAULT_PROFILE_TOP);
+/// Profiler builds: what stacks are ranked by (`MEM_TRACE_PROFILE_BY`), a [`RankBy`] as `u8`.
+pub(crate) static PROFILE_BY: AtomicU8 = AtomicU8::new(RankBy::Live as u8);
+/// Profiler builds: the leak report at exit (`MEM_TRACE_LEAKS`, default 1; `0` off).
+pub(crate) static LEAKS: AtomicBool = AtomicBool::new(cfg!(feature = "profiler"));
+/// Profiler builds: the signal that asks for a full report (`MEM_TRACE_SNAPSHOT_SIGNAL`, a name
+/// such as `SIGUSR2` or `USR2`, or a number; default `SIGUSR2`; `0` off).
+pub(crate) static SNAPSHOT_SIGNAL: AtomicI32 = AtomicI32::new(DEFAULT_SNAPSHOT_SIGNAL);
+/// Profiler builds: the directory reports are written to, one file per report
+/// (`MEM_TRACE_OUT=DIR`); unset: standard error.
+pub(crate) static OUT_DIR: OnceLock<String> = OnceLock::new();
+
+/// What a profile report ranks stacks by (`MEM_TRACE_PROFILE_BY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RankBy {
+    /// `live`: bytes in live blocks (the default).
+    Live = 0,
+    /// `allocated`: bytes ever allocated, freed or not.
+    Allocated = 1,
+    /// `blocks`: live blocks.
+    Blocks = 2,
+}
+
+impl RankBy {
+    // Read by the profiler's reports only.
+    #[cfg_attr(not(feature = "profiler"), allow(dead_code))]
+    /// The value stored in [`PROFILE_BY`] back as a `RankBy`.
+    pub(crate) fn from_u8(v: u8) -> RankBy {
+        match v {
+            1 => RankBy::Allocated,
+            2 => RankBy::Blocks,
+            _ => RankBy::Live,
+        }
+    }
+}
 
 /// How stacks are captured (`MEM_TRACE_UNWIND`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +104,16 @@ pub(crate) struct Config {
     pub quarantine: u64,
     pub free_stacks: bool,
     pub abort_on_error: bool,
+    /// Milliseconds between periodic profile reports (0: none).
+    pub profile_interval_ms: u64,
+    pub profile_top: usize,
+    pub profile_by: RankBy,
+    /// The leak report at exit.
+    pub leaks: bool,
+    /// The snapshot signal's number (0: none).
+    pub snapshot_signal: i32,
+    /// Where reports go: a directory, or standard error.
+    pub out_dir: Option<String>,
 }
 
 impl Default for Config {
@@ -68,6 +126,12 @@ impl Default for Config {
             quarantine: DEFAULT_QUARANTINE,
             free_stacks: true,
             abort_on_error: false,
+            profile_interval_ms: DEFAULT_PROFILE_INTERVAL_MS,
+            profile_top: DEFAULT_PROFILE_TOP,
+            profile_by: RankBy::Live,
+            leaks: cfg!(feature = "profiler"),
+            snapshot_signal: DEFAULT_SNAPSHOT_SIGNAL,
+            out_dir: None,
         }
     }
 }
@@ -142,7 +206,138 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
             _ => reject("MEM_TRACE_ON_ERROR", v, "report or abort"),
         }
     }
+    parse_profile(&get, &mut c, &mut reject);
     (c, bad)
+}
+
+/// The profiler's variables (read in every build, used by profiler builds).
+fn parse_profile(
+    get: &impl Fn(&str) -> Option<String>,
+    c: &mut Config,
+    reject: &mut impl FnMut(&'static str, String, &'static str),
+) {
+    if let Some(v) = get("MEM_TRACE_PROFILE_INTERVAL") {
+        match parse_seconds_ms(&v) {
+            Some(ms) => c.profile_interval_ms = ms,
+            None => reject(
+                "MEM_TRACE_PROFILE_INTERVAL",
+                v,
+                "seconds between reports, e.g. 30 or 0.5, at most 86400 (0 disables)",
+            ),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_PROFILE_TOP") {
+        match v.trim().parse::<usize>() {
+            Ok(n) if (1..=10_000).contains(&n) => c.profile_top = n,
+            _ => reject(
+                "MEM_TRACE_PROFILE_TOP",
+                v,
+                "a number of stacks from 1 to 10000",
+            ),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_PROFILE_BY") {
+        match v.trim() {
+            "live" => c.profile_by = RankBy::Live,
+            "allocated" => c.profile_by = RankBy::Allocated,
+            "blocks" => c.profile_by = RankBy::Blocks,
+            _ => reject("MEM_TRACE_PROFILE_BY", v, "live, allocated or blocks"),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_LEAKS") {
+        match v.trim() {
+            "1" | "yes" | "true" => c.leaks = true,
+            "0" | "no" | "false" => c.leaks = false,
+            _ => reject("MEM_TRACE_LEAKS", v, "0 or 1"),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_SNAPSHOT_SIGNAL") {
+        match parse_signal(&v) {
+            Some(n) => c.snapshot_signal = n,
+            None => reject(
+                "MEM_TRACE_SNAPSHOT_SIGNAL",
+                v,
+                "a signal name such as SIGUSR2 or USR2, a number, or 0 for none",
+            ),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_OUT") {
+        match v.trim() {
+            "" => reject("MEM_TRACE_OUT", v, "a directory"),
+            dir => c.out_dir = Some(dir.to_string()),
+        }
+    }
+}
+
+/// `30`, `0.5`, `2s` as milliseconds, at most a day; `None` if not that.
+fn parse_seconds_ms(v: &str) -> Option<u64> {
+    let t = v.trim();
+    let t = t.strip_suffix('s').unwrap_or(t);
+    let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
+    if whole.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !whole.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let secs: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let mut ms = 0;
+    for (i, d) in frac.bytes().take(3).enumerate() {
+        ms += u64::from(d - b'0') * [100, 10, 1][i];
+    }
+    let total = secs.checked_mul(1000)?.checked_add(ms)?;
+    (total <= 86_400_000).then_some(total)
+}
+
+/// Signals a snapshot may use, by name (without `SIG`). Not KILL or STOP (no handler is
+/// possible), nor the ones that mean a fault (SEGV, BUS, ILL, FPE, ABRT, TRAP, SYS).
+const SIGNALS: &[(&str, i32)] = &[
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("CHLD", libc::SIGCHLD),
+    ("CONT", libc::SIGCONT),
+    ("TSTP", libc::SIGTSTP),
+    ("TTIN", libc::SIGTTIN),
+    ("TTOU", libc::SIGTTOU),
+    ("URG", libc::SIGURG),
+    ("XCPU", libc::SIGXCPU),
+    ("XFSZ", libc::SIGXFSZ),
+    ("VTALRM", libc::SIGVTALRM),
+    ("PROF", libc::SIGPROF),
+    ("WINCH", libc::SIGWINCH),
+    ("IO", libc::SIGIO),
+    ("PWR", libc::SIGPWR),
+];
+
+/// A signal by name (`SIGUSR2`, `USR2`, `SIGRTMIN+3`, case-insensitive) or number; `Some(0)`
+/// for `0` (no signal).
+fn parse_signal(v: &str) -> Option<i32> {
+    let t = v.trim().to_ascii_uppercase();
+    if let Ok(n) = t.parse::<i32>() {
+        let allowed = n == 0 || SIGNALS.iter().any(|&(_, s)| s == n) || (34..=64).contains(&n);
+        return allowed.then_some(n);
+    }
+    let name = t.strip_prefix("SIG").unwrap_or(&t);
+    if let Some(rt) = name.strip_prefix("RTMIN") {
+        // glibc reserves the first two real-time signals: SIGRTMIN is 34 for programs.
+        let off: i32 = match rt.strip_prefix('+') {
+            Some(n) => n.parse().ok()?,
+            None if rt.is_empty() => 0,
+            None => return None,
+        };
+        return (0..=30).contains(&off).then_some(34 + off);
+    }
+    SIGNALS.iter().find(|&&(n, _)| n == name).map(|&(_, s)| s)
 }
 
 /// `4096`, `64K`, `4M`, `1G` (binary units, case-insensitive, optional trailing `B`/`iB`).
@@ -163,6 +358,18 @@ fn parse_size(v: &str) -> Option<u64> {
     n.checked_mul(1 << shift)
 }
 
+/// Whether `dir` names a directory (`MEM_TRACE_OUT`).
+fn is_directory(dir: &str) -> bool {
+    std::ffi::CString::new(dir).is_ok_and(|c| {
+        // SAFETY: an all-zero `stat` is a valid buffer for stat(2) to fill.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: `c` is NUL-terminated and `st` is writable.
+        unsafe {
+            libc::stat(c.as_ptr(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+        }
+    })
+}
+
 fn getenv(name: &str) -> Option<String> {
     let mut buf = [0u8; 64];
     let bytes = name.as_bytes();
@@ -180,7 +387,20 @@ fn getenv(name: &str) -> Option<String> {
 /// Reads the environment into the globals, reports bad values on stderr, and returns the
 /// whole configuration for the settings that other modules keep (history, quarantine).
 pub(crate) fn load() -> Config {
-    let (c, bad) = parse(getenv);
+    let (mut c, mut bad) = parse(getenv);
+    if let Some(dir) = c.out_dir.take() {
+        // Checked here rather than in `parse`, which is pure: a missing directory is as bad as
+        // a malformed value, and is better said once at start than at every report.
+        if is_directory(&dir) {
+            c.out_dir = Some(dir);
+        } else {
+            bad.push(Rejected {
+                var: "MEM_TRACE_OUT",
+                value: dir,
+                expected: "an existing directory",
+            });
+        }
+    }
     for r in &bad {
         let mut out = crate::out::Out::stderr();
         let _ = core::fmt::write(
@@ -197,6 +417,14 @@ pub(crate) fn load() -> Config {
     STATS.store(c.stats, Ordering::Relaxed);
     FREE_STACKS.store(c.free_stacks, Ordering::Relaxed);
     ABORT_ON_ERROR.store(c.abort_on_error, Ordering::Relaxed);
+    PROFILE_INTERVAL_MS.store(c.profile_interval_ms, Ordering::Relaxed);
+    PROFILE_TOP.store(c.profile_top, Ordering::Relaxed);
+    PROFILE_BY.store(c.profile_by as u8, Ordering::Relaxed);
+    LEAKS.store(c.leaks, Ordering::Relaxed);
+    SNAPSHOT_SIGNAL.store(c.snapshot_signal, Ordering::Relaxed);
+    if let Some(dir) = &c.out_dir {
+        let _ = OUT_DIR.set(dir.clone());
+    }
     c
 }
 
@@ -269,6 +497,84 @@ mod tests {
                 "MEM_TRACE_ON_ERROR"
             ]
         );
+    }
+
+    #[test]
+    fn profile_settings() {
+        let (c, bad) = parse(env(&[
+            ("MEM_TRACE_PROFILE_INTERVAL", "0.25"),
+            ("MEM_TRACE_PROFILE_TOP", "3"),
+            ("MEM_TRACE_PROFILE_BY", "allocated"),
+            ("MEM_TRACE_LEAKS", "0"),
+            ("MEM_TRACE_SNAPSHOT_SIGNAL", "SIGUSR1"),
+            ("MEM_TRACE_OUT", "/tmp"),
+        ]));
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(c.profile_interval_ms, 250);
+        assert_eq!((c.profile_top, c.profile_by), (3, RankBy::Allocated));
+        assert!(!c.leaks);
+        assert_eq!(c.snapshot_signal, libc::SIGUSR1);
+        assert_eq!(c.out_dir.as_deref(), Some("/tmp"));
+        assert_eq!(parse_seconds_ms("30"), Some(30_000));
+        assert_eq!(parse_seconds_ms("0"), Some(0));
+        assert_eq!(parse_seconds_ms("2s"), Some(2000));
+        assert_eq!(parse_seconds_ms(".5"), Some(500));
+        assert_eq!(parse_seconds_ms("-1"), None);
+        assert_eq!(parse_seconds_ms("1e3"), None);
+        assert_eq!(parse_seconds_ms("."), None);
+        assert_eq!(parse_seconds_ms("86401"), None);
+        for (v, n) in [
+            ("USR2", libc::SIGUSR2),
+            ("sigusr1", libc::SIGUSR1),
+            ("12", 12),
+            ("0", 0),
+            ("SIGRTMIN+2", 36),
+            ("40", 40),
+        ] {
+            assert_eq!(parse_signal(v), Some(n), "{v}");
+        }
+        for v in ["SIGKILL", "9", "19", "SEGV", "USR3", "65", "RTMIN+31", ""] {
+            assert_eq!(parse_signal(v), None, "{v}");
+        }
+        assert_eq!(
+            parse(env(&[("MEM_TRACE_PROFILE_BY", "blocks")]))
+                .0
+                .profile_by,
+            RankBy::Blocks
+        );
+        assert_eq!(
+            parse(env(&[("MEM_TRACE_PROFILE_INTERVAL", "0")]))
+                .0
+                .profile_interval_ms,
+            0
+        );
+    }
+
+    #[test]
+    fn bad_profile_values_are_named_and_defaulted() {
+        let (c, bad) = parse(env(&[
+            ("MEM_TRACE_PROFILE_INTERVAL", "soon"),
+            ("MEM_TRACE_PROFILE_TOP", "0"),
+            ("MEM_TRACE_PROFILE_BY", "size"),
+            ("MEM_TRACE_LEAKS", "2"),
+            ("MEM_TRACE_SNAPSHOT_SIGNAL", "SIGKILL"),
+            ("MEM_TRACE_OUT", " "),
+        ]));
+        assert_eq!(c, Config::default());
+        let names: Vec<_> = bad.iter().map(|r| r.var).collect();
+        assert_eq!(
+            names,
+            [
+                "MEM_TRACE_PROFILE_INTERVAL",
+                "MEM_TRACE_PROFILE_TOP",
+                "MEM_TRACE_PROFILE_BY",
+                "MEM_TRACE_LEAKS",
+                "MEM_TRACE_SNAPSHOT_SIGNAL",
+                "MEM_TRACE_OUT"
+            ]
+        );
+        assert!(!is_directory("/nonexistent/mem-trace"));
+        assert!(is_directory("/tmp"));
     }
 
     #[test]

@@ -8,6 +8,8 @@ use core::fmt::{self, Write};
 /// drop. Formatting into it never allocates.
 pub struct Out {
     fd: i32,
+    /// Closed on drop (a report file), after the last flush.
+    owned: bool,
     len: usize,
     buf: [u8; 2048],
 }
@@ -17,6 +19,17 @@ impl Out {
     pub fn stderr() -> Self {
         Out {
             fd: 2,
+            owned: false,
+            len: 0,
+            buf: [0; 2048],
+        }
+    }
+
+    /// A buffer for a file descriptor this `Out` owns: closed when it is dropped.
+    pub fn owning(fd: i32) -> Self {
+        Out {
+            fd,
+            owned: true,
             len: 0,
             buf: [0; 2048],
         }
@@ -58,5 +71,9 @@ impl Write for Out {
 impl Drop for Out {
     fn drop(&mut self) {
         self.flush();
+        if self.owned {
+            // SAFETY: the descriptor was handed to this `Out` to own; nothing else closes it.
+            unsafe { libc::close(self.fd) };
+        }
     }
 }

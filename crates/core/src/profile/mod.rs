@@ -9,14 +9,41 @@
 //!
 //! - [`events`]: the sequence number and the global live bytes, moved together;
 //! - [`counters`]: live, ever-allocated and at-peak bytes and blocks of each stack;
-//! - [`peaks`]: the global and per-thread peaks, and the reset.
+//! - [`peaks`]: the global and per-thread peaks, and the reset;
+//!
+//! and the reports, written in process (to stderr, or files under `MEM_TRACE_OUT`):
+//!
+//! - `rank`: every stack's counts summed, the top few by a key;
+//! - `roots` and `leaks`: where the leak scan starts, and the scan that classifies live
+//!   blocks as definitely lost, possibly lost or still reachable;
+//! - `report`: the text of a report (periodic, snapshot, at exit);
+//! - `output`: where a report goes;
+//! - `reporter`: the profiler thread that writes the periodic and snapshot reports;
+//! - `signal`: the snapshot signal's handler, which only wakes that thread.
+//!
+//! The exit report (with the leak check) is written by the library's ELF destructor, in the
+//! thread that calls `exit`; a program that ends with `_exit` or by a signal gets none.
 
 #[cfg(feature = "profiler")]
 pub mod counters;
 #[cfg(feature = "profiler")]
 mod events;
 #[cfg(feature = "profiler")]
+mod leaks;
+#[cfg(feature = "profiler")]
+mod output;
+#[cfg(feature = "profiler")]
 pub mod peaks;
+#[cfg(feature = "profiler")]
+mod rank;
+#[cfg(feature = "profiler")]
+mod report;
+#[cfg(feature = "profiler")]
+mod reporter;
+#[cfg(feature = "profiler")]
+pub(crate) mod roots;
+#[cfg(feature = "profiler")]
+mod signal;
 
 use crate::state::ThreadState;
 use mem_trace_format::Block;
@@ -55,6 +82,47 @@ pub(crate) fn init() {
     {
         events::init();
         peaks::init();
+    }
+}
+
+/// From the library's constructor, once initialised: the root information the leak scan
+/// needs, and the profiler thread if it has work.
+pub(crate) fn started() {
+    #[cfg(feature = "profiler")]
+    {
+        roots::init();
+        reporter::start();
+    }
+}
+
+/// In a forked child: the thread again, and the roots of the one thread left.
+pub(crate) fn forked() {
+    #[cfg(feature = "profiler")]
+    {
+        roots::forked();
+        reporter::forked();
+    }
+}
+
+/// From the library's destructor, in the thread that called `exit`: the exit report with the
+/// leak check (`MEM_TRACE_LEAKS`).
+pub(crate) fn exiting() {
+    #[cfg(feature = "profiler")]
+    {
+        use core::sync::atomic::Ordering::Relaxed;
+        if !crate::config::LEAKS.load(Relaxed) {
+            return;
+        }
+        reporter::stop();
+        // The scan reads this thread's stack from here up: the frames of `exit` and of the
+        // program, not the scan's own (below this one, and full of block addresses).
+        let marker = 0u64;
+        let sp = core::hint::black_box(&marker) as *const u64 as u64;
+        let was_busy = crate::guard::set_busy(true);
+        let printing = reporter::printing_within_a_second();
+        report::write(report::Kind::Exit, Some(sp), printing.as_ref());
+        drop(printing);
+        crate::guard::set_busy(was_busy);
     }
 }
 

@@ -92,6 +92,8 @@ fn register_thread(state: &ThreadState) -> u32 {
             bounds.set_from_pthread();
         }
     }
+    #[cfg(feature = "profiler")]
+    crate::profile::roots::thread_registered(index, bounds);
     let key = EXIT_KEY.load(Ordering::Relaxed);
     if key != u32::MAX && index != 0 {
         // SAFETY: a key we created; the value is an integer, never dereferenced.
@@ -106,6 +108,8 @@ unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
     quarantine::thread_exiting(&state.quarantine);
     #[cfg(feature = "profiler")]
     crate::profile::counters::thread_exiting(&state.profile, state.thread.record());
+    #[cfg(feature = "profiler")]
+    crate::profile::roots::thread_exited(value as usize as u32);
     threads::mark_exited(value as usize as u32);
 }
 
@@ -146,6 +150,7 @@ extern "C" fn fork_child() {
     unlock_after_fork(Some(state));
     // The child's only thread is a new kernel thread: give it its own record on next use.
     state.thread.forget();
+    crate::profile::forked();
 }
 
 /// For the library's ELF constructor: initialise before `main` even if nothing allocated yet,
@@ -155,10 +160,17 @@ pub fn on_load() {
     ready();
     // SAFETY: handlers are plain functions of this library, which is never unloaded.
     unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    // Inside the guard: what the loader and glibc allocate for the profiler's start (dlsym,
+    // the thread) is not the program's.
+    let was_busy = crate::guard::set_busy(true);
+    crate::profile::started();
+    crate::guard::set_busy(was_busy);
 }
 
-/// For the library's ELF destructor: the statistics line, when asked for.
+/// For the library's ELF destructor: the profiler's exit report, and the statistics line,
+/// when asked for.
 pub fn on_unload() {
+    crate::profile::exiting();
     if !config::STATS.load(Ordering::Relaxed) {
         return;
     }

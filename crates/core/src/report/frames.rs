@@ -42,6 +42,79 @@ impl Printing {
     }
 }
 
+/// Writes several stacks in one scratch scope with one symbolizer, so each module's debug
+/// information is parsed once per report rather than once per stack (the profiler's reports).
+/// Drop it before the [`Printing`] it borrows.
+pub struct StackWriter<'p> {
+    // Declared before `scope`: the symbolizer's memory is in the scope and must go first.
+    sym: Option<Symbolizer>,
+    scope: Option<ScratchScope>,
+    set: Option<&'static ModuleSet>,
+    raw_why: Option<&'static str>,
+    _printing: core::marker::PhantomData<&'p Printing>,
+}
+
+impl Printing {
+    /// A writer for many stacks (see [`StackWriter`]).
+    pub fn writer(&self) -> StackWriter<'_> {
+        let set = modules::snapshot();
+        let scope = set.and_then(|_| ScratchScope::enter());
+        let raw_why = match (set, &scope) {
+            (None, _) => Some("no module list yet"),
+            (Some(_), None) => Some("cannot reserve memory to symbolize"),
+            _ => None,
+        };
+        let sym = scope.as_ref().map(|_| Symbolizer::new());
+        StackWriter {
+            sym,
+            scope,
+            set,
+            raw_why,
+            _printing: core::marker::PhantomData,
+        }
+    }
+}
+
+impl StackWriter<'static> {
+    /// A writer that writes raw frames only, after one `busy` line saying why (no
+    /// [`Printing`] could be had).
+    pub fn raw(why: &'static str) -> Self {
+        StackWriter {
+            sym: None,
+            scope: None,
+            set: modules::snapshot(),
+            raw_why: Some(why),
+            _printing: core::marker::PhantomData,
+        }
+    }
+}
+
+impl StackWriter<'_> {
+    /// Numbered frames with names and `file:line`, as [`Printing::write_stack`] writes them.
+    pub fn write(&mut self, out: &mut Out, frames: &[u64]) -> fmt::Result {
+        if frames.is_empty() {
+            return writeln!(out, "   (no stack recorded)");
+        }
+        match (self.set, &mut self.sym) {
+            (Some(set), Some(sym)) => write_symbolized_with(out, frames, set, sym),
+            (set, _) => {
+                // Say why once per report, not once per stack.
+                match self.raw_why.take() {
+                    Some(why) => write_raw(out, frames, set, why),
+                    None => write_raw_frames(out, frames, set),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for StackWriter<'_> {
+    fn drop(&mut self) {
+        drop(self.sym.take());
+        drop(self.scope.take());
+    }
+}
+
 impl Drop for Printing {
     fn drop(&mut self) {
         PRINTING.store(false, Ordering::Release);
@@ -61,7 +134,15 @@ pub fn write_stack(out: &mut Out, frames: &[u64]) -> fmt::Result {
 }
 
 fn write_symbolized(out: &mut Out, frames: &[u64], set: &ModuleSet) -> fmt::Result {
-    let mut sym = Symbolizer::new();
+    write_symbolized_with(out, frames, set, &mut Symbolizer::new())
+}
+
+fn write_symbolized_with(
+    out: &mut Out,
+    frames: &[u64],
+    set: &ModuleSet,
+    sym: &mut Symbolizer,
+) -> fmt::Result {
     let mut found: Vec<SymFrame> = Vec::new();
     let mut n = 0;
     for &ra in frames {
@@ -93,6 +174,10 @@ fn write_symbolized(out: &mut Out, frames: &[u64], set: &ModuleSet) -> fmt::Resu
 
 fn write_raw(out: &mut Out, frames: &[u64], set: Option<&ModuleSet>, why: &str) -> fmt::Result {
     writeln!(out, "mem-trace: busy: {why}; raw addresses follow")?;
+    write_raw_frames(out, frames, set)
+}
+
+fn write_raw_frames(out: &mut Out, frames: &[u64], set: Option<&ModuleSet>) -> fmt::Result {
     for (n, &ra) in frames.iter().enumerate() {
         match set {
             Some(set) => raw_frame(out, n, ra, set)?,

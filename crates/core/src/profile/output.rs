@@ -1,0 +1,90 @@
+//! Where a report goes: standard error, or with `MEM_TRACE_OUT=DIR` a file of its own,
+//! `DIR/mem-trace.<pid>.<n>.txt`, created with `O_EXCL` so an existing file is never
+//! overwritten (the next free `n` is taken instead).
+
+use crate::config;
+use crate::out::Out;
+use core::fmt::Write;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// The `n` the next report file tries first.
+static NEXT: AtomicU64 = AtomicU64::new(1);
+/// Files tried before giving up and writing to stderr.
+const TRIES: u64 = 10_000;
+
+/// The destination of one report, and its file's path when it has one (for a line on stderr
+/// saying where it went: nothing else would tell the user).
+pub(crate) fn open() -> Out {
+    let Some(dir) = config::OUT_DIR.get() else {
+        return Out::stderr();
+    };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    for _ in 0..TRIES {
+        let n = NEXT.fetch_add(1, Relaxed);
+        let mut path = PathBuf::default();
+        if write!(path, "{dir}/mem-trace.{pid}.{n}.txt\0").is_err() {
+            break;
+        }
+        // SAFETY: `path` is NUL-terminated (written above, checked by `as_c`).
+        let fd = unsafe {
+            libc::open(
+                path.as_c(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
+        if fd >= 0 {
+            return Out::owning(fd);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+            let mut err = Out::stderr();
+            let _ = writeln!(
+                err,
+                "mem-trace: cannot create {}: {}; report on stderr",
+                path.as_str(),
+                std::io::Error::last_os_error()
+            );
+            return err;
+        }
+    }
+    Out::stderr()
+}
+
+/// A path built without allocating.
+struct PathBuf {
+    buf: [u8; 4096],
+    len: usize,
+}
+
+impl Default for PathBuf {
+    fn default() -> Self {
+        PathBuf {
+            buf: [0; 4096],
+            len: 0,
+        }
+    }
+}
+
+impl PathBuf {
+    fn as_c(&self) -> *const libc::c_char {
+        debug_assert_eq!(self.buf[self.len - 1], 0);
+        self.buf.as_ptr().cast()
+    }
+
+    fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.buf[..self.len.saturating_sub(1)]).unwrap_or("?")
+    }
+}
+
+impl Write for PathBuf {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let end = self.len + s.len();
+        if end > self.buf.len() {
+            return Err(core::fmt::Error);
+        }
+        self.buf[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}

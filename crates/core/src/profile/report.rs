@@ -1,0 +1,272 @@
+//! The text of a report, in the seed's format: stacks numbered `# N: BYTES bytes`, `# 0` the
+//! biggest, frames with function and `at file:line`, inlined frames too.
+//!
+//! A periodic report is the top stacks by `MEM_TRACE_PROFILE_BY`, biggest last (the end of the
+//! output is what a terminal shows). A full report (the snapshot signal, and at exit) adds the
+//! peaks (global, per thread, and the stacks held at the global peak) and the leak check,
+//! whose groups come biggest first, as LSan and memcheck list them.
+//!
+//! Everything is computed first (rankings, the leak scan: arena memory, no lock the
+//! allocation path waits on for long), then written while symbolizing in the scratch region
+//! (`report::frames`), never while holding anything an allocating thread needs.
+
+use crate::arena::Arena;
+use crate::config::{self, RankBy};
+use crate::out::Out;
+use crate::profile::counters::{Counts, PROFILE};
+use crate::profile::leaks::{self, ArenaVec, Total};
+use crate::profile::output;
+use crate::profile::peaks::thread_live;
+use crate::profile::rank::{self, positive, Ranked};
+use crate::report::frames::{Printing, StackWriter};
+use crate::store::header::header;
+use crate::store::{stacks, table, threads};
+use allocator_api2::vec::Vec as AVec;
+use core::fmt::{self, Write};
+use core::sync::atomic::Ordering::Relaxed;
+
+/// Why a report is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Every `MEM_TRACE_PROFILE_INTERVAL`: the top stacks.
+    Periodic,
+    /// The snapshot signal: everything, leaks so far included.
+    Snapshot,
+    /// At exit: everything, with the leak check (`MEM_TRACE_LEAKS`).
+    Exit,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Periodic => "periodic",
+            Kind::Snapshot => "snapshot",
+            Kind::Exit => "at exit",
+        }
+    }
+}
+
+/// Writes one report. `own_sp`: the calling thread's stack pointer when it is a program thread
+/// (at exit), for the leak scan's roots. `printing`: the right to symbolize, if had.
+pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>) {
+    let n = PROFILE.reports.fetch_add(1, Relaxed) + 1;
+    let h = header();
+    let (live_blocks, _) = table::totals();
+    let live = positive(h.live_bytes.load(Relaxed));
+    let peak = h.peak_bytes.load(Relaxed);
+    let top_n = config::PROFILE_TOP.load(Relaxed);
+    let by = RankBy::from_u8(config::PROFILE_BY.load(Relaxed));
+    let all = rank::all();
+    let empty: &[Counts] = &[];
+    let all_ref = all.as_deref().unwrap_or(empty);
+    let top = rank::top(all_ref, top_n, |c| rank::key(c, by));
+    let full = kind != Kind::Periodic;
+    let at_peak = if full {
+        rank::top(all_ref, top_n, |c| c.peak_bytes)
+    } else {
+        AVec::new_in(Arena)
+    };
+    let leaks = if full { leaks::check(own_sp) } else { None };
+    let groups = leaks.as_ref().and_then(|l| group(&l.blocks));
+
+    let mut out = output::open();
+    let mut stacks_out = match printing {
+        Some(p) => p.writer(),
+        None => StackWriter::raw("another thread is symbolizing"),
+    };
+    let _ = (|| -> fmt::Result {
+        writeln!(
+            out,
+            "mem-trace: report {n} ({}) at {:.3} s: {live} bytes live in {live_blocks} blocks, peak {peak} bytes",
+            kind.name(),
+            seconds_since_start()
+        )?;
+        let what = match by {
+            RankBy::Live => "live bytes",
+            RankBy::Allocated => "bytes allocated",
+            RankBy::Blocks => "live blocks",
+        };
+        writeln!(
+            out,
+            "mem-trace: top {} stacks by {what}, biggest last:",
+            top.len()
+        )?;
+        for (i, r) in top.iter().enumerate().rev() {
+            let c = &r.counts;
+            match by {
+                RankBy::Allocated => writeln!(
+                    out,
+                    "# {i}: {} bytes allocated in {} blocks, {} bytes live",
+                    c.total_bytes,
+                    c.total_blocks,
+                    positive(c.live_bytes)
+                )?,
+                _ => writeln!(
+                    out,
+                    "# {i}: {} bytes in {} blocks",
+                    positive(c.live_bytes),
+                    positive(c.live_blocks)
+                )?,
+            }
+            stack(&mut out, &mut stacks_out, r)?;
+        }
+        if !full {
+            return Ok(());
+        }
+        write_peaks(&mut out, &mut stacks_out, &at_peak)?;
+        match (&leaks, &groups) {
+            (Some(l), Some(g)) => write_leaks(&mut out, &mut stacks_out, l, g, top_n)?,
+            _ => writeln!(out, "mem-trace: leak check: out of memory, skipped")?,
+        }
+        writeln!(out, "mem-trace: end of report {n}")
+    })();
+}
+
+fn stack(out: &mut Out, w: &mut StackWriter<'_>, r: &Ranked) -> fmt::Result {
+    match stacks::frames(r.stack) {
+        Some(frames) if r.stack != 0 => w.write(out, frames),
+        _ => writeln!(out, "   (no stack recorded)"),
+    }
+}
+
+fn seconds_since_start() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the current time into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    now.saturating_sub(PROFILE.started_ns.load(Relaxed)) as f64 / 1e9
+}
+
+/// The global peak, every thread's (the biggest first, exited threads included: they keep
+/// theirs), and the stacks held at the global peak.
+fn write_peaks(out: &mut Out, w: &mut StackWriter<'_>, at_peak: &[Ranked]) -> fmt::Result {
+    let h = header();
+    writeln!(
+        out,
+        "mem-trace: global peak: {} bytes (at event {}, {} peak resets so far)",
+        h.peak_bytes.load(Relaxed),
+        h.peak_seq.load(Relaxed),
+        PROFILE.resets.load(Relaxed)
+    )?;
+    let count = threads::THREADS.count.load(Relaxed);
+    writeln!(out, "mem-trace: thread peaks:")?;
+    for i in 1..=count.min(u64::from(u32::MAX)) as u32 {
+        let Some(t) = threads::get(i) else {
+            continue;
+        };
+        let name = &t.name[..t.name.iter().position(|&b| b == 0).unwrap_or(16)];
+        writeln!(
+            out,
+            "   thread {i} (tid {}, \"{}\"): peak {} bytes, live {} bytes, allocated {} bytes{}",
+            t.tid.load(Relaxed),
+            core::str::from_utf8(name).unwrap_or("?"),
+            t.peak_bytes.load(Relaxed),
+            positive(thread_live(t)),
+            t.allocated_bytes.load(Relaxed),
+            if t.flags.load(Relaxed) & mem_trace_format::THREAD_EXITED != 0 {
+                ", exited"
+            } else {
+                ""
+            }
+        )?;
+    }
+    writeln!(
+        out,
+        "mem-trace: top {} stacks at the global peak, biggest last:",
+        at_peak.len()
+    )?;
+    for (i, r) in at_peak.iter().enumerate().rev() {
+        writeln!(
+            out,
+            "# {i}: {} bytes in {} blocks at the peak",
+            r.counts.peak_bytes, r.counts.peak_blocks
+        )?;
+        stack(out, w, r)?;
+    }
+    Ok(())
+}
+
+/// Per class (lost, possibly lost, reachable), the bytes and blocks of each stack id.
+struct Groups {
+    by_class: [ArenaVec<Counts>; 3],
+}
+
+fn group(blocks: &[leaks::Live]) -> Option<Groups> {
+    let n = blocks.iter().map(|b| b.stack).max().unwrap_or(0) as usize + 1;
+    let mut g = Groups {
+        by_class: [
+            AVec::new_in(Arena),
+            AVec::new_in(Arena),
+            AVec::new_in(Arena),
+        ],
+    };
+    for v in &mut g.by_class {
+        v.try_reserve_exact(n).ok()?;
+        v.resize(n, Counts::default());
+    }
+    for b in blocks {
+        // Reuses the `live_*` fields of `Counts` for the class's bytes and blocks.
+        let c = &mut g.by_class[b.class() as usize][b.stack as usize];
+        c.live_bytes += b.size;
+        c.live_blocks += 1;
+    }
+    Some(g)
+}
+
+fn write_leaks(
+    out: &mut Out,
+    w: &mut StackWriter<'_>,
+    l: &leaks::Leaks,
+    g: &Groups,
+    top_n: usize,
+) -> fmt::Result {
+    let t = |t: &Total| (t.bytes, t.blocks);
+    writeln!(
+        out,
+        "mem-trace: leak check: definitely lost: {} bytes in {} blocks; possibly lost: {} bytes in {} blocks; still reachable: {} bytes in {} blocks",
+        t(&l.lost).0,
+        t(&l.lost).1,
+        t(&l.possibly).0,
+        t(&l.possibly).1,
+        t(&l.reachable).0,
+        t(&l.reachable).1
+    )?;
+    for (class, name) in [
+        (0, "definitely lost"),
+        (1, "possibly lost"),
+        (2, "still reachable"),
+    ] {
+        let all = &g.by_class[class];
+        let stacks_with = all.iter().filter(|c| c.live_blocks > 0).count();
+        if stacks_with == 0 {
+            continue;
+        }
+        let top = rank::top(all, top_n, |c| c.live_bytes);
+        writeln!(
+            out,
+            "mem-trace: {name}: {stacks_with} stacks, biggest first:"
+        )?;
+        for (i, r) in top.iter().enumerate() {
+            writeln!(
+                out,
+                "# {i}: {} bytes in {} blocks {name}",
+                r.counts.live_bytes, r.counts.live_blocks
+            )?;
+            stack(out, w, r)?;
+        }
+        if stacks_with > top.len() {
+            let shown: u64 = top.iter().map(|r| r.counts.live_bytes).sum();
+            let total: u64 = all.iter().map(|c| c.live_bytes).sum();
+            writeln!(
+                out,
+                "mem-trace: ... and {} more stacks, {} bytes {name}",
+                stacks_with - top.len(),
+                total - shown
+            )?;
+        }
+    }
+    Ok(())
+}

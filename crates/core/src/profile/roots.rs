@@ -1,0 +1,210 @@
+//! Where the leak scan starts (docs/FINDINGS.md "Peaks and leaks as DHAT, LSan and memcheck
+//! define them"): the writable segments of every loaded module but this library, the stacks
+//! of the live threads, and their static TLS.
+//!
+//! A thread's stack bounds are known only to the thread itself (`capture::stack::Bounds` is
+//! thread-local), so each thread that allocates notes them here when it registers, with its
+//! thread pointer, and clears them when it exits. The table has [`SLOTS`] places; threads
+//! beyond that many alive at once are not scanned (their blocks may then be called lost).
+//! Threads that never allocated through the hooks are not known either.
+//!
+//! Another thread's stack pointer is not known without stopping it (LSan stops the world with
+//! ptrace; we do not stop the program), so another thread's whole stack range is scanned,
+//! stale slots below its stack pointer included: that can only make a block look reachable,
+//! never lost. Nor are other threads' registers read. The calling thread's stack is scanned
+//! from the stack pointer its caller hands in, so the scan's own frames are left out.
+
+use crate::capture::Bounds;
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+/// Live threads whose stacks can be scanned.
+const SLOTS: usize = 1024;
+
+struct Slot {
+    /// Thread index (0: free).
+    index: AtomicU32,
+    lo: AtomicU64,
+    hi: AtomicU64,
+    /// The thread pointer (`pthread_self()`): static TLS lies just below it.
+    tp: AtomicU64,
+}
+
+static THREAD_STACKS: [Slot; SLOTS] = [const {
+    Slot {
+        index: AtomicU32::new(0),
+        lo: AtomicU64::new(0),
+        hi: AtomicU64::new(0),
+        tp: AtomicU64::new(0),
+    }
+}; SLOTS];
+
+/// Bytes of static TLS below a thread pointer (`_dl_get_tls_static_info`, looked up at start).
+static TLS_STATIC_SIZE: AtomicUsize = AtomicUsize::new(0);
+/// glibc's `struct pthread` at the thread pointer holds pointers too (the dtv, key data):
+/// scanned up to this many bytes above it.
+const TCB_BYTES: u64 = 4096;
+
+/// Start-up: the size of static TLS. `_dl_get_tls_static_info` is a GLIBC_PRIVATE function of
+/// ld.so, so it is looked up rather than linked; without it only thread stacks are scanned
+/// (a non-main thread's static TLS is inside its stack mapping anyway).
+pub(crate) fn init() {
+    type Info = unsafe extern "C" fn(*mut usize, *mut usize);
+    // SAFETY: a NUL-terminated name; dlsym takes the loader lock, which start-up may take.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_get_tls_static_info".as_ptr()) };
+    if f.is_null() {
+        return;
+    }
+    // SAFETY: glibc's signature: `void _dl_get_tls_static_info(size_t *size, size_t *align)`.
+    let f: Info = unsafe { core::mem::transmute(f) };
+    let (mut size, mut align) = (0usize, 0usize);
+    // SAFETY: both pointers are to locals.
+    unsafe { f(&mut size, &mut align) };
+    TLS_STATIC_SIZE.store(size.min(1 << 20), Relaxed);
+}
+
+/// The calling thread (index `index`, stack `bounds`) allocates from now on: its stack and TLS
+/// are roots until it exits.
+pub(crate) fn thread_registered(index: u32, bounds: &Bounds) {
+    if index == 0 || !bounds.known() {
+        return;
+    }
+    // SAFETY: pthread_self has no preconditions.
+    let tp = unsafe { libc::pthread_self() } as u64;
+    for s in &THREAD_STACKS {
+        if s.index.load(Relaxed) == 0
+            && s.index.compare_exchange(0, index, Relaxed, Relaxed).is_ok()
+        {
+            s.lo.store(bounds.lo.get(), Relaxed);
+            s.hi.store(bounds.hi.get(), Relaxed);
+            s.tp.store(tp, Relaxed);
+            return;
+        }
+    }
+}
+
+/// Thread `index` exits: its stack is no longer a root (LSan and memcheck do not scan a dead
+/// thread's stack either).
+pub(crate) fn thread_exited(index: u32) {
+    for s in &THREAD_STACKS {
+        if index != 0 && s.index.load(Relaxed) == index {
+            s.hi.store(0, Relaxed);
+            s.index.store(0, Relaxed);
+            return;
+        }
+    }
+}
+
+/// In a forked child: only the forking thread survives, and it registers again.
+pub(crate) fn forked() {
+    for s in &THREAD_STACKS {
+        s.hi.store(0, Relaxed);
+        s.index.store(0, Relaxed);
+    }
+}
+
+/// A range of memory to scan for pointers: `[lo, hi)`. `downward`: a stack, read from the top
+/// down until the first unreadable page (the main thread's bounds are an upper limit, most of
+/// it unmapped).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Root {
+    pub lo: u64,
+    pub hi: u64,
+    pub downward: bool,
+}
+
+/// Calls `f` on every root. `own_sp`: the calling thread's stack pointer, whose stack is then
+/// scanned from there up only; `None` when the caller is not a program thread (the profiler's
+/// own thread, which is never registered).
+pub(crate) fn for_each(own_sp: Option<u64>, mut f: impl FnMut(Root)) {
+    modules(&mut f);
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    let tls = TLS_STATIC_SIZE.load(Relaxed) as u64;
+    for s in &THREAD_STACKS {
+        if s.index.load(Relaxed) == 0 {
+            continue;
+        }
+        let (lo, hi, tp) = (s.lo.load(Relaxed), s.hi.load(Relaxed), s.tp.load(Relaxed));
+        if hi == 0 {
+            continue;
+        }
+        match own_sp {
+            Some(sp) if tp == me && (lo..hi).contains(&sp) => f(Root {
+                lo: sp,
+                hi,
+                downward: false,
+            }),
+            _ => f(Root {
+                lo,
+                hi,
+                downward: true,
+            }),
+        }
+        if tp != 0 {
+            f(Root {
+                lo: tp.saturating_sub(tls),
+                hi: tp + TCB_BYTES,
+                downward: false,
+            });
+        }
+    }
+}
+
+/// Writable `PT_LOAD` segments (data, bss) of every loaded module except this library, whose
+/// own data holds the tracer's tables (every block's address: scanning it would make every
+/// block reachable).
+fn modules(f: &mut impl FnMut(Root)) {
+    const MAX: usize = 512;
+    struct Found {
+        ranges: [(u64, u64); MAX],
+        n: usize,
+        ours: u64,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `Found` handed to dl_iterate_phdr below; `info` is valid for
+        // the call, its program headers `dlpi_phnum` entries long.
+        let (found, info) = unsafe { (&mut *(data as *mut Found), &*info) };
+        let phdrs = if info.dlpi_phdr.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: as above.
+            unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) }
+        };
+        let base = info.dlpi_addr;
+        let is_ours = phdrs.iter().any(|p| {
+            p.p_type == libc::PT_LOAD
+                && (base + p.p_vaddr..base + p.p_vaddr + p.p_memsz).contains(&found.ours)
+        });
+        if is_ours {
+            return 0;
+        }
+        for p in phdrs {
+            if p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_W != 0 && found.n < MAX {
+                let lo = base + p.p_vaddr;
+                found.ranges[found.n] = (lo, lo + p.p_memsz);
+                found.n += 1;
+            }
+        }
+        0
+    }
+    let mut found = Found {
+        ranges: [(0, 0); MAX],
+        n: 0,
+        // Any address inside this library's writable data.
+        ours: &THREAD_STACKS as *const _ as u64,
+    };
+    // SAFETY: the callback only reads the loader's records and writes into `found`; it does
+    // not allocate (the loader lock is held meanwhile).
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut found as *mut Found as *mut libc::c_void) };
+    for &(lo, hi) in &found.ranges[..found.n] {
+        f(Root {
+            lo,
+            hi,
+            downward: false,
+        });
+    }
+}
