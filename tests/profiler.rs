@@ -126,7 +126,7 @@ fn exit_report_peaks_and_leaks() {
 /// blocks and their 16 KiB array), not phase 1's 32 MiB.
 #[test]
 fn reset_makes_the_second_phase_peak_its_own() {
-    let out = fixture_run(&sites(), "phases").run();
+    let out = fixture_run(&sites(), "reset").run();
     let text = &reports(&out.stderr)[0].1;
     within_1_percent(
         number_after(text, "mem-trace: global peak: "),
