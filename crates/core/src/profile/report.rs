@@ -77,9 +77,10 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
     let _ = (|| -> fmt::Result {
         writeln!(
             out,
-            "mem-trace: report {n} ({}) at {:.3} s: {live} bytes live in {live_blocks} blocks, peak {peak} bytes",
+            "mem-trace: report {n} ({}) at {:.3} s: {live} bytes live in {}, peak {peak} bytes",
             kind.name(),
-            seconds_since_start()
+            seconds_since_start(),
+            blocks(live_blocks),
         )?;
         let what = match by {
             RankBy::Live => "live bytes",
@@ -96,16 +97,16 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
             match by {
                 RankBy::Allocated => writeln!(
                     out,
-                    "# {i}: {} bytes allocated in {} blocks, {} bytes live",
+                    "# {i}: {} bytes allocated in {}, {} bytes live",
                     c.total_bytes,
-                    c.total_blocks,
+                    blocks(c.total_blocks),
                     positive(c.live_bytes)
                 )?,
                 _ => writeln!(
                     out,
-                    "# {i}: {} bytes in {} blocks",
+                    "# {i}: {} bytes in {}",
                     positive(c.live_bytes),
-                    positive(c.live_blocks)
+                    blocks(positive(c.live_blocks))
                 )?,
             }
             stack(&mut out, &mut stacks_out, r)?;
@@ -181,8 +182,9 @@ fn write_peaks(out: &mut Out, w: &mut StackWriter<'_>, at_peak: &[Ranked]) -> fm
     for (i, r) in at_peak.iter().enumerate().rev() {
         writeln!(
             out,
-            "# {i}: {} bytes in {} blocks at the peak",
-            r.counts.peak_bytes, r.counts.peak_blocks
+            "# {i}: {} bytes in {} at the peak",
+            r.counts.peak_bytes,
+            blocks(r.counts.peak_blocks)
         )?;
         stack(out, w, r)?;
     }
@@ -226,13 +228,13 @@ fn write_leaks(
     let t = |t: &Total| (t.bytes, t.blocks);
     writeln!(
         out,
-        "mem-trace: leak check: definitely lost: {} bytes in {} blocks; possibly lost: {} bytes in {} blocks; still reachable: {} bytes in {} blocks",
+        "mem-trace: leak check: definitely lost: {} bytes in {}; possibly lost: {} bytes in {}; still reachable: {} bytes in {}",
         t(&l.lost).0,
-        t(&l.lost).1,
+        blocks(t(&l.lost).1),
         t(&l.possibly).0,
-        t(&l.possibly).1,
+        blocks(t(&l.possibly).1),
         t(&l.reachable).0,
-        t(&l.reachable).1
+        blocks(t(&l.reachable).1)
     )?;
     for (class, name) in [
         (0, "definitely lost"),
@@ -247,13 +249,15 @@ fn write_leaks(
         let top = rank::top(all, top_n, |c| c.live_bytes);
         writeln!(
             out,
-            "mem-trace: {name}: {stacks_with} stacks, biggest first:"
+            "mem-trace: {name}: {}, biggest first:",
+            Counted(stacks_with as u64, "stack")
         )?;
         for (i, r) in top.iter().enumerate() {
             writeln!(
                 out,
-                "# {i}: {} bytes in {} blocks {name}",
-                r.counts.live_bytes, r.counts.live_blocks
+                "# {i}: {} bytes in {} {name}",
+                r.counts.live_bytes,
+                blocks(r.counts.live_blocks)
             )?;
             stack(out, w, r)?;
         }
@@ -269,4 +273,21 @@ fn write_leaks(
         }
     }
     Ok(())
+}
+
+/// A count with its noun: "1 block", "2 blocks".
+struct Counted(u64, &'static str);
+
+impl fmt::Display for Counted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            1 => write!(f, "1 {}", self.1),
+            n => write!(f, "{n} {}s", self.1),
+        }
+    }
+}
+
+/// A block count with its noun.
+fn blocks(n: u64) -> Counted {
+    Counted(n, "block")
 }
