@@ -3,32 +3,53 @@
 Pure Python over a memory reader (no gdb), so the unit tests run it on synthetic
 images. The gdb side (commands/leaks.py) finds the roots; this follows pointers.
 
-It is the conservative mark phase LeakSanitizer and memcheck use:
+It is the conservative mark phase of memcheck, classifying blocks exactly as the
+in-process leak check of the profiler build does (its exit report), so that the
+same program gets the same answer from gdb, live or on a core, as at its exit:
 
 * roots are memory ranges (writable data of the loaded objects, every thread's
   stack from its stack pointer up) and loose words (every thread's registers);
-* any 8-byte-aligned word whose value points into a live block marks that block
-  reachable. "Into" means anywhere in ``[start, start + size)`` (a zero-size
-  block: its start): memcheck's interior-pointer rule, counted as reachable, as
-  LSan does by default, because C++ multiple inheritance, `std::string`'s small
-  buffers and pointers into arrays all keep a block alive through an interior
-  pointer, and a false "lost" sends the user chasing a leak that is not there;
-* except one value per block: the address of the next malloc chunk's header.
-  glibc puts a chunk's 16-byte header right after the previous chunk's usable
-  bytes, so for most sizes it falls inside the last 8 bytes of the block
-  before it, and glibc's own free lists and `top` (in libc's data, a root) hold
-  such addresses. Counting them would keep the block just before every free
-  chunk reachable; a real pointer to exactly that spot is rare, and the block's
-  owner holds its start anyway;
-* a reachable block's own words are scanned the same way, until nothing new is
-  reached. The rest is definitely lost (no pointer to it anywhere the program
-  could follow).
+* any 8-byte-aligned word whose value points into a live block reaches that
+  block: a pointer to its start passes the reach of the memory it was found in
+  on to the block, a pointer into its middle (an interior pointer) at most
+  "possibly". A block reached from the roots through a chain of pointers to
+  block starts is *still reachable*; one reached only through some interior
+  pointer is *possibly lost* (as is a block whose start is pointed at only from
+  possibly lost blocks); one not reached at all is *definitely lost* (memcheck's
+  "indirectly lost", a lost block pointed to by another lost one, is counted as
+  definitely lost here). A reached block's own words are scanned in turn, at
+  its level, until nothing rises any more.
+* Why interior pointers do not make a block reachable, as LeakSanitizer's rule
+  would: glibc's own bookkeeping points into the last 8 bytes of blocks. It
+  puts a chunk's 16-byte header right after the previous chunk's usable bytes,
+  and its bins and `top` (in libc's data, a root) point at free chunks'
+  headers; counting such a pointer as reaching would call reachable a leaked
+  block just before a free chunk (the profiler's reference fixture,
+  tests/fixtures/profile_sites.c, has one).
+* Why a pointer exactly 8 bytes before a block's end does not count at all, not
+  even as "possibly": that is where glibc's next chunk header starts whenever
+  the block's size is 8 more than a multiple of 16 (a 1000-byte block: chunk of
+  1008 bytes, next header at +992). Without the exception, a leaked block
+  followed by a free chunk would be "possibly lost". memcheck and LSan replace
+  the allocator, so their scans never see glibc's bookkeeping; mem-trace runs
+  over glibc's malloc and must discount it. A real pointer to exactly that spot
+  is rare, and the block's owner holds its start anyway.
+
+The rules are those of crates/core/src/profile/leaks.rs (the in-process check);
+a change to one must be made to the other. Only the roots differ: gdb reads
+every thread's registers and stack from its stack pointer up; the process
+itself reads its threads' whole stacks and static TLS, and no registers.
 
 Speed, because a process holds millions of words: memory is read in large
 chunks, decoded with `memoryview.cast("Q")`, deduplicated with `set()` (a
 block full of equal bytes is one value), filtered by the heap's address range,
 and only the survivors are looked up, by bisection on the sorted block starts.
-Each round reads every newly reached block, neighbours merged into one read.
+The scan runs in two passes, each reading a block at most once: first the
+closure of the roots under pointers to block starts (the still reachable
+blocks), collecting the interior pointers met on the way; then, from the
+blocks those hit, the closure under any pointer (the possibly lost ones). Each
+round of a pass reads every newly reached block, neighbours merged into one
+read.
 """
 
 from __future__ import annotations
@@ -64,21 +85,37 @@ class Root:
     end: int
 
 
+# Reach levels, also the classes (the values of leaks.rs's).
+LOST = 0
+POSSIBLY = 1
+REACHABLE = 2
+
+
 @dataclass
 class ScanResult:
-    """Which blocks were reached, and what could not be scanned."""
+    """Each block's class (``levels[i]`` of ``blocks[i]``: LOST, POSSIBLY or REACHABLE), and
+    what could not be scanned."""
 
     blocks: Sequence[Block]
-    reached: Set[int]
+    levels: List[int]
     # Bytes of roots scanned, and of roots (or reached blocks) that could not be read.
     root_bytes: int = 0
     unreadable: List[Tuple[str, int, int]] = field(default_factory=list)
 
+    def of_class(self, level: int) -> List[Block]:
+        return [b for b, lv in zip(self.blocks, self.levels) if lv == level]
+
     def lost(self) -> List[Block]:
-        return [b for i, b in enumerate(self.blocks) if i not in self.reached]
+        """Definitely lost: no pointer to them from the roots or any reached block."""
+        return self.of_class(LOST)
+
+    def possibly_lost(self) -> List[Block]:
+        """Reached, but only through some interior pointer."""
+        return self.of_class(POSSIBLY)
 
     def reachable(self) -> List[Block]:
-        return [b for i, b in enumerate(self.blocks) if i in self.reached]
+        """Still reachable: through a chain of pointers to block starts from the roots."""
+        return self.of_class(REACHABLE)
 
 
 def _words(data) -> Sequence[int]:
@@ -91,38 +128,36 @@ def _words(data) -> Sequence[int]:
     return struct.unpack(f"<{usable // 8}Q", data[:usable])
 
 
-def next_chunk_offset(size: int) -> int:
-    """Offset from a glibc block's start of the next chunk's header: the chunk is
-    ``max(32, (size + 8 + 15) & ~15)`` bytes from 16 bytes before the block."""
-    return max(32, (size + 8 + 15) & ~15) - 16
-
-
 class Heap:
-    """Live blocks sorted by start, for "which block contains this value"."""
+    """Live blocks sorted by start, for "which block does this value point into"."""
 
     def __init__(self, blocks: Iterable[Block]):
         self.blocks: List[Block] = sorted(blocks, key=lambda b: b.addr)
         self.starts = [b.addr for b in self.blocks]
         self.ends = [b.addr + b.size for b in self.blocks]
         self.lo = self.starts[0] if self.starts else 0
-        self.hi = max(self.ends) if self.ends else 0
+        # The end of the last block (blocks do not overlap). As in leaks.rs, a value equal to
+        # it is not looked up, even when the last block is zero-size and starts there.
+        self.hi = self.ends[-1] if self.ends else 0
 
-    def containing(self, values: Iterable[int]) -> Set[int]:
-        """Indexes of the blocks that contain any of ``values`` (a set, ideally)."""
+    def hits(self, values: Iterable[int]) -> Tuple[Set[int], Set[int]]:
+        """Indexes of the blocks ``values`` (a set, ideally) point to the start of, and of
+        those they point into only elsewhere (interior pointers). A value 8 bytes before a
+        block's end is neither (glibc's next chunk header: see the module documentation)."""
         lo, hi, starts, ends = self.lo, self.hi, self.starts, self.ends
-        out: Set[int] = set()
+        at_start: Set[int] = set()
+        inside: Set[int] = set()
         for v in values:
-            if v < lo or v > hi:
+            if v < lo or v >= hi:
                 continue
+            # Blocks do not overlap, so only the last one starting at or below v can hold
+            # it; a zero-size block holds its start only.
             i = bisect_right(starts, v) - 1
-            # Blocks do not overlap, so only the last one starting at or below v can
-            # hold it; a zero-size block holds its start only.
-            if i >= 0 and (v < ends[i] or v == starts[i]):
-                offset = v - starts[i]
-                if offset and offset == next_chunk_offset(ends[i] - starts[i]):
-                    continue  # glibc's pointer to the next chunk, not into this block
-                out.add(i)
-        return out
+            if v == starts[i]:
+                at_start.add(i)
+            elif v < ends[i] and v != ends[i] - 8:
+                inside.add(i)
+        return at_start, inside
 
 
 def _aligned(start: int, end: int) -> Tuple[int, int]:
@@ -153,10 +188,18 @@ def _read_range(reader: Reader, start: int, end: int, what: str,
 
 def scan(reader: Reader, blocks: Iterable[Block], roots: Sequence[Root],
          registers: Iterable[int] = ()) -> ScanResult:
-    """Mark every live block reachable from ``roots`` and ``registers`` (see the module
-    documentation); ``blocks`` are the live blocks of the tracer's table."""
+    """Classify every live block by its reach from ``roots`` and ``registers`` (see the
+    module documentation); ``blocks`` are the live blocks of the tracer's table.
+
+    The same fixpoint as leaks.rs's worklist (a block's level is the highest any pointer to
+    it gives: the level of the memory holding a pointer to its start, at most POSSIBLY for
+    an interior one), computed in two passes so that each block is read once: the still
+    reachable blocks are exactly those reached from the roots through start pointers only;
+    the possibly lost ones, the others reached from there by any chain of pointers that
+    goes through an interior pointer."""
     heap = Heap(blocks)
-    result = ScanResult(blocks=heap.blocks, reached=set())
+    levels = [LOST] * len(heap.blocks)
+    result = ScanResult(blocks=heap.blocks, levels=levels)
     if not heap.blocks:
         return result
     values: Set[int] = set(registers)
@@ -167,15 +210,34 @@ def scan(reader: Reader, blocks: Iterable[Block], roots: Sequence[Root],
         result.root_bytes += end - start
         for data in _read_range(reader, start, end, root.what, result.unreadable):
             values.update(_words(data))
-    frontier = heap.containing(values)
-    reached = result.reached
+
+    # Pass 1: still reachable. Interior pointers met are kept for pass 2.
+    frontier, interior = heap.hits(values)
     while frontier:
-        reached |= frontier
-        values = set()
-        for data in _block_contents(reader, heap, sorted(frontier), result.unreadable):
-            values.update(data)
-        frontier = heap.containing(values) - reached
+        for i in frontier:
+            levels[i] = REACHABLE
+        at_start, inside = heap.hits(_contents(reader, heap, frontier, result.unreadable))
+        interior |= inside
+        frontier = {i for i in at_start if levels[i] == LOST}
+
+    # Pass 2: possibly lost, from the blocks only interior pointers of reachable memory
+    # hit, through any pointer.
+    frontier = {i for i in interior if levels[i] == LOST}
+    while frontier:
+        for i in frontier:
+            levels[i] = POSSIBLY
+        at_start, inside = heap.hits(_contents(reader, heap, frontier, result.unreadable))
+        frontier = {i for i in at_start | inside if levels[i] == LOST}
     return result
+
+
+def _contents(reader: Reader, heap: Heap, indexes: Iterable[int],
+              unreadable: List[Tuple[str, int, int]]) -> Set[int]:
+    """The distinct words of the blocks at ``indexes``."""
+    values: Set[int] = set()
+    for data in _block_contents(reader, heap, sorted(indexes), unreadable):
+        values.update(data)
+    return values
 
 
 def _block_contents(reader: Reader, heap: Heap, indexes: Sequence[int],
@@ -224,7 +286,8 @@ def _block_contents(reader: Reader, heap: Heap, indexes: Sequence[int],
 
 @dataclass(frozen=True)
 class Group:
-    """Blocks of one allocation stack, in one class (lost or reachable)."""
+    """Blocks of one allocation stack, in one class (definitely lost, possibly lost or
+    still reachable)."""
 
     stack: int
     bytes: int

@@ -9,6 +9,7 @@ import os
 import struct
 import sys
 import unittest
+from bisect import bisect_right
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
@@ -34,45 +35,98 @@ class ScanTests(unittest.TestCase):
     def ptr(self, where, value):
         self.img.write_u64(where, value)
 
-    def test_transitive_interior_and_lost(self):
+    def roots(self):
+        return [scan.Root("data", self.data, self.data + 0x100)]
+
+    def classes(self, r):
+        """{address: level} of a scan's blocks."""
+        return {b.addr: level for b, level in zip(r.blocks, r.levels)}
+
+    def test_start_chains_reachable_interior_possibly_and_lost(self):
         h = self.heap
         a, b, c = block(h, 64, 1), block(h + 0x100, 1000, 2), block(h + 0x800, 32, 3)
+        d = block(h + 0x900, 48, 4)
         self.ptr(self.data + 8, a.addr)          # root -> a (start)
-        self.ptr(a.addr + 16, b.addr + 500)      # a -> inside b
-        self.ptr(c.addr, a.addr)                 # c -> a: does not make c reachable
-        r = scan.scan(self.img, [c, b, a], [scan.Root("data", self.data, self.data + 0x100)])
-        self.assertEqual({x.addr for x in r.reachable()}, {a.addr, b.addr})
+        self.ptr(a.addr + 8, d.addr)             # a -> d (start): a chain of starts
+        self.ptr(a.addr + 16, b.addr + 500)      # a -> inside b: possibly lost
+        self.ptr(c.addr, a.addr)                 # c -> a: does not reach c
+        r = scan.scan(self.img, [c, b, a, d], self.roots())
+        self.assertEqual(self.classes(r), {a.addr: scan.REACHABLE, d.addr: scan.REACHABLE,
+                                           b.addr: scan.POSSIBLY, c.addr: scan.LOST})
+        self.assertEqual([x.addr for x in r.reachable()], [a.addr, d.addr])
+        self.assertEqual([x.addr for x in r.possibly_lost()], [b.addr])
         self.assertEqual([x.addr for x in r.lost()], [c.addr])
         self.assertEqual(r.root_bytes, 0x100)
 
+    def test_an_interior_root_pointer_is_possibly_lost(self):
+        a = block(self.heap, 64)
+        self.ptr(self.data, a.addr + 24)
+        r = scan.scan(self.img, [a], self.roots())
+        self.assertEqual(r.levels, [scan.POSSIBLY])
+
+    def test_a_start_pointer_from_a_possibly_lost_block_gives_possibly(self):
+        # leaks.rs: a pointer to a block's start passes on the level of the memory it is in,
+        # so what a possibly lost block points to (start or middle) is possibly lost too;
+        # only chains of start pointers from the roots make blocks reachable.
+        a, b, c = block(self.heap, 64), block(self.heap + 0x100, 64), block(self.heap + 0x200, 64)
+        self.ptr(self.data, a.addr + 8)          # root -> inside a
+        self.ptr(a.addr + 16, b.addr)            # a -> b (start)
+        self.ptr(b.addr, c.addr + 8)             # b -> inside c
+        r = scan.scan(self.img, [a, b, c], self.roots())
+        self.assertEqual(r.levels, [scan.POSSIBLY] * 3)
+
+    def test_a_start_pointer_from_reachable_memory_wins_over_interior_ones(self):
+        # b is first met through an interior pointer, then through its start from a block
+        # reached later: reachable, and what b points to at its start is reachable too.
+        a, b, c = block(self.heap, 64), block(self.heap + 0x100, 64), block(self.heap + 0x200, 64)
+        x = block(self.heap + 0x300, 64)
+        self.ptr(self.data, b.addr + 8)          # root -> inside b
+        self.ptr(self.data + 8, x.addr)          # root -> x -> a -> b (starts)
+        self.ptr(x.addr, a.addr)
+        self.ptr(a.addr, b.addr)
+        self.ptr(b.addr + 8, c.addr)             # b -> c (start)
+        r = scan.scan(self.img, [a, b, c, x], self.roots())
+        self.assertEqual(r.levels, [scan.REACHABLE] * 4)
+
     def test_registers_are_roots(self):
         a = block(self.heap, 64)
+        r = scan.scan(self.img, [a], [], registers=[a.addr])
+        self.assertEqual(r.levels, [scan.REACHABLE])
         r = scan.scan(self.img, [a], [], registers=[a.addr + 63])
-        self.assertEqual(len(r.reachable()), 1)
+        self.assertEqual(r.levels, [scan.POSSIBLY])
         r = scan.scan(self.img, [a], [], registers=[a.addr + 64])  # one past the end
-        self.assertEqual(len(r.lost()), 1)
+        self.assertEqual(r.levels, [scan.LOST])
 
     def test_a_lost_cycle_stays_lost(self):
         a, b = block(self.heap, 64), block(self.heap + 0x200, 64)
         self.ptr(a.addr, b.addr)
         self.ptr(b.addr, a.addr)
-        r = scan.scan(self.img, [a, b], [scan.Root("data", self.data, self.data + 0x100)])
+        r = scan.scan(self.img, [a, b], self.roots())
         self.assertEqual(len(r.lost()), 2)
 
-    def test_glibc_next_chunk_header_is_not_a_pointer_into_the_block(self):
-        # A 1000-byte block: glibc's next chunk header is at offset 992 (inside the block).
+    def test_8_bytes_before_the_end_is_not_a_pointer_into_the_block(self):
+        # A 1000-byte block: glibc's next chunk header is at offset 992, 8 bytes before its
+        # end; glibc's bins point there. Neither reachable nor possibly lost.
         a = block(self.heap, 1000)
-        self.assertEqual(scan.next_chunk_offset(1000), 992)
-        self.ptr(self.data, a.addr + 992)
         roots = [scan.Root("data", self.data, self.data + 8)]
-        self.assertEqual(len(scan.scan(self.img, [a], roots).lost()), 1)
+        self.ptr(self.data, a.addr + 992)
+        self.assertEqual(scan.scan(self.img, [a], roots).levels, [scan.LOST])
         self.ptr(self.data, a.addr + 984)
-        self.assertEqual(len(scan.scan(self.img, [a], roots).lost()), 0)
+        self.assertEqual(scan.scan(self.img, [a], roots).levels, [scan.POSSIBLY])
+        # The rule is leaks.rs's, for every size: 8 bytes before the end of a 64-byte block.
+        b = block(self.heap + 0x1000, 64)
+        self.ptr(self.data, b.addr + 56)
+        self.assertEqual(scan.scan(self.img, [b], roots).levels, [scan.LOST])
+        # An 8-byte block: its start is 8 bytes before its end, and counts as its start.
+        e = block(self.heap + 0x2000, 8)
+        self.ptr(self.data, e.addr)
+        self.assertEqual(scan.scan(self.img, [e], roots).levels, [scan.REACHABLE])
 
     def test_zero_size_block_is_reached_by_its_start(self):
         z, a = block(self.heap + 0x100, 0), block(self.heap + 0x100 + 16, 64)
         r = scan.scan(self.img, [z, a], [], registers=[z.addr])
         self.assertEqual([x.addr for x in r.reachable()], [z.addr])
+        self.assertEqual([x.addr for x in r.lost()], [a.addr])
 
     def test_unaligned_words_and_tail_bytes_are_not_pointers(self):
         a, b = block(self.heap, 12), block(self.heap + 0x200, 64)
@@ -117,6 +171,75 @@ class ScanTests(unittest.TestCase):
         r = scan.scan(img, blocks, [scan.Root("data", data, data + 16)])
         self.assertEqual(len(r.reachable()), n + 1)
         self.assertLess(time.monotonic() - start, 5.0)
+
+    def test_same_classes_as_the_worklist_of_leaks_rs(self):
+        # leaks.rs's algorithm transcribed (Scan::words and Scan::drain, one block at a
+        # time): random heaps of start pointers, interior ones, ones 8 bytes before an end,
+        # zero-size blocks and cycles must get the same class from scan.scan.
+        import random
+
+        def reference(img, blocks, roots, registers):
+            blocks = sorted(blocks, key=lambda b: b.addr)
+            starts = [b.addr for b in blocks]
+            level = [scan.LOST] * len(blocks)
+            work = []
+            top = blocks[-1].addr + blocks[-1].size
+
+            def words(values, frm):
+                for p in values:
+                    if p < starts[0] or p >= top:
+                        continue
+                    i = bisect_right(starts, p) - 1
+                    b = blocks[i]
+                    if p == b.addr:
+                        lv = frm
+                    elif p < b.addr + b.size and p != b.addr + b.size - 8:
+                        lv = min(frm, scan.POSSIBLY)
+                    else:
+                        continue
+                    if lv > level[i]:
+                        level[i] = lv
+                        work.append(i)
+
+            def u64s(addr, n):
+                n &= ~7
+                return struct.unpack(f"<{n // 8}Q", img.read(addr, n)) if n else ()
+
+            words(registers, scan.REACHABLE)
+            for r in roots:
+                words(u64s(r.start, r.end - r.start), scan.REACHABLE)
+            while work:
+                i = work.pop()
+                words(u64s(blocks[i].addr, blocks[i].size), level[i])
+            return {b.addr: lv for b, lv in zip(blocks, level)}
+
+        rng = random.Random(7)
+        for _ in range(300):
+            img = Image()
+            n = rng.randint(1, 12)
+            sizes = [rng.choice([0, 8, 16, 24, 40, 64, 1000]) for _ in range(n)]
+            heap = img.map(sum(max(size, 16) + 16 for size in sizes))
+            blocks, at = [], heap
+            for k, size in enumerate(sizes):
+                blocks.append(block(at, size, k))
+                at += max(size, 16) + 16
+            data = img.map(64)
+
+            def target():
+                b = rng.choice(blocks)
+                return b.addr + rng.choice([0, 0, 8, max(b.size - 8, 0), b.size, 16])
+
+            for _w in range(rng.randint(0, 4)):
+                img.write_u64(data + 8 * rng.randrange(8), target())
+            for b in blocks:
+                for off in range(0, b.size - b.size % 8, 8):
+                    if rng.random() < 0.3:
+                        img.write_u64(b.addr + off, target())
+            roots = [scan.Root("data", data, data + 64)]
+            registers = [target()] if rng.random() < 0.3 else []
+            want = reference(img, blocks, roots, registers)
+            r = scan.scan(img, blocks, roots, registers)
+            self.assertEqual(self.classes(r), want)
 
     def test_group_by_stack_biggest_first_then_more_blocks(self):
         groups = scan.group_by_stack([block(1, 10, 1), block(2, 10, 1), block(3, 30, 2),
@@ -221,8 +344,8 @@ class ProfileTextTests(unittest.TestCase):
         t = self.tracer()
         blocks = list(t.blocks())
         hold = [b for b in blocks if b.size == 4096]
-        result = scan.ScanResult(blocks=blocks, reached={blocks.index(b) for b in hold},
-                                 root_bytes=4096)
+        levels = [scan.REACHABLE if b in hold else scan.LOST for b in blocks]
+        result = scan.ScanResult(blocks=blocks, levels=levels, root_bytes=4096)
         facts = leaks.LeakFacts.from_scan(result, objects=3, stacks=1, register_sets=1)
         self.assertEqual(leaks.lines(facts, lookups(t)), [
             "scanned 4096 bytes of roots (3 objects' data, 1 thread stack, 1 register set), "
@@ -231,9 +354,32 @@ class ProfileTextTests(unittest.TestCase):
             "    #0 0x3000 in leak_site at /src/p.c:76",
             "still reachable: 8192 bytes in 2 blocks, allocated from:",
             "    #0 0x1000 in hold_site at /src/p.c:56",
-            "SUMMARY: 1000 bytes definitely lost in 1 block; 8192 bytes still reachable in 2 blocks",
+            "SUMMARY: 1000 bytes definitely lost in 1 block; 0 bytes possibly lost in 0 blocks; "
+            "8192 bytes still reachable in 2 blocks",
         ])
         out = leaks.lines(facts, lookups(t), limit=0 or None, reachable=False)
+        self.assertNotIn("still reachable: 8192 bytes in 2 blocks, allocated from:", out)
+
+    def test_leak_lines_with_possibly_lost_blocks(self):
+        t = self.tracer()
+        blocks = list(t.blocks())
+        levels = [scan.POSSIBLY if b.size == 1000 else scan.REACHABLE for b in blocks]
+        result = scan.ScanResult(blocks=blocks, levels=levels, root_bytes=4096)
+        facts = leaks.LeakFacts.from_scan(result, objects=3, stacks=1, register_sets=1)
+        self.assertEqual(leaks.lines(facts, lookups(t)), [
+            "scanned 4096 bytes of roots (3 objects' data, 1 thread stack, 1 register set), "
+            "reached 3 of 3 live blocks (1 only through interior pointers)",
+            "no block is definitely lost",
+            "possibly lost: 1000 bytes in 1 block, allocated from:",
+            "    #0 0x3000 in leak_site at /src/p.c:76",
+            "still reachable: 8192 bytes in 2 blocks, allocated from:",
+            "    #0 0x1000 in hold_site at /src/p.c:56",
+            "SUMMARY: 0 bytes definitely lost in 0 blocks; 1000 bytes possibly lost in 1 block; "
+            "8192 bytes still reachable in 2 blocks",
+        ])
+        # --no-reachable hides only the still reachable groups.
+        out = leaks.lines(facts, lookups(t), reachable=False)
+        self.assertIn("possibly lost: 1000 bytes in 1 block, allocated from:", out)
         self.assertNotIn("still reachable: 8192 bytes in 2 blocks, allocated from:", out)
 
 

@@ -1,5 +1,6 @@
-"""`mtrace-leaks`: the live blocks nothing points to, by allocation stack, found by reading
-memory only (a conservative scan, like LeakSanitizer's and memcheck's).
+"""`mtrace-leaks`: the live blocks as memcheck classifies them (definitely lost, possibly
+lost, still reachable), by allocation stack, found by reading memory only (a conservative
+scan, with the rules of the profiler's in-process leak check: see scan.py).
 
 The scan is `scan.py` and the answer's text `text.leaks`; this module finds the
 roots with gdb, in ways that work on a live process and on a core file alike:
@@ -196,15 +197,24 @@ def thread_roots(reader: memory.InferiorReader, segments: List[Range]
 
 parser = ArgumentParser(
     prog="mtrace-leaks",
-    description="List the live blocks no pointer reaches (definitely lost), by allocation stack.",
+    description=("List the live blocks definitely lost, possibly lost and still reachable, "
+                 "by allocation stack."),
     epilog=(
-        "A conservative scan, as LeakSanitizer and memcheck do it, by reading memory\n"
-        "only: from the roots (the writable data of every loaded object but\n"
-        "libmem_trace.so, every thread's stack from its stack pointer, every thread's\n"
-        "registers), any aligned 8-byte word that points into a live block, anywhere\n"
-        "inside it, makes the block reachable, and its own words are scanned in turn.\n"
-        "The rest is definitely lost. A value that only looks like a pointer keeps a\n"
-        "block reachable: a reported leak is real, a missed one is possible.\n"
+        "A conservative scan, as memcheck does it, by reading memory only, with the\n"
+        "rules of the profiler's exit report (same program, same classes). From the\n"
+        "roots (the writable data of every loaded object but libmem_trace.so, every\n"
+        "thread's stack from its stack pointer, every thread's registers), any aligned\n"
+        "8-byte word that points into a live block reaches it, and the block's own\n"
+        "words are scanned in turn:\n"
+        "  still reachable  reached through a chain of pointers to block starts;\n"
+        "  possibly lost    reached only through some pointer into a block's middle;\n"
+        "  definitely lost  not reached at all (memcheck's \"indirectly lost\" too).\n"
+        "An interior pointer does not make a block reachable (LeakSanitizer's rule)\n"
+        "because glibc's own free lists point into the last bytes of blocks, at the\n"
+        "header of the free chunk after them; and a pointer exactly 8 bytes before a\n"
+        "block's end, where that header starts for sizes of 16n+8 bytes, does not count\n"
+        "at all. A value that only looks like a pointer keeps a block reached: a\n"
+        "definitely lost block is really lost, a missed leak is possible.\n"
         "Not scanned: the main thread's static TLS and memory the program mapped\n"
         "itself. Works without the profiler feature, live and on core files.\n"
         "\n"

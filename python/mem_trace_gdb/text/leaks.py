@@ -1,5 +1,6 @@
-"""The answer of `mtrace-leaks`: the live blocks no pointer reaches, grouped by the stack
-that allocated them, the way LeakSanitizer and memcheck report them:
+"""The answer of `mtrace-leaks`: the live blocks in memcheck's classes (definitely lost,
+possibly lost, still reachable: see scan.py), grouped by the stack that allocated them, the
+way memcheck reports them:
 
     scanned 1359872 bytes of roots (5 objects' data, 1 thread stack, 1 register set), reached 16404 of 16504 live blocks
     definitely lost: 100000 bytes in 100 blocks, allocated from:
@@ -8,9 +9,11 @@ that allocated them, the way LeakSanitizer and memcheck report them:
     still reachable: 67108864 bytes in 16384 blocks, allocated from:
         #0 0x5555555552c5 in hold_site at /src/profile_sites.c:57
     ...
-    SUMMARY: 100000 bytes definitely lost in 100 blocks; 67309936 bytes still reachable in 16404 blocks
+    SUMMARY: 100000 bytes definitely lost in 100 blocks; 0 bytes possibly lost in 0 blocks; 67309936 bytes still reachable in 16404 blocks
 
-Lost groups first, then reachable ones, each biggest first. The scan itself is
+Definitely lost groups first, then possibly lost ones, then still reachable ones, each
+biggest first; the classes and their totals are those of the in-process leak check of the
+profiler build (its exit report's `leak check:` line). The scan itself is
 `scan.py`; the roots are found by commands/leaks.py.
 """
 
@@ -31,6 +34,7 @@ class LeakFacts:
     """The scan's result grouped, and what the roots were."""
 
     lost: Sequence[Group]
+    possibly: Sequence[Group]
     reachable: Sequence[Group]
     root_bytes: int
     # How many objects' data, thread stacks and register sets were roots.
@@ -45,6 +49,7 @@ class LeakFacts:
                   untracked: int = 0) -> "LeakFacts":
         return cls(
             lost=tuple(group_by_stack(result.lost())),
+            possibly=tuple(group_by_stack(result.possibly_lost())),
             reachable=tuple(group_by_stack(result.reachable())),
             root_bytes=result.root_bytes,
             objects=objects,
@@ -78,18 +83,23 @@ def group_lines(kind: str, groups: Sequence[Group], limit: Optional[int], lookup
 
 def lines(facts: LeakFacts, lookups: Lookups, limit: Optional[int] = None,
           max_frames: Optional[int] = None, reachable: bool = True) -> List[str]:
-    """The answer: roots, lost groups, reachable groups (unless ``reachable`` is off),
-    the summary."""
+    """The answer: roots, definitely lost groups, possibly lost groups, still reachable
+    groups (unless ``reachable`` is off), the summary."""
     lost_bytes, lost_blocks = _total(facts.lost)
+    maybe_bytes, maybe_blocks = _total(facts.possibly)
     kept_bytes, kept_blocks = _total(facts.reachable)
     roots = (
         f"{plural(facts.objects, 'object')}' data, {plural(facts.stacks, 'thread stack')}, "
         f"{plural(facts.register_sets, 'register set')}"
     )
-    out = [
+    reached = (
         f"scanned {plural(facts.root_bytes, 'byte')} of roots ({roots}), reached "
-        f"{kept_blocks} of {plural(kept_blocks + lost_blocks, 'live block')}"
-    ]
+        f"{kept_blocks + maybe_blocks} of "
+        f"{plural(kept_blocks + maybe_blocks + lost_blocks, 'live block')}"
+    )
+    if maybe_blocks:
+        reached += f" ({maybe_blocks} only through interior pointers)"
+    out = [reached]
     if facts.unreadable:
         out.append(
             f"({plural(facts.unreadable, 'byte')} of roots or blocks could not be read and were "
@@ -98,10 +108,12 @@ def lines(facts: LeakFacts, lookups: Lookups, limit: Optional[int] = None,
     if not facts.lost:
         out.append("no block is definitely lost")
     out += group_lines("definitely lost", facts.lost, limit, lookups, max_frames)
+    out += group_lines("possibly lost", facts.possibly, limit, lookups, max_frames)
     if reachable:
         out += group_lines("still reachable", facts.reachable, limit, lookups, max_frames)
     out.append(
         f"SUMMARY: {plural(lost_bytes, 'byte')} definitely lost in {plural(lost_blocks, 'block')}; "
+        f"{plural(maybe_bytes, 'byte')} possibly lost in {plural(maybe_blocks, 'block')}; "
         f"{plural(kept_bytes, 'byte')} still reachable in {plural(kept_blocks, 'block')}"
     )
     if facts.untracked:
