@@ -1,7 +1,8 @@
 //! `mtrace-top`, `mtrace-peaks` and `mtrace-leaks` under real gdb against the profiler build
 //! of `libmem_trace.so` (`{profiler_so}`) and the plain one (`{so}`): the reference program
 //! `tests/fixtures/profile_sites.c`, whose sites hold, churn, leak and keep known bytes, live
-//! and from a core of the same process; its `phases` mode (a peak reset); Rust frames; every
+//! and from a core of the same process, and `mtrace-leaks`'s classes against the in-process
+//! leak check of the same program; its `phases` mode (a peak reset); Rust frames; every
 //! error case.
 //!
 //! The gdb scripts and their line-by-line expectations are the `gdb-command[NAME]` /
@@ -14,7 +15,7 @@ mod common;
 use std::fs;
 
 use common::mtrace::{gdb, with_entry_script};
-use common::{c_fixture, rust_fixture, Fixture, GdbRun};
+use common::{c_fixture, fixture_run, rust_fixture, Fixture, GdbRun};
 
 fn profile_sites() -> Fixture {
     with_entry_script(c_fixture("profile_sites.c", &[]))
@@ -47,6 +48,19 @@ const MIB: u64 = 1 << 20;
 /// before those sites, so the measured peak is ~0.2% lower; the 1% margin covers both).
 const GLOBAL_PEAK: u64 = 64 * MIB + 128 * 1024 + 8 * MIB + 100 * 1000 + 10 * 5000;
 
+/// The numbers of the first line (trimmed) that starts with `prefix`, in order.
+fn numbers_on(text: &str, prefix: &str, report: &dyn Fn() -> String) -> Vec<u64> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting with `{prefix}`\n{}", report()));
+    line.split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().expect("digits"))
+        .collect()
+}
+
 /// The sections of the answers, `=== top` to `=== end`, as both scripts print them.
 fn answers(run: &GdbRun) -> &str {
     run.between("=== top", "=== end")
@@ -55,7 +69,9 @@ fn answers(run: &GdbRun) -> &str {
 /// Live at `break_here`: hold_site is `# 0` by live bytes (64 MiB in 16384 blocks), churn_site
 /// by bytes allocated (2 GiB) and absent from the live ranking; the global peak and the
 /// thread's; leak_site's blocks definitely lost, kept and hold reachable. Then the same
-/// commands on a core of that process must print the same answers.
+/// commands on a core of that process must print the same answers, and the program's own
+/// leak check at exit (the `leaks` run of profile_sites.c) the same bytes and blocks in each
+/// class as `mtrace-leaks`'s SUMMARY: both classify as memcheck does, with the same rules.
 #[test]
 fn sites_live_and_on_their_core() {
     let fixture = profile_sites();
@@ -97,6 +113,20 @@ fn sites_live_and_on_their_core() {
         "live and core answers differ\n----- live -----\n{}\n----- core -----\n{}",
         live.report(),
         from_core.report()
+    );
+
+    // Definitely lost, possibly lost, still reachable: bytes and blocks of each, in that order
+    // on both lines.
+    let from_gdb = numbers_on(leaks, "SUMMARY: ", &|| live.report());
+    let exit = fixture_run(&fixture, "leaks").run();
+    let in_process = numbers_on(&exit.stderr, "mem-trace: leak check: ", &|| exit.describe());
+    assert_eq!(from_gdb.len(), 6, "{}", live.report());
+    assert_eq!(
+        from_gdb,
+        in_process,
+        "mtrace-leaks and the exit report's leak check classify differently\n----- gdb -----\n{}\n----- exit report -----\n{}",
+        live.report(),
+        exit.describe()
     );
 }
 
