@@ -158,6 +158,18 @@ fn snapshot_signal_during_a_busy_loop() {
     );
 }
 
+/// A program that installs its own handler for the snapshot signal keeps the signal.
+#[test]
+fn own_handler_keeps_the_signal() {
+    fixture_run(&sites(), "own-handler").run();
+}
+
+/// A forked child gets its own profiler thread (the parent's is not inherited).
+#[test]
+fn forked_child_reports_on_its_own() {
+    fixture_run(&sites(), "fork").run();
+}
+
 #[test]
 fn underscore_exit_gives_no_report() {
     fixture_run(&sites(), "underscore-exit").run();
