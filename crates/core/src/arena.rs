@@ -27,7 +27,7 @@ use crate::sync::SpinLock;
 use core::alloc::{GlobalAlloc, Layout};
 use core::cell::Cell;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 const PAGE: usize = 4096;
 /// Chunk size of the small classes. Every class a program touches maps at least one chunk; a
@@ -202,6 +202,36 @@ pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
         unsafe { ptr::write_bytes(p, 0, layout.size()) };
     }
     p
+}
+
+/// The chunk a directory `slot` points at: a published chunk of `len` zeroed `T`s, made and
+/// published first if there is none yet (two threads racing keep the first one stored).
+/// Directories whose chunks readers find by an exported pointer (thread records, stack
+/// counters) grow this way; zeroed is "nothing written yet" for their types, and published
+/// chunks are never freed. `None` when out of memory.
+pub(crate) fn chunk<T>(slot: &AtomicPtr<T>, len: usize) -> Option<*mut T> {
+    let chunk = slot.load(Ordering::Acquire);
+    if !chunk.is_null() {
+        return Some(chunk);
+    }
+    let layout = Layout::array::<T>(len).ok()?;
+    let fresh = allocate_zeroed(layout) as *mut T;
+    if fresh.is_null() {
+        return None;
+    }
+    match slot.compare_exchange(
+        ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => Some(fresh),
+        Err(existing) => {
+            // SAFETY: ours, from the arena with this layout, never published.
+            unsafe { release(fresh.cast(), layout) };
+            Some(existing)
+        }
+    }
 }
 
 /// Gives a block back to the arena.

@@ -21,26 +21,25 @@ DEFAULT_COUNT = 10
 DEFAULT_FRAMES = 8
 
 
-def positive(text: str) -> int:
-    """An argparse ``type``: a count of at least 1."""
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
+def _count_at_least(minimum: int, below: str):
+    """An argparse ``type``: an integer (any base gdb users type) of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} {below}")
+        return value
+
+    return parse
 
 
-def non_negative(text: str) -> int:
-    """An argparse ``type``: a count, 0 meaning "all"."""
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
+positive = _count_at_least(1, "is not a positive number")
+"""A count of at least 1."""
+non_negative = _count_at_least(0, "is negative")
+"""A count, 0 meaning "all"."""
 
 
 parser = ArgumentParser(

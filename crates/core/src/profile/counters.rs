@@ -22,7 +22,6 @@ use crate::arena;
 use crate::state::ThreadState;
 use crate::store::header::header;
 use crate::sync::RawSpin;
-use core::alloc::Layout;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering, Ordering::Relaxed};
 pub use mem_trace_format::{at_peak, Counts};
@@ -59,25 +58,8 @@ fn record(stack: u32) -> Option<&'static StackCounters> {
 #[cold]
 #[inline(never)]
 fn new_chunk(slot: &AtomicPtr<StackCounters>) -> Option<*mut StackCounters> {
-    let layout = Layout::array::<StackCounters>(1 << CHUNK_BITS).ok()?;
     // Zeroed is a valid, never-updated record.
-    let fresh = arena::allocate_zeroed(layout) as *mut StackCounters;
-    if fresh.is_null() {
-        return None;
-    }
-    match slot.compare_exchange(
-        core::ptr::null_mut(),
-        fresh,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        Ok(_) => Some(fresh),
-        Err(existing) => {
-            // SAFETY: ours, from the arena with this layout, never published.
-            unsafe { arena::release(fresh.cast(), layout) };
-            Some(existing)
-        }
-    }
+    arena::chunk(slot, 1 << CHUNK_BITS)
 }
 
 /// The counters of `stack` if any were ever kept (no allocation: for readers in process).

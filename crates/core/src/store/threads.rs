@@ -3,7 +3,6 @@
 //! Exported through `MEM_TRACE_HEADER` (docs/LAYOUT.md "Thread table").
 
 use crate::arena;
-use core::alloc::Layout;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use mem_trace_format::{
@@ -59,28 +58,8 @@ impl Default for Local {
 fn record(index: u32) -> Option<*mut ThreadRecord> {
     let k = (index >> CHUNK_BITS) as usize;
     let slot = THREADS.dir.get(k)?;
-    let mut chunk = slot.load(Ordering::Acquire);
-    if chunk.is_null() {
-        let layout = Layout::array::<ThreadRecord>(1 << CHUNK_BITS).ok()?;
-        // Zeroed records mean "not written yet"; published chunks are never freed.
-        let fresh = arena::allocate_zeroed(layout) as *mut ThreadRecord;
-        if fresh.is_null() {
-            return None;
-        }
-        match slot.compare_exchange(
-            core::ptr::null_mut(),
-            fresh,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => chunk = fresh,
-            Err(existing) => {
-                // SAFETY: ours, from the arena with this layout, never published.
-                unsafe { arena::release(fresh.cast(), layout) };
-                chunk = existing;
-            }
-        }
-    }
+    // Zeroed records mean "not written yet".
+    let chunk = arena::chunk(slot, 1 << CHUNK_BITS)?;
     // SAFETY: the index is masked into the chunk.
     Some(unsafe { chunk.add((index & ((1 << CHUNK_BITS) - 1)) as usize) })
 }
