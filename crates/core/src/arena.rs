@@ -219,12 +219,7 @@ pub(crate) fn chunk<T>(slot: &AtomicPtr<T>, len: usize) -> Option<*mut T> {
     if fresh.is_null() {
         return None;
     }
-    match slot.compare_exchange(
-        ptr::null_mut(),
-        fresh,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
+    match slot.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => Some(fresh),
         Err(existing) => {
             // SAFETY: ours, from the arena with this layout, never published.
