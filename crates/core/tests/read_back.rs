@@ -9,8 +9,13 @@ use mem_trace_read::memory::{Memory, Process, Unreadable};
 
 mem_trace_core::define_header!();
 
+/// The tests share the process's tables, and the freed-block history is a ring of a few
+/// records: one test's frees would push out the record another looks for.
+static TABLES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn tables_written_in_process_read_back_through_process_vm_readv() {
+    let _tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
     let stack = [0x5555_0000_1234u64, 0x5555_0000_5678, 0x7fff_0000_9abc];
     let id = stacks::intern(&stack);
     let thread = threads::register_current(&threads::Local::new());
@@ -119,6 +124,7 @@ fn foreign_headers_are_refused() {
 #[cfg(feature = "profiler")]
 #[test]
 fn profile_counters_read_back() {
+    let _tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
     use mem_trace_core::guard::Guard;
     use mem_trace_core::record;
 
