@@ -229,6 +229,19 @@ pub(crate) fn chunk<T>(slot: &AtomicPtr<T>, len: usize) -> Option<*mut T> {
     }
 }
 
+/// Entry `index` of such a directory, whose chunks hold `1 << bits` entries each; `None`
+/// while its chunk is not published (never allocates: for readers and hot paths).
+#[inline(always)]
+pub(crate) fn entry<T>(dir: &'static [AtomicPtr<T>], index: u32, bits: u32) -> Option<&'static T> {
+    let chunk = dir.get((index >> bits) as usize)?.load(Ordering::Acquire);
+    if chunk.is_null() {
+        return None;
+    }
+    // SAFETY: a chunk published by `chunk` with `1 << bits` entries, never freed; the index
+    // is masked into it.
+    Some(unsafe { &*chunk.add((index & ((1 << bits) - 1)) as usize) })
+}
+
 /// Gives a block back to the arena.
 ///
 /// # Safety

@@ -1,7 +1,7 @@
 //! The thread table (docs/LAYOUT.md "Thread table").
 
 use crate::profile::StackCounters;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// log2 of the records in one chunk.
 pub const THREAD_CHUNK_BITS: u32 = 12;
@@ -36,6 +36,23 @@ pub struct ThreadRecord {
     pub allocated_bytes: AtomicU64,
 }
 
+impl ThreadRecord {
+    /// The live bytes of the thread's blocks, `own_live - freed_elsewhere` (docs/LAYOUT.md
+    /// "Thread table"). A reader racing a free may see the difference negative for an
+    /// instant: that reads as 0.
+    pub fn live_bytes(&self) -> u64 {
+        let live = self
+            .own_live
+            .load(Relaxed)
+            .wrapping_sub(self.freed_elsewhere.load(Relaxed));
+        if (live as i64) < 0 {
+            0
+        } else {
+            live
+        }
+    }
+}
+
 /// The thread table's exported root: index `i` is record `i & 4095` of chunk `i >> 12`.
 #[repr(C)]
 pub struct ThreadTable {
@@ -65,5 +82,22 @@ mod tests {
         assert_eq!(offset_of!(ThreadRecord, flags), 4);
         assert_eq!(offset_of!(ThreadRecord, name), 8);
         assert_eq!(offset_of!(ThreadTable, dir), 16);
+    }
+
+    #[test]
+    fn live_bytes_are_the_difference_and_never_negative() {
+        let r = ThreadRecord {
+            tid: AtomicU32::new(1),
+            flags: AtomicU32::new(0),
+            name: [0; 16],
+            counters: AtomicPtr::new(core::ptr::null_mut()),
+            own_live: AtomicU64::new(100),
+            freed_elsewhere: AtomicU64::new(30),
+            peak_bytes: AtomicU64::new(0),
+            allocated_bytes: AtomicU64::new(0),
+        };
+        assert_eq!(r.live_bytes(), 70);
+        r.freed_elsewhere.store(130, Relaxed);
+        assert_eq!(r.live_bytes(), 0);
     }
 }

@@ -282,20 +282,17 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             return Ok(None);
         };
         let r: ThreadRecord = read_plain(self.mem, at)?;
+        let live_bytes = r.live_bytes();
         let tid = r.tid.into_inner();
         if tid == 0 {
             return Ok(None);
         }
         let len = r.name.iter().position(|&c| c == 0).unwrap_or(r.name.len());
-        let live = r
-            .own_live
-            .into_inner()
-            .wrapping_sub(r.freed_elsewhere.into_inner());
         Ok(Some(Thread {
             tid,
             exited: r.flags.into_inner() & THREAD_EXITED != 0,
             name: String::from_utf8_lossy(&r.name[..len]).into_owned(),
-            live_bytes: if (live as i64) < 0 { 0 } else { live },
+            live_bytes,
             peak_bytes: r.peak_bytes.into_inner(),
             allocated_bytes: r.allocated_bytes.into_inner(),
             counters: r.counters.into_inner() as u64,

@@ -46,33 +46,22 @@ pub static PROFILE: Profile = Profile {
 /// The counters of `stack`, allocating their chunk on first use (None: out of memory).
 #[inline(always)]
 fn record(stack: u32) -> Option<&'static StackCounters> {
-    let slot = PROFILE.dir.get((stack >> CHUNK_BITS) as usize)?;
-    let mut chunk = slot.load(Ordering::Acquire);
-    if chunk.is_null() {
-        chunk = new_chunk(slot)?;
-    }
-    // SAFETY: the index is masked into the chunk, and chunks are never freed.
-    Some(unsafe { &*chunk.add((stack & ((1 << CHUNK_BITS) - 1)) as usize) })
+    get(stack).or_else(|| new_chunk(stack))
 }
 
 #[cold]
 #[inline(never)]
-fn new_chunk(slot: &AtomicPtr<StackCounters>) -> Option<*mut StackCounters> {
+fn new_chunk(stack: u32) -> Option<&'static StackCounters> {
+    let slot = PROFILE.dir.get((stack >> CHUNK_BITS) as usize)?;
     // Zeroed is a valid, never-updated record.
-    arena::chunk(slot, 1 << CHUNK_BITS)
+    arena::chunk(slot, 1 << CHUNK_BITS)?;
+    get(stack)
 }
 
 /// The counters of `stack` if any were ever kept (no allocation: for readers in process).
+#[inline(always)]
 pub fn get(stack: u32) -> Option<&'static StackCounters> {
-    let chunk = PROFILE
-        .dir
-        .get((stack >> CHUNK_BITS) as usize)?
-        .load(Ordering::Acquire);
-    if chunk.is_null() {
-        return None;
-    }
-    // SAFETY: as in `record`.
-    Some(unsafe { &*chunk.add((stack & ((1 << CHUNK_BITS) - 1)) as usize) })
+    arena::entry(&PROFILE.dir, stack, CHUNK_BITS)
 }
 
 /// The profiler's per-thread part of `state::ThreadState`: the thread's cache of counter
@@ -212,7 +201,7 @@ pub(crate) fn thread_exiting(local: &Local, thread: Option<&ThreadRecord>) {
     if cache.is_null() {
         return;
     }
-    let seq = header().next_seq.load(Relaxed);
+    let seq = super::events::now_seq();
     for i in 0..CACHE {
         // SAFETY: this thread's cache, COUNTER_CACHE records.
         flush(unsafe { &*cache.add(i) }, seq);

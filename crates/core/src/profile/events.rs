@@ -45,6 +45,13 @@ pub(crate) fn tick(delta: u64) -> (u64, u64) {
     }
 }
 
+/// A sequence number above every event's so far: the "now" of an update that is not an
+/// event of its own (a record's change that only compares its stamp with the peak's).
+#[inline(always)]
+pub(crate) fn now_seq() -> u64 {
+    header().next_seq.load(Relaxed)
+}
+
 /// `lock cmpxchg16b`: stores `new` at `p` if it holds `old`; returns what it held.
 ///
 /// # Safety

@@ -76,6 +76,18 @@ pub(crate) fn untick(size: u64) {
     let _ = size;
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock reports measure time with.
+#[cfg(feature = "profiler")]
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the current time into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Start-up work.
 pub(crate) fn init() {
     #[cfg(feature = "profiler")]
@@ -145,10 +157,7 @@ pub(crate) fn allocated(state: &ThreadState, block: &Block, live: u64) {
 pub(crate) fn restored(state: &ThreadState, block: &Block) {
     #[cfg(feature = "profiler")]
     {
-        let seq = crate::store::header::header()
-            .next_seq
-            .load(core::sync::atomic::Ordering::Relaxed);
-        counters::add(state, block.stack, block.size, seq, false);
+        counters::add(state, block.stack, block.size, events::now_seq(), false);
         peaks::add(state, block.size, false);
     }
     #[cfg(not(feature = "profiler"))]
@@ -161,11 +170,7 @@ pub(crate) fn restored(state: &ThreadState, block: &Block) {
 pub(crate) fn forgotten(state: &ThreadState, block: &Block) {
     #[cfg(feature = "profiler")]
     {
-        // Any number above the peak's will do: the counters only compare it with that.
-        let seq = crate::store::header::header()
-            .next_seq
-            .load(core::sync::atomic::Ordering::Relaxed);
-        counters::sub(state, block.stack, block.size, seq);
+        counters::sub(state, block.stack, block.size, events::now_seq());
         peaks::sub(state, block.size, block.thread);
     }
     #[cfg(not(feature = "profiler"))]

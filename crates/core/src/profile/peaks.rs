@@ -8,11 +8,11 @@
 //! exact at the moment the thread reads it, since only it changes `own_live`.
 
 use crate::profile::counters::PROFILE;
+use crate::profile::events;
 use crate::state::ThreadState;
 use crate::store::header::header;
 use crate::store::threads;
 use core::sync::atomic::Ordering::Relaxed;
-use mem_trace_format::ThreadRecord;
 
 /// The global live bytes became `live` at event `seq`: a new peak if above the last.
 #[inline(always)]
@@ -69,42 +69,17 @@ pub(crate) fn sub(state: &ThreadState, size: u64, owner: u32) {
     }
 }
 
-/// The live bytes of a thread's blocks.
-pub fn thread_live(t: &ThreadRecord) -> u64 {
-    t.own_live
-        .load(Relaxed)
-        .wrapping_sub(t.freed_elsewhere.load(Relaxed))
-}
-
 /// Start-up: the clock reports measure the program's run from.
 pub(crate) fn init() {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the current time into `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    PROFILE.started_ns.store(
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
-        Relaxed,
-    );
-}
-
-/// A live count that a racing free has made negative for an instant reads as 0.
-fn positive(n: u64) -> u64 {
-    if (n as i64) < 0 {
-        0
-    } else {
-        n
-    }
+    PROFILE.started_ns.store(super::monotonic_ns(), Relaxed);
 }
 
 /// Starts a new phase: every peak becomes what is live now, so the next report's peaks are
 /// the new phase's own. Lock-free and allocation-free: callable from gdb with `call`.
 pub fn reset() {
     let h = header();
-    h.peak_seq.store(h.next_seq.load(Relaxed), Relaxed);
+    h.peak_seq.store(events::now_seq(), Relaxed);
     h.peak_bytes.store(h.live_bytes.load(Relaxed), Relaxed);
-    threads::for_each(|t| t.peak_bytes.store(positive(thread_live(t)), Relaxed));
+    threads::for_each(|t| t.peak_bytes.store(t.live_bytes(), Relaxed));
     PROFILE.resets.fetch_add(1, Relaxed);
 }

@@ -16,7 +16,6 @@ use crate::out::Out;
 use crate::profile::counters::{Counts, PROFILE};
 use crate::profile::leaks::{self, ArenaVec, Total};
 use crate::profile::output;
-use crate::profile::peaks::thread_live;
 use crate::profile::rank::{self, positive, Ranked};
 use crate::report::frames::{Printing, StackWriter};
 use crate::store::header::header;
@@ -131,14 +130,7 @@ fn stack(out: &mut Out, w: &mut StackWriter<'_>, r: &Ranked) -> fmt::Result {
 }
 
 fn seconds_since_start() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the current time into `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let now = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-    now.saturating_sub(PROFILE.started_ns.load(Relaxed)) as f64 / 1e9
+    super::monotonic_ns().saturating_sub(PROFILE.started_ns.load(Relaxed)) as f64 / 1e9
 }
 
 /// The global peak, every thread's (the biggest first, exited threads included: they keep
@@ -158,14 +150,13 @@ fn write_peaks(out: &mut Out, w: &mut StackWriter<'_>, at_peak: &[Ranked]) -> fm
         let Some(t) = threads::get(i) else {
             continue;
         };
-        let name = &t.name[..t.name.iter().position(|&b| b == 0).unwrap_or(16)];
         writeln!(
             out,
             "   thread {i} (tid {}, \"{}\"): peak {} bytes, live {} bytes, allocated {} bytes{}",
             t.tid.load(Relaxed),
-            core::str::from_utf8(name).unwrap_or("?"),
+            ThreadName(&t.name),
             t.peak_bytes.load(Relaxed),
-            positive(thread_live(t)),
+            t.live_bytes(),
             t.allocated_bytes.load(Relaxed),
             if t.flags.load(Relaxed) & mem_trace_format::THREAD_EXITED != 0 {
                 ", exited"
@@ -275,6 +266,21 @@ fn write_leaks(
     Ok(())
 }
 
+/// A thread's name as the gdb commands show it: what a terminal would act on (a newline
+/// forging a line of the report, an escape sequence) escaped, printable text as it is. The
+/// name is whatever the program set with `prctl`, up to 16 bytes, NUL-padded.
+struct ThreadName<'a>(&'a [u8; 16]);
+
+impl fmt::Display for ThreadName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = &self.0[..self.0.iter().position(|&b| b == 0).unwrap_or(16)];
+        match core::str::from_utf8(name) {
+            Ok(s) => write!(f, "{}", s.escape_debug()),
+            Err(_) => write!(f, "{}", name.escape_ascii()),
+        }
+    }
+}
+
 /// A count with its noun: "1 block", "2 blocks".
 struct Counted(u64, &'static str);
 
@@ -290,4 +296,29 @@ impl fmt::Display for Counted {
 /// A block count with its noun.
 fn blocks(n: u64) -> Counted {
     Counted(n, "block")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_names_cannot_forge_lines_or_drive_the_terminal() {
+        let mut name = [0u8; 16];
+        name[..14].copy_from_slice(b"x\n\x1b[31mRED\r\"ab");
+        assert_eq!(ThreadName(&name).to_string(), "x\\n\\u{1b}[31mRED\\r\\\"ab");
+        let mut bytes = [0u8; 16];
+        bytes[..3].copy_from_slice(b"a\xff\n");
+        assert_eq!(ThreadName(&bytes).to_string(), "a\\xff\\n");
+        let mut plain = [0u8; 16];
+        plain[..7].copy_from_slice("worker1".as_bytes());
+        assert_eq!(ThreadName(&plain).to_string(), "worker1");
+    }
+
+    #[test]
+    fn counts_take_their_noun() {
+        assert_eq!(blocks(1).to_string(), "1 block");
+        assert_eq!(blocks(0).to_string(), "0 blocks");
+        assert_eq!(Counted(3, "stack").to_string(), "3 stacks");
+    }
 }

@@ -105,12 +105,7 @@ pub fn get(index: u32) -> Option<&'static ThreadRecord> {
     if index == 0 || u64::from(index) > THREADS.count.load(Ordering::Relaxed) {
         return None;
     }
-    let chunk = THREADS.dir[(index >> CHUNK_BITS) as usize].load(Ordering::Acquire);
-    // SAFETY: null, or a published chunk (never freed) indexed within its length.
-    unsafe {
-        chunk.as_ref()?;
-        Some(&*chunk.add((index & ((1 << CHUNK_BITS) - 1)) as usize))
-    }
+    arena::entry(&THREADS.dir, index, CHUNK_BITS)
 }
 
 /// Calls `f` on every record handed out so far.
