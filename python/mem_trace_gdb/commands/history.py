@@ -5,26 +5,14 @@ The answer's text is in `text.history`; this is the command line.
 
 from __future__ import annotations
 
-import argparse
 
 import gdb
 
 from .. import memory
 from ..text import history
 from .base import ArgparsedCommand, ArgumentParser, Expression
-from .errors import UsageError
 from .lookups import lookups
-
-DEFAULT_FRAMES = 8
-
-
-class FrameCount(argparse.Action):
-    """`-n N`: a number of frames, 0 for all; a negative one is a usage error."""
-
-    def __call__(self, parser, namespace, value, option_string=None):
-        if value < 0:
-            raise UsageError(f"{option_string} {value}: the number of frames cannot be negative")
-        setattr(namespace, self.dest, value)
+from .options import add_frames, add_raw
 
 
 parser = ArgumentParser(
@@ -43,11 +31,9 @@ parser = ArgumentParser(
         "  mtrace-history -n 3 $rdi"
     ),
 )
-parser.add_argument("-n", "--frames", type=int, action=FrameCount, default=DEFAULT_FRAMES,
-                    metavar="N", help="frames per stack (default %(default)s; 0: all)")
+add_frames(parser, "-n", "--frames")
 parser.add_argument("--no-stacks", action="store_true", help="one line per event, no stacks")
-parser.add_argument("-r", "--raw", action="store_true",
-                    help="print return addresses without symbolizing them")
+add_raw(parser)
 parser.add_argument("address", type=Expression, metavar="EXPR",
                     help="the address whose history to show")
 

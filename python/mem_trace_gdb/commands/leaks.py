@@ -31,12 +31,10 @@ from .. import memory, scan
 from ..layout import MASK64, MemTraceError
 from ..text import leaks
 from .base import ArgparsedCommand, ArgumentParser
-from .history import FrameCount
 from .lookups import lookups
-from .top import non_negative
+from .options import add_frames, add_raw, non_negative
 
 DEFAULT_GROUPS = 10
-DEFAULT_FRAMES = 8
 RED_ZONE = 128
 # Without a mapping to bound a stack, probe at most this far above the stack pointer.
 MAX_PROBED_STACK = 8 << 20
@@ -225,12 +223,10 @@ parser = ArgumentParser(
 )
 parser.add_argument("-n", "--count", type=non_negative, default=DEFAULT_GROUPS,
                     metavar="N", help="stacks of each kind to show (default %(default)s; 0: all)")
-parser.add_argument("-f", "--frames", type=int, action=FrameCount, default=DEFAULT_FRAMES,
-                    metavar="N", help="frames per stack (default %(default)s; 0: all)")
+add_frames(parser, "-f", "--frames")
 parser.add_argument("--no-reachable", action="store_true",
                     help="do not list the still reachable blocks (the summary counts them)")
-parser.add_argument("-r", "--raw", action="store_true",
-                    help="print return addresses without symbolizing them")
+add_raw(parser)
 
 
 class LeaksCommand(ArgparsedCommand):

@@ -12,12 +12,10 @@ from .. import memory
 from ..text import profile
 from .base import ArgparsedCommand, ArgumentParser
 from .errors import UsageError
-from .history import FrameCount
 from .lookups import lookups
-from .top import positive
+from .options import add_frames, add_raw, positive
 
 DEFAULT_COUNT = 5
-DEFAULT_FRAMES = 8
 
 parser = ArgumentParser(
     prog="mtrace-peaks",
@@ -36,10 +34,8 @@ parser = ArgumentParser(
 )
 parser.add_argument("-n", "--count", type=positive, default=DEFAULT_COUNT, metavar="N",
                     help="stacks at the peak to show (default %(default)s)")
-parser.add_argument("-f", "--frames", type=int, action=FrameCount, default=DEFAULT_FRAMES,
-                    metavar="N", help="frames per stack (default %(default)s; 0: all)")
-parser.add_argument("-r", "--raw", action="store_true",
-                    help="print return addresses without symbolizing them")
+add_frames(parser, "-f", "--frames")
+add_raw(parser)
 
 
 class PeaksCommand(ArgparsedCommand):

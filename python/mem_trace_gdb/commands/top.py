@@ -6,7 +6,6 @@ The answer's text is in `text.profile`; this is the command line.
 
 from __future__ import annotations
 
-import argparse
 
 import gdb
 
@@ -14,32 +13,10 @@ from .. import memory
 from ..text import profile
 from .base import ArgparsedCommand, ArgumentParser
 from .errors import UsageError
-from .history import FrameCount
 from .lookups import lookups
+from .options import add_frames, add_raw, positive
 
 DEFAULT_COUNT = 10
-DEFAULT_FRAMES = 8
-
-
-def _count_at_least(minimum: int, below: str):
-    """An argparse ``type``: an integer (any base gdb users type) of at least ``minimum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text} {below}")
-        return value
-
-    return parse
-
-
-positive = _count_at_least(1, "is not a positive number")
-"""A count of at least 1."""
-non_negative = _count_at_least(0, "is negative")
-"""A count, 0 meaning "all"."""
 
 
 parser = ArgumentParser(
@@ -70,10 +47,8 @@ parser.add_argument("--by", choices=tuple(profile.BY), default="live",
                     help="what to rank by (default %(default)s)")
 parser.add_argument("--thread", type=positive, default=None, metavar="T",
                     help="only live blocks allocated by thread index T")
-parser.add_argument("-f", "--frames", type=int, action=FrameCount, default=DEFAULT_FRAMES,
-                    metavar="N", help="frames per stack (default %(default)s; 0: all)")
-parser.add_argument("-r", "--raw", action="store_true",
-                    help="print return addresses without symbolizing them")
+add_frames(parser, "-f", "--frames")
+add_raw(parser)
 
 
 class TopCommand(ArgparsedCommand):

@@ -11,6 +11,7 @@ from .. import layout, memory
 from ..text import why
 from .base import ArgparsedCommand, ArgumentParser, Expression
 from .lookups import lookups
+from .options import add_raw
 
 parser = ArgumentParser(
     prog="mtrace-why",
@@ -36,8 +37,7 @@ parser.add_argument("-n", "--max-frames", type=int, default=None, metavar="N",
                     help="print at most N frames of each stack")
 parser.add_argument("--gap", type=int, default=layout.DEFAULT_MAX_GAP, metavar="BYTES",
                     help="how far outside a block to still name it (default %(default)s, 0: off)")
-parser.add_argument("-r", "--raw", action="store_true",
-                    help="print return addresses without symbolizing them")
+add_raw(parser)
 parser.add_argument("address", type=Expression, metavar="EXPR", help="the address to explain")
 
 
