@@ -7,6 +7,8 @@
 //!   Python reader (`python/mem_trace_gdb/layout/`), built on the types of `mem-trace-format`;
 //! - [`profile`]: the profiler's counters, peaks and per-thread numbers, summed as the
 //!   contract says;
+//! - [`target`]: a running process or a core file: its memory, modules, mappings, threads
+//!   and header;
 //! - [`symbolize`]: return addresses → functions, inlined frames and `file:line`, from the ELF
 //!   files and their DWARF (separate debug files too), taking no lock;
 //! - [`text`]: the frame lines every report prints.
@@ -22,4 +24,5 @@ pub mod layout;
 pub mod memory;
 pub mod profile;
 pub mod symbolize;
+pub mod target;
 pub mod text;
