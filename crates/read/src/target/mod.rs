@@ -4,9 +4,28 @@
 //!
 //! The types here are the contract between the target's sources (this module) and what
 //! answers from them (the answers, the leak scan's roots, the `mem-trace` command).
+//!
+//! - `process`: a running process (`/proc/PID/maps` parsed by `maps`), read with
+//!   `process_vm_readv` and never stopped;
+//! - `core_file`: an ELF core file (its notes decoded by `core_notes`) as memory;
+//! - `modules`: the ELF modules among the mappings, their bias, the files to read them from
+//!   (checked against the build id in memory) and `MEM_TRACE_HEADER`;
+//! - [`Symbols`]: return addresses to frames over the target's modules;
+//! - [`TargetError`]: every way opening fails, each one line saying what to do.
 
+mod core_file;
+mod core_notes;
+mod errors;
+mod maps;
+mod modules;
+mod process;
+mod symbols;
+
+pub use errors::TargetError;
+pub use symbols::Symbols;
+
+use crate::layout::Tables;
 use crate::memory::Memory;
-use std::fmt;
 use std::path::PathBuf;
 
 /// Which target to open, as the user named it.
@@ -34,6 +53,11 @@ pub struct Module {
     pub end: u64,
     /// Load bias: address in the target = address stated in the file + `bias`.
     pub bias: u64,
+    /// The file its symbols are read from: `path` itself, the executable given with `--exe`,
+    /// or `/proc/PID/map_files/..` for a file deleted or replaced since it was loaded. `None`
+    /// when the file on disk is known to differ from what was loaded and the loaded one
+    /// cannot be opened.
+    pub file: Option<PathBuf>,
 }
 
 /// One mapping of the target's address space.
@@ -68,66 +92,6 @@ pub struct ThreadState {
     pub registers: Vec<u64>,
 }
 
-/// Why a target could not be opened; each displays as one line saying what to do.
-#[derive(Debug)]
-pub enum TargetError {
-    /// No process has that pid.
-    NoSuchProcess(i32),
-    /// Not allowed to read the process (ptrace access rules).
-    PermissionDenied {
-        /// The process.
-        pid: i32,
-    },
-    /// The target has no `MEM_TRACE_HEADER`: the library is not loaded in it.
-    NotLoaded {
-        /// How the target was named ("process 1234", "core file core.1234").
-        target: String,
-    },
-    /// The file is not an x86_64 ELF core file.
-    NotACore {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        why: String,
-    },
-    /// The core file is shorter than its own headers say.
-    TruncatedCore {
-        /// The file.
-        path: PathBuf,
-        /// What is missing.
-        why: String,
-    },
-    /// The core names no executable and none was given.
-    ExeUnknown {
-        /// The core file.
-        core: PathBuf,
-    },
-    /// A file on disk is not the one that was loaded when the core was dumped.
-    OtherBuild {
-        /// The file.
-        path: PathBuf,
-        /// What differs (build ids, sizes).
-        why: String,
-    },
-    /// The tables are there but cannot be read (version, corruption, unreadable memory).
-    Layout(crate::layout::Error),
-    /// Any other I/O failure on a named file.
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        error: std::io::Error,
-    },
-}
-
-impl fmt::Display for TargetError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        todo!("the target helper writes the messages")
-    }
-}
-
-impl std::error::Error for TargetError {}
-
 /// An opened target.
 pub struct Target {
     memory: Box<dyn Memory>,
@@ -140,9 +104,14 @@ pub struct Target {
 }
 
 impl Target {
-    /// Opens `source` and locates its header.
+    /// Opens `source`, locates its header and checks the header's magic and version.
     pub fn open(source: &Source) -> Result<Target, TargetError> {
-        todo!("the target helper writes it")
+        let target = match source {
+            Source::Pid(pid) => process::open(*pid)?,
+            Source::Core { core, exe } => core_file::open(core, exe.as_deref())?,
+        };
+        Tables::open(target.memory(), target.header)?;
+        Ok(target)
     }
 
     /// Its memory.
@@ -162,7 +131,9 @@ impl Target {
 
     /// The module whose mappings contain `addr`.
     pub fn module_of(&self, addr: u64) -> Option<&Module> {
-        self.modules.iter().find(|m| m.start <= addr && addr < m.end)
+        self.modules
+            .iter()
+            .find(|m| m.start <= addr && addr < m.end)
     }
 
     /// The mappings, by start address.
@@ -176,7 +147,7 @@ impl Target {
         &self.threads
     }
 
-    /// How to name it in a message: `process 1234 (prog)`, `core file core.1234`.
+    /// How to name it in a message: `process 1234 (prog)`, `core file core.1234 (prog)`.
     pub fn name(&self) -> &str {
         &self.name
     }
