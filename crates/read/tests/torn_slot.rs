@@ -60,7 +60,7 @@ impl<F: Fn(u32) -> Slot> Image<F> {
                 (STACKS, stacks),
                 // Stack 1 is published; the entry of id 0 is never used.
                 (DIR_CHUNK, words(&[0, RECORD])),
-                (RECORD, words(&[1, 0x4011_22])),
+                (RECORD, words(&[1, 0x0040_1122])),
             ],
             slot,
             reads: Cell::new(0),
