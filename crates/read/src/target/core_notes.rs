@@ -156,6 +156,11 @@ fn prstatus(desc: &[u8]) -> Result<ThreadState, String> {
 pub(super) mod tests {
     use super::*;
 
+    /// Words as their little-endian bytes.
+    pub(in crate::target) fn le_words(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
     /// One note: header, name padded to 4, descriptor padded to 4.
     pub(in crate::target) fn note(name: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -174,14 +179,15 @@ pub(super) mod tests {
         out
     }
 
+    /// An `NT_FILE` note mapping (start, end, offset in pages, path).
     pub(in crate::target) fn nt_file(entries: &[(u64, u64, u64, &str)]) -> Vec<u8> {
-        let mut d = Vec::new();
-        d.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-        d.extend_from_slice(&4096u64.to_le_bytes());
+        note(b"CORE", 0x4649_4c45, &nt_file_desc(entries))
+    }
+
+    fn nt_file_desc(entries: &[(u64, u64, u64, &str)]) -> Vec<u8> {
+        let mut d = le_words(&[entries.len() as u64, 4096]);
         for &(s, e, pages, _) in entries {
-            for w in [s, e, pages] {
-                d.extend_from_slice(&w.to_le_bytes());
-            }
+            d.extend(le_words(&[s, e, pages]));
         }
         for &(_, _, _, p) in entries {
             d.extend_from_slice(p.as_bytes());
@@ -190,7 +196,12 @@ pub(super) mod tests {
         d
     }
 
+    /// An `NT_PRSTATUS` note of thread `tid` stopped with `rsp`.
     pub(in crate::target) fn nt_prstatus(tid: u32, rsp: u64) -> Vec<u8> {
+        note(b"CORE", 1, &prstatus_desc(tid, rsp))
+    }
+
+    fn prstatus_desc(tid: u32, rsp: u64) -> Vec<u8> {
         let mut d = vec![0u8; 336];
         d[PRSTATUS_PID..PRSTATUS_PID + 4].copy_from_slice(&tid.to_le_bytes());
         for i in 0..REGISTERS {
@@ -206,25 +217,18 @@ pub(super) mod tests {
         let mut prpsinfo = vec![0u8; 136];
         prpsinfo[PRPSINFO_FNAME][..4].copy_from_slice(b"prog");
         prpsinfo[PRPSINFO_PSARGS][..11].copy_from_slice(b"./prog -v 3");
-        let auxv: Vec<u8> = [AT_PHDR, 0x5000_0040, AT_EXECFN, 0x7ff0, 0, 0, 99, 99]
-            .iter()
-            .flat_map(|w| w.to_le_bytes())
-            .collect();
+        let auxv = le_words(&[AT_PHDR, 0x5000_0040, AT_EXECFN, 0x7ff0, 0, 0, 99, 99]);
         let segment = [
-            note(b"CORE", 1, &nt_prstatus(11, 0x7ffd_0000)),
+            nt_prstatus(11, 0x7ffd_0000),
             note(b"CORE", 3, &prpsinfo),
             note(b"LINUX", 0x202, &[1, 2, 3, 4]),
             note(b"CORE", 6, &auxv),
-            note(
-                b"CORE",
-                0x4649_4c45,
-                &nt_file(&[
-                    (0x5000_0000, 0x5000_1000, 0, "/bin/prog"),
-                    (0x5000_1000, 0x5000_3000, 1, "/bin/prog"),
-                    (0x7f00_0000, 0x7f00_1000, 0, "/lib/lib x.so (deleted)"),
-                ]),
-            ),
-            note(b"CORE", 1, &nt_prstatus(12, 0x7ffe_0000)),
+            nt_file(&[
+                (0x5000_0000, 0x5000_1000, 0, "/bin/prog"),
+                (0x5000_1000, 0x5000_3000, 1, "/bin/prog"),
+                (0x7f00_0000, 0x7f00_1000, 0, "/lib/lib x.so (deleted)"),
+            ]),
+            nt_prstatus(12, 0x7ffe_0000),
         ]
         .concat();
         let mut n = Notes::default();
@@ -254,7 +258,7 @@ pub(super) mod tests {
 
     #[test]
     fn refuses_counts_past_the_note() {
-        let mut huge = nt_file(&[(0x1000, 0x2000, 0, "/x")]);
+        let mut huge = nt_file_desc(&[(0x1000, 0x2000, 0, "/x")]);
         huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
         let mut n = Notes::default();
         let e = n
@@ -265,7 +269,7 @@ pub(super) mod tests {
             "{e}"
         );
 
-        let mut nameless = nt_file(&[(0x1000, 0x2000, 0, "/x")]);
+        let mut nameless = nt_file_desc(&[(0x1000, 0x2000, 0, "/x")]);
         nameless.truncate(nameless.len() - 3);
         nameless[..8].copy_from_slice(&1u64.to_le_bytes());
         let files = file_entries(&nameless).unwrap();

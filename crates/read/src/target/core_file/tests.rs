@@ -2,7 +2,7 @@
 //! read from the mapped files), the executable named by the notes.
 
 use super::*;
-use crate::target::core_notes::tests::{note, nt_file, nt_prstatus};
+use crate::target::core_notes::tests::{le_words, note, nt_file, nt_prstatus};
 
 /// A program header: type, flags, offset, vaddr, filesz, memsz.
 type Phdr = (u32, u32, u64, u64, u64, u64);
@@ -27,9 +27,7 @@ fn elf(e_type: u16, phdrs: &[Phdr], body: &[u8]) -> Vec<u8> {
     for &(kind, flags, offset, vaddr, filesz, memsz) in phdrs {
         out.extend_from_slice(&kind.to_le_bytes());
         out.extend_from_slice(&flags.to_le_bytes());
-        for w in [body_at + offset, vaddr, 0, filesz, memsz, 4] {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
+        out.extend(le_words(&[body_at + offset, vaddr, 0, filesz, memsz, 4]));
     }
     out.extend_from_slice(body);
     out
@@ -58,23 +56,16 @@ impl Drop for Scratch {
 /// 0x30000 holding the first 16 bytes of the file `lib` mapped at 0x30000 from offset 0, the
 /// rest of that mapping left out as gcore does.
 fn sample_core(lib: &str) -> Vec<u8> {
-    let auxv: Vec<u8> = [AT_PHDR, 0x10040, 0, 0]
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .collect();
+    let auxv = le_words(&[AT_PHDR, 0x10040, 0, 0]);
     let notes = [
-        note(b"CORE", 1, &nt_prstatus(100, 0x7ff0)),
-        note(b"CORE", 1, &nt_prstatus(101, 0x7fe0)),
+        nt_prstatus(100, 0x7ff0),
+        nt_prstatus(101, 0x7fe0),
         note(b"CORE", 6, &auxv),
-        note(
-            b"CORE",
-            0x4649_4c45,
-            &nt_file(&[
-                (0x10000, 0x11000, 0, "/bin/exe"),
-                (0x30000, 0x32000, 0, lib),
-                (0x32000, 0x33000, 2, lib),
-            ]),
-        ),
+        nt_file(&[
+            (0x10000, 0x11000, 0, "/bin/exe"),
+            (0x30000, 0x32000, 0, lib),
+            (0x32000, 0x33000, 2, lib),
+        ]),
     ]
     .concat();
     let loaded: Vec<u8> = (0u8..16).chain(100..116).collect();
@@ -285,12 +276,7 @@ fn opening_reports_paths_and_missing_notes() {
     assert!(e.to_string().contains("has no NT_FILE note"), "{e}");
 
     // Notes that name no executable: --exe is needed, and must be a file the core maps.
-    let anonymous = [note(
-        b"CORE",
-        0x4649_4c45,
-        &nt_file(&[(0x1000, 0x2000, 0, "/bin/a")]),
-    )]
-    .concat();
+    let anonymous = nt_file(&[(0x1000, 0x2000, 0, "/bin/a")]);
     let n = anonymous.len() as u64;
     let core = Scratch::new("no-exe", &elf(4, &[(4, 4, 0, 0, n, 0)], &anonymous));
     let e = open(&core.0, None).err().unwrap();
