@@ -20,6 +20,8 @@ use mem_trace_format::{
 const MAX_CAPACITY: u64 = 1 << 32;
 /// The most frames a reader accepts in one stack record.
 const MAX_FRAMES: u64 = 4096;
+/// The words of a slot array read at once (64Ki slots, 1.5 MiB).
+const SLOT_READ_WORDS: usize = 3 << 16;
 /// How many times `find_containing` reads a changing slot again before it gives up.
 const FIND_TRIES: u32 = 8;
 
@@ -207,7 +209,14 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             )));
         }
         let first = array + core::mem::size_of::<SlotArray>() as u64;
-        let words = read_words(self.mem, first, head.capacity as usize * 3)?;
+        // In pieces: a corrupt capacity then costs what the memory really holds before the
+        // first unreadable piece, not an allocation of 2^32 slots up front.
+        let total = head.capacity as usize * 3;
+        let mut words = Vec::new();
+        while words.len() < total {
+            let n = (total - words.len()).min(SLOT_READ_WORDS);
+            words.extend(read_words(self.mem, first + 8 * words.len() as u64, n)?);
+        }
         Ok(Some((first, words)))
     }
 

@@ -1,6 +1,7 @@
 //! `Tables::find_containing` never shows a torn slot as a block: over a memory whose slot
 //! changes between reads (as a running process's may while `process_vm_readv` copies it),
-//! the answer is a block both reads agree on, or `Error::Changing`.
+//! the answer is a block both reads agree on, or `Error::Changing`; and a corrupt slot array
+//! costs an error, not a huge read.
 //!
 //! The tables are built by hand from docs/LAYOUT.md: a header, the shard array with one slot
 //! array, a stack store with one published stack.
@@ -27,6 +28,8 @@ type Slot = (u64, u64, u32);
 /// the array (a scan or a re-read of the slot).
 struct Image<F: Fn(u32) -> Slot> {
     regions: Vec<(u64, Vec<u8>)>,
+    /// The slot array's capacity word (1: the array holds one slot).
+    capacity: u64,
     slot: F,
     reads: Cell<u32>,
 }
@@ -62,6 +65,7 @@ impl<F: Fn(u32) -> Slot> Image<F> {
                 (DIR_CHUNK, words(&[0, RECORD])),
                 (RECORD, words(&[1, 0x0040_1122])),
             ],
+            capacity: 1,
             slot,
             reads: Cell::new(0),
         }
@@ -82,7 +86,13 @@ impl<F: Fn(u32) -> Slot> Memory for Image<F> {
                 self.reads.set(n + 1);
             }
             let (a, size, stack) = (self.slot)(n);
-            let bytes = words(&[1, 0, a, pack_size_thread(size, 1), pack_seq_id(7, stack)]);
+            let bytes = words(&[
+                self.capacity,
+                0,
+                a,
+                pack_size_thread(size, 1),
+                pack_seq_id(7, stack),
+            ]);
             buf.copy_from_slice(&bytes[(addr - ARRAY) as usize..(end - ARRAY) as usize]);
             return Ok(());
         }
@@ -160,5 +170,17 @@ fn a_stack_id_not_published_is_not_shown() {
     assert!(matches!(
         find(&image, BLOCK + 10),
         Err(Error::Changing { .. })
+    ));
+}
+
+#[test]
+fn a_corrupt_capacity_fails_without_reading_it_all_at_once() {
+    // 2^32 slots are 96 GiB of words: reading them in one piece would abort on the
+    // allocation; read in pieces, the first unreadable one ends it.
+    let mut image = Image::new(|_| (BLOCK, 64, 1));
+    image.capacity = 1 << 32;
+    assert!(matches!(
+        find(&image, BLOCK + 10),
+        Err(Error::Unreadable(u)) if u.addr == ARRAY + 16
     ));
 }

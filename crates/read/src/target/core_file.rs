@@ -5,7 +5,9 @@
 //! not hold (bytes past its `p_filesz`, or a whole mapping gdb's `gcore` left out: unmodified
 //! code and read-only data of mapped files) is read from the file `NT_FILE` names for that
 //! address, at its offset; anonymous memory the core lacks is unreadable. Every size and
-//! count comes from the file and is checked against the file's length before use.
+//! count comes from the file and is checked against the file's length before use. (A core cut
+//! shorter while it is being read, by whatever is still writing it, would fault on access past
+//! its new end: cores are read once written.)
 
 use super::core_notes::{FileEntry, Notes, AT_EXECFN, AT_PHDR};
 use super::modules::{self, Policy};
