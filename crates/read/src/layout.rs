@@ -243,7 +243,7 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
     /// (they are not copied at once), so the copy could join one block's address to another's
     /// size or stack. The slot found is read again, and the block is accepted only when both
     /// reads agree and its stack id is published (docs/LAYOUT.md "Publication": an id is
-    /// stored only after its stack); otherwise the search starts over, up to [`FIND_TRIES`]
+    /// stored only after its stack); otherwise the search starts over, up to `FIND_TRIES`
     /// times, then fails with [`Error::Changing`] rather than show a torn block.
     pub fn find_containing(&self, addr: u64) -> Result<Option<Block>, Error> {
         for _ in 0..FIND_TRIES {
