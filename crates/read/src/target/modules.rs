@@ -230,7 +230,8 @@ pub(super) fn resolve(
             .path
             .to_string_lossy()
             .ends_with(super::maps::DELETED);
-        let mut last_error = None;
+        // The first candidate's failure says most: the file the target names.
+        let mut first_error = None;
         for path in &candidates {
             match read_file(path) {
                 Ok(disk) => match (&loaded.build_id, &disk.build_id) {
@@ -247,7 +248,7 @@ pub(super) fn resolve(
                             return Err(e);
                         }
                         changed = true;
-                        last_error = Some(e);
+                        first_error.get_or_insert(e);
                     }
                     _ => {
                         if let Some(value) = disk.header {
@@ -257,12 +258,14 @@ pub(super) fn resolve(
                         break;
                     }
                 },
-                Err(error) => last_error = Some(TargetError::io(path, error)),
+                Err(error) => {
+                    first_error.get_or_insert(TargetError::io(path, error));
+                }
             }
         }
         if module.file.is_none() {
             if is_library(&module) && problem.is_none() {
-                problem = last_error;
+                problem = first_error;
             }
             // A file that cannot be opened is still named, so that symbolizing says why;
             // one known to differ from what was loaded is not read at all.
