@@ -20,6 +20,10 @@ use mem_trace_format::{
 const MAX_CAPACITY: u64 = 1 << 32;
 /// The most frames a reader accepts in one stack record.
 const MAX_FRAMES: u64 = 4096;
+/// The words of a slot array read at once (64Ki slots, 1.5 MiB).
+const SLOT_READ_WORDS: usize = 3 << 16;
+/// How many times `find_containing` reads a changing slot again before it gives up.
+const FIND_TRIES: u32 = 8;
 
 /// Why the tables could not be read.
 #[derive(Debug, PartialEq, Eq)]
@@ -36,6 +40,14 @@ pub enum Error {
     },
     /// A value the contract rules out.
     Corrupt(String),
+    /// The slot of the block containing `addr` changed under every read: a running process
+    /// rewrote it each time (or, in a core, it names a stack that was never published).
+    Changing {
+        /// The address asked about.
+        addr: u64,
+        /// The reads made.
+        tries: u32,
+    },
     /// Memory that could not be read.
     Unreadable(Unreadable),
 }
@@ -51,6 +63,10 @@ impl fmt::Display for Error {
                 "the process writes layout version {found}, this reader knows version {VERSION}: use the mem-trace build that traced it"
             ),
             Error::Corrupt(what) => write!(f, "corrupt mem-trace tables: {what}"),
+            Error::Changing { addr, tries } => write!(
+                f,
+                "the block containing {addr:#x} was being changed by the process during each of {tries} reads: ask again"
+            ),
             Error::Unreadable(u) => write!(f, "{u}"),
         }
     }
@@ -95,6 +111,13 @@ pub struct Thread {
     pub allocated_bytes: u64,
     /// Profiler builds: the address of its cache of counter deltas (0: none).
     pub counters: u64,
+}
+
+/// One search of `find_containing`: a block (or none) read consistently, or a slot that
+/// changed while it was read.
+enum Found {
+    Stable(Option<Block>),
+    Changing,
 }
 
 /// The tables of one process, read through `mem`.
@@ -171,11 +194,12 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         Ok(t)
     }
 
-    /// Every block in shard `index`, in slot order.
-    pub fn shard_blocks(&self, index: usize) -> Result<Vec<Block>, Error> {
+    /// The slot array of shard `index`: where its first slot is, and its slots' words, three
+    /// per slot; `None` while the shard has never held a block.
+    fn slots(&self, index: usize) -> Result<Option<(u64, Vec<u64>)>, Error> {
         let array = self.shard(index)?.array.into_inner() as u64;
         if array == 0 {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let head: SlotArray = read_plain(self.mem, array)?;
         if head.capacity == 0 || head.capacity > MAX_CAPACITY {
@@ -184,11 +208,23 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
                 head.capacity
             )));
         }
-        let words = read_words(
-            self.mem,
-            array + core::mem::size_of::<SlotArray>() as u64,
-            head.capacity as usize * 3,
-        )?;
+        let first = array + core::mem::size_of::<SlotArray>() as u64;
+        // In pieces: a corrupt capacity then costs what the memory really holds before the
+        // first unreadable piece, not an allocation of 2^32 slots up front.
+        let total = head.capacity as usize * 3;
+        let mut words = Vec::new();
+        while words.len() < total {
+            let n = (total - words.len()).min(SLOT_READ_WORDS);
+            words.extend(read_words(self.mem, first + 8 * words.len() as u64, n)?);
+        }
+        Ok(Some((first, words)))
+    }
+
+    /// Every block in shard `index`, in slot order.
+    pub fn shard_blocks(&self, index: usize) -> Result<Vec<Block>, Error> {
+        let Some((_, words)) = self.slots(index)? else {
+            return Ok(Vec::new());
+        };
         let mut blocks: Vec<Block> = words
             .chunks_exact(3)
             .filter(|s| s[0] > SLOT_MOVING)
@@ -202,7 +238,27 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
 
     /// The live block that contains `addr`, reading only the shards it can be in: its region's,
     /// the region before's, and the large-block shard.
+    ///
+    /// A running process may rewrite a slot while `process_vm_readv` copies its three words
+    /// (they are not copied at once), so the copy could join one block's address to another's
+    /// size or stack. The slot found is read again, and the block is accepted only when both
+    /// reads agree and its stack id is published (docs/LAYOUT.md "Publication": an id is
+    /// stored only after its stack); otherwise the search starts over, up to `FIND_TRIES`
+    /// times, then fails with [`Error::Changing`] rather than show a torn block.
     pub fn find_containing(&self, addr: u64) -> Result<Option<Block>, Error> {
+        for _ in 0..FIND_TRIES {
+            match self.find_containing_once(addr)? {
+                Found::Stable(block) => return Ok(block),
+                Found::Changing => continue,
+            }
+        }
+        Err(Error::Changing {
+            addr,
+            tries: FIND_TRIES,
+        })
+    }
+
+    fn find_containing_once(&self, addr: u64) -> Result<Found, Error> {
         let region = addr >> REGION_SHIFT;
         let mut shards = vec![shard_of(region), LARGE_SHARD];
         if region > 0 {
@@ -211,13 +267,26 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         shards.sort_unstable();
         shards.dedup();
         for i in shards {
-            if let Some(b) = self.shard_blocks(i)?.into_iter().find(|b| b.contains(addr)) {
-                return Ok(Some(b));
+            let Some((first, words)) = self.slots(i)? else {
+                continue;
+            };
+            let hit = words.chunks_exact(3).enumerate().find(|(_, s)| {
+                s[0] > SLOT_MOVING && Block::unpack(s[0], s[1], s[2]).contains(addr)
+            });
+            if let Some((slot, seen)) = hit {
+                let size = core::mem::size_of::<mem_trace_format::Slot>() as u64;
+                let again = read_words(self.mem, first + size * slot as u64, 3)?;
+                let block = Block::unpack(seen[0], seen[1], seen[2]);
+                let published = block.stack == 0 || self.stack_record(block.stack)?.is_some();
+                return Ok(if again == seen && published {
+                    Found::Stable(Some(block))
+                } else {
+                    Found::Changing
+                });
             }
         }
-        Ok(None)
+        Ok(Found::Stable(None))
     }
-
     /// The address of entry `index` in a chunked directory at `dir` (the stack store's and the
     /// thread table's: chunk `index >> bits` holds entries of `size` bytes); `None` while its
     /// chunk is not published.
@@ -241,9 +310,8 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         Ok(n)
     }
 
-    /// The return addresses of stack `id`, innermost first; `None` for id 0 or an id not
-    /// published yet.
-    pub fn stack(&self, id: u32) -> Result<Option<Vec<u64>>, Error> {
+    /// The address of stack `id`'s record; `None` for id 0 or an id not published yet.
+    fn stack_record(&self, id: u32) -> Result<Option<u64>, Error> {
         if id == 0 || u64::from(id) > self.stack_count()? {
             return Ok(None);
         }
@@ -252,9 +320,15 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             return Ok(None);
         };
         let record = read_plain::<u64>(self.mem, slot)?;
-        if record == 0 {
+        Ok((record != 0).then_some(record))
+    }
+
+    /// The return addresses of stack `id`, innermost first; `None` for id 0 or an id not
+    /// published yet.
+    pub fn stack(&self, id: u32) -> Result<Option<Vec<u64>>, Error> {
+        let Some(record) = self.stack_record(id)? else {
             return Ok(None);
-        }
+        };
         let n = read_plain::<u64>(self.mem, record)?;
         if n > MAX_FRAMES {
             return Err(Error::Corrupt(format!("stack {id} has {n} frames")));

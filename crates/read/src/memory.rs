@@ -78,6 +78,37 @@ impl Process {
     }
 }
 
+impl Process {
+    /// One `process_vm_readv` of `buf` at `addr`: the bytes copied, or the errno.
+    fn read_once(&self, addr: u64, buf: &mut [u8]) -> Result<usize, i32> {
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` is our own writable buffer of that length; the remote side is
+        // only read, by the kernel, which checks it.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        match n {
+            n if n > 0 => Ok(n as usize),
+            0 => Err(libc::EFAULT),
+            _ => Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EFAULT)),
+        }
+    }
+
+    /// Whether this process may be read at all: reads one byte at `addr` (an address that is
+    /// mapped and readable) and returns the errno of a failure: `EPERM` when ptrace rules
+    /// forbid it, `ESRCH` when the process is gone.
+    pub(crate) fn probe(&self, addr: u64) -> Result<(), i32> {
+        self.read_once(addr, &mut [0u8]).map(drop)
+    }
+}
+
 impl Memory for Process {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
         let fail = Unreadable {
@@ -86,21 +117,9 @@ impl Memory for Process {
         };
         let mut done = 0;
         while done < buf.len() {
-            let local = libc::iovec {
-                iov_base: buf[done..].as_mut_ptr().cast(),
-                iov_len: buf.len() - done,
-            };
-            let remote = libc::iovec {
-                iov_base: (addr + done as u64) as *mut libc::c_void,
-                iov_len: buf.len() - done,
-            };
-            // SAFETY: `local` is our own writable buffer of that length; the remote side is
-            // only read, by the kernel, which checks it.
-            let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
-            if n <= 0 {
-                return Err(fail);
-            }
-            done += n as usize;
+            done += self
+                .read_once(addr.wrapping_add(done as u64), &mut buf[done..])
+                .map_err(|_| fail)?;
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 use super::SymError;
 
 /// A read-only private mapping of a whole file; unmapped on drop.
-pub(super) struct Mapping {
+pub(crate) struct Mapping {
     pub(super) ptr: *mut libc::c_void,
     pub(super) len: usize,
 }
@@ -15,7 +15,7 @@ unsafe impl Send for Mapping {}
 
 impl Mapping {
     /// Maps the file at `path` (no NUL byte allowed in it).
-    pub(super) fn open(path: &[u8]) -> Result<Mapping, SymError> {
+    pub(crate) fn open(path: &[u8]) -> Result<Mapping, SymError> {
         if path.contains(&0) {
             return Err(SymError::BadPath);
         }
@@ -69,6 +69,12 @@ impl Mapping {
             return Err(SymError::Map(last_errno()));
         }
         Ok(Mapping { ptr, len })
+    }
+
+    /// The mapped bytes, for as long as the mapping lives.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: the slice borrows `self`, so it cannot outlive the mapping.
+        unsafe { self.bytes() }
     }
 
     /// The mapped bytes, with a lifetime the borrow checker cannot see.

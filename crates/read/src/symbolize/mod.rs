@@ -23,7 +23,7 @@ mod debug_files;
 mod demangle;
 mod dwarf;
 mod loaded;
-mod mapping;
+pub(crate) mod mapping;
 #[cfg(test)]
 mod tests;
 
@@ -110,6 +110,9 @@ pub enum SymError {
     Elf(object::Error),
     /// Neither debug info nor any symbol covers the address.
     NoSymbol,
+    /// The module's file was deleted or replaced since it was loaded, and the file as loaded
+    /// cannot be opened (a reader outside the process: see `target::Symbols`).
+    FileChanged,
 }
 
 impl fmt::Display for SymError {
@@ -123,6 +126,9 @@ impl fmt::Display for SymError {
             SymError::Map(e) => write!(f, "cannot map module file (errno {e})"),
             SymError::Elf(e) => write!(f, "malformed ELF file: {e}"),
             SymError::NoSymbol => f.write_str("no debug info or symbol for the address"),
+            SymError::FileChanged => {
+                f.write_str("module file deleted or replaced since it was loaded")
+            }
         }
     }
 }

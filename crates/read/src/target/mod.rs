@@ -1,0 +1,159 @@
+//! What a reader outside the traced process reads: a running process (never stopped) or a
+//! core file, with the modules it had loaded, its mappings, its threads, and where its
+//! `MEM_TRACE_HEADER` is.
+//!
+//! The types here are the contract between the target's sources (this module) and what
+//! answers from them (the answers, the leak scan's roots, the `mem-trace` command).
+//!
+//! - `process`: a running process (`/proc/PID/maps` parsed by `maps`), read with
+//!   `process_vm_readv` and never stopped;
+//! - `core_file`: an ELF core file (its notes decoded by `core_notes`) as memory;
+//! - `modules`: the ELF modules among the mappings, their bias, the files to read them from
+//!   (checked against the build id in memory) and `MEM_TRACE_HEADER`;
+//! - [`Symbols`]: return addresses to frames over the target's modules;
+//! - [`TargetError`]: every way opening fails, each one line saying what to do.
+
+mod core_file;
+mod core_notes;
+mod errors;
+mod maps;
+mod modules;
+mod process;
+mod symbols;
+
+pub use errors::TargetError;
+pub use symbols::Symbols;
+
+use crate::layout::Tables;
+use crate::memory::Memory;
+use std::path::PathBuf;
+
+/// Which target to open, as the user named it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A running process, read with `process_vm_readv` and never stopped.
+    Pid(i32),
+    /// A core file; `exe` is the executable when the core's own notes do not name it.
+    Core {
+        /// The core file.
+        core: PathBuf,
+        /// The executable that dumped it (`--exe`).
+        exe: Option<PathBuf>,
+    },
+}
+
+/// One loaded ELF module (executable or shared object) of the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// The file it was loaded from, as the target names it.
+    pub path: PathBuf,
+    /// First address of its mappings.
+    pub start: u64,
+    /// One past its last mapped address.
+    pub end: u64,
+    /// Load bias: address in the target = address stated in the file + `bias`.
+    pub bias: u64,
+    /// The file its symbols are read from: `path` itself, the executable given with `--exe`,
+    /// or `/proc/PID/map_files/..` for a file deleted or replaced since it was loaded. `None`
+    /// when the file on disk is known to differ from what was loaded and the loaded one
+    /// cannot be opened.
+    pub file: Option<PathBuf>,
+}
+
+/// One mapping of the target's address space.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Readable.
+    pub read: bool,
+    /// Writable.
+    pub write: bool,
+    /// Executable.
+    pub exec: bool,
+    /// Offset in the mapped file (0 for anonymous memory).
+    pub offset: u64,
+    /// The mapped file, or the kernel's pseudo name (`[stack]`, `[heap]`, ...); empty for
+    /// anonymous memory.
+    pub name: String,
+}
+
+/// One thread of the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadState {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Its stack pointer, when known (a core's `NT_PRSTATUS`; not for a running process,
+    /// which is never stopped to ask).
+    pub sp: Option<u64>,
+    /// Its general registers as words (`NT_PRSTATUS`), empty when unknown.
+    pub registers: Vec<u64>,
+}
+
+/// An opened target.
+pub struct Target {
+    memory: Box<dyn Memory>,
+    header: u64,
+    modules: Vec<Module>,
+    mappings: Vec<Mapping>,
+    threads: Vec<ThreadState>,
+    name: String,
+    live: bool,
+}
+
+impl Target {
+    /// Opens `source`, locates its header and checks the header's magic and version.
+    pub fn open(source: &Source) -> Result<Target, TargetError> {
+        let target = match source {
+            Source::Pid(pid) => process::open(*pid)?,
+            Source::Core { core, exe } => core_file::open(core, exe.as_deref())?,
+        };
+        Tables::open(target.memory(), target.header)?;
+        Ok(target)
+    }
+
+    /// Its memory.
+    pub fn memory(&self) -> &dyn Memory {
+        &*self.memory
+    }
+
+    /// The address of `MEM_TRACE_HEADER`.
+    pub fn header(&self) -> u64 {
+        self.header
+    }
+
+    /// The loaded modules, by start address.
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// The module whose mappings contain `addr`.
+    pub fn module_of(&self, addr: u64) -> Option<&Module> {
+        self.modules
+            .iter()
+            .find(|m| m.start <= addr && addr < m.end)
+    }
+
+    /// The mappings, by start address.
+    pub fn mappings(&self) -> &[Mapping] {
+        &self.mappings
+    }
+
+    /// The threads: every thread of a core with its registers; a running process's threads
+    /// without them.
+    pub fn threads(&self) -> &[ThreadState] {
+        &self.threads
+    }
+
+    /// How to name it in a message: `process 1234 (prog)`, `core file core.1234 (prog)`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A running process (answers may change between two reads) rather than a core.
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+}
