@@ -77,9 +77,35 @@ fn build_library() -> Result<PathBuf, String> {
 
 /// `cargo build --release --features FEATURE --lib`, into `target_dir` when given.
 fn build_library_in(feature: &str, target: Option<PathBuf>) -> Result<PathBuf, String> {
+    cargo_build(&["--features", feature, "--lib"], target, "libmem_trace.so")
+}
+
+/// The `mem-trace` binary, built (release) beside the profiler build of the library in
+/// `target/profiler/release/`, where `mem-trace run` finds the library and the library finds
+/// the binary that draws its flame graphs. Built once per test process.
+pub fn mem_trace_binary() -> &'static Path {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    profiler_library();
+    let built = BINARY.get_or_init(|| {
+        cargo_build(
+            &["-p", "mem-trace-cli", "--bin", "mem-trace"],
+            Some(target_dir().join("profiler")),
+            "mem-trace",
+        )
+    });
+    match built {
+        Ok(path) => path,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// `cargo build --release ARGS` (into `target` when given); the path of `file` it built in
+/// `release/`.
+fn cargo_build(args: &[&str], target: Option<PathBuf>, file: &str) -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(&cargo);
-    cmd.args(["build", "--release", "--features", feature, "--lib"])
+    cmd.args(["build", "--release"])
+        .args(args)
         .current_dir(manifest_dir());
     if let Some(dir) = &target {
         cmd.arg("--target-dir").arg(dir);
@@ -90,22 +116,19 @@ fn build_library_in(feature: &str, target: Option<PathBuf>) -> Result<PathBuf, S
         .map_err(|e| format!("mem-trace tests: cannot run `{shown}`: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "mem-trace tests: building the tracer failed ({}):\n  {shown}\n----- cargo stderr -----\n{}",
+            "mem-trace tests: building {file} failed ({}):\n  {shown}\n----- cargo stderr -----\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let so = target
-        .unwrap_or_else(target_dir)
-        .join("release")
-        .join("libmem_trace.so");
-    if !so.is_file() {
+    let built = target.unwrap_or_else(target_dir).join("release").join(file);
+    if !built.is_file() {
         return Err(format!(
             "mem-trace tests: `{shown}` succeeded but {} does not exist",
-            so.display()
+            built.display()
         ));
     }
-    Ok(so)
+    Ok(built)
 }
 
 /// A compiled fixture.
