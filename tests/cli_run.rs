@@ -149,6 +149,57 @@ fn a_death_by_signal_is_passed_through() {
     }
 }
 
+/// A Ctrl-C at the terminal (SIGINT to the whole foreground group) is the program's to handle:
+/// `mem-trace` ignores SIGINT while the program runs (one sent to it alone does nothing), and
+/// when the program dies of it, dies of it too.
+#[test]
+fn ctrl_c_goes_to_the_program() {
+    let d = scratch("ctrl-c");
+    let mut child = Command::new(mem_trace_binary())
+        .args(["run", "-o", "out", "sleep", "30"])
+        .current_dir(&d)
+        .env_remove("LD_PRELOAD")
+        .env_remove("MEM_TRACE_LIB")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let wait = |child: &mut std::process::Child, ms: u64| {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if start.elapsed() > std::time::Duration::from_millis(ms) {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    // Wait until the program runs (its report directory is made just before).
+    assert!(wait(&mut child, 500).is_none(), "mem-trace ended early");
+    // SAFETY: signals the process this test started.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    let after_own = wait(&mut child, 500);
+    // SAFETY: signals the process group this test started (mem-trace and the program).
+    unsafe { libc::kill(-pid, libc::SIGINT) };
+    let status = wait(&mut child, 30_000);
+    if status.is_none() {
+        // SAFETY: as above; the test has failed, nothing is left behind.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+    assert!(
+        after_own.is_none(),
+        "a SIGINT to mem-trace alone ended it: {after_own:?}"
+    );
+    assert_eq!(
+        status.and_then(|s| s.signal()),
+        Some(libc::SIGINT),
+        "{status:?}"
+    );
+}
+
 /// Bytes of every value, piped through `cat` under the tracer: stdout is stdin, byte for byte,
 /// and nothing of mem-trace's is on it.
 #[test]
