@@ -13,6 +13,9 @@
 //!
 //! The binary (`src/main.rs`) parses the command line and calls [`dispatch`].
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod cli;
 pub mod dhat;
 pub mod error;
