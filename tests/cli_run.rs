@@ -65,19 +65,7 @@ impl Run {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        // SAFETY: runs in the forked child before exec; setrlimit is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                let none = libc::rlimit {
-                    rlim_cur: 0,
-                    rlim_max: 0,
-                };
-                if libc::setrlimit(libc::RLIMIT_CORE, &none) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        common::no_core_dump(&mut cmd);
         run_with_timeout(
             cmd,
             &self.cwd.join("mem-trace"),
@@ -296,25 +284,29 @@ fn the_report_its_folded_stacks_flame_graph_and_leaks_are_in_the_directory() {
     );
 }
 
+/// `mem-trace run --profile -o out run_modes quiet-children MS`, a report every 0.2 s.
+fn profiled_quiet_children(name: &str, ms: &str) -> Run {
+    let f = modes();
+    let args: [&dyn AsRef<std::ffi::OsStr>; 7] = [
+        &"run",
+        &"--profile",
+        &"-o",
+        &"out",
+        &f.bin,
+        &"quiet-children",
+        &ms,
+    ];
+    let mut r = Run::new(name, &args);
+    r.env.push(("MEM_TRACE_PROFILE_INTERVAL", "0.2".into()));
+    r
+}
+
 /// With `--profile`, periodic reports too, each drawn by the library in a child process the
 /// program cannot see: no SIGCHLD, nothing for its `waitpid(-1)` to reap (a child of its own,
 /// the control, is seen both ways).
 #[test]
 fn periodic_flame_graphs_are_drawn_unseen_by_the_program() {
-    let f = modes();
-    let mut r = Run::new(
-        "periodic",
-        &[
-            &"run",
-            &"--profile",
-            &"-o",
-            &"out",
-            &f.bin,
-            &"quiet-children",
-            &"1200",
-        ],
-    );
-    r.env.push(("MEM_TRACE_PROFILE_INTERVAL", "0.2".into()));
+    let r = profiled_quiet_children("periodic", "1200");
     let out = r.run();
     assert!(out.success(), "{}", out.describe());
     assert_eq!(
@@ -334,7 +326,7 @@ fn periodic_flame_graphs_are_drawn_unseen_by_the_program() {
         assert!(read(&svg).contains("keep_site"), "{}", svg.display());
     }
     assert!(
-        !out.stderr.contains("no flame graphs"),
+        !out.stderr.contains("mem-trace: no flame graph"),
         "{}",
         out.describe()
     );
@@ -344,25 +336,12 @@ fn periodic_flame_graphs_are_drawn_unseen_by_the_program() {
 /// `run` draws the flame graphs afterwards.
 #[test]
 fn without_the_binary_beside_the_library_the_folded_stacks_stay() {
-    let f = modes();
-    let mut r = Run::new(
-        "lib-alone",
-        &[
-            &"run",
-            &"--profile",
-            &"-o",
-            &"out",
-            &f.bin,
-            &"quiet-children",
-            &"700",
-        ],
-    );
+    let mut r = profiled_quiet_children("lib-alone", "700");
     let lib_dir = r.cwd.join("lib");
     fs::create_dir_all(&lib_dir).unwrap();
     let lib = lib_dir.join("libmem_trace.so");
     fs::copy(profiler_library(), &lib).unwrap();
     r.env.push(("MEM_TRACE_LIB", lib.into()));
-    r.env.push(("MEM_TRACE_PROFILE_INTERVAL", "0.2".into()));
     let out = r.run();
     assert!(out.success(), "{}", out.describe());
     let notes = out.stderr.matches("mem-trace: no flame graphs: ").count();

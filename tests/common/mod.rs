@@ -377,6 +377,24 @@ pub fn run_with_timeout(
     }
 }
 
+/// Runs `cmd` with `RLIMIT_CORE` 0, so that a program that dies of a signal leaves no core file.
+pub fn no_core_dump(cmd: &mut Command) {
+    // SAFETY: runs in the forked child before exec; setrlimit is async-signal-safe and touches
+    // no memory of the parent's.
+    unsafe {
+        cmd.pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::setrlimit(libc::RLIMIT_CORE, &none) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// How to run a program for a plain-vs-preloaded comparison.
 #[derive(Debug, Clone, Default)]
 pub struct Job {
@@ -433,20 +451,7 @@ impl Job {
             cmd.current_dir(cwd);
         }
         if self.no_core_dump {
-            // SAFETY: runs in the forked child before exec; setrlimit is async-signal-safe
-            // and touches no memory of the parent's.
-            unsafe {
-                cmd.pre_exec(|| {
-                    let none = libc::rlimit {
-                        rlim_cur: 0,
-                        rlim_max: 0,
-                    };
-                    if libc::setrlimit(libc::RLIMIT_CORE, &none) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            no_core_dump(&mut cmd);
         }
         let suffix = if preload { "preload" } else { "plain" };
         let log_base = dir.join(format!("{}.{suffix}", self.label));
