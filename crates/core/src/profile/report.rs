@@ -6,6 +6,11 @@
 //! peaks (global, per thread, and the stacks held at the global peak) and the leak check,
 //! whose groups come biggest first, as LSan and memcheck list them.
 //!
+//! With `MEM_TRACE_OUT`, the report's ranking is also written as folded stacks, `X.folded`
+//! beside the report's `X.txt` (one line a stack, its value the ranking's count, symbolized
+//! once for both files, and a last `[N other stacks]` line for what the ranking left out, so
+//! that the graph keeps the scale of the whole), and drawn as `X.svg` (`svg`).
+//!
 //! Everything is computed first (rankings, the leak scan: arena memory, no lock the
 //! allocation path waits on for long), then written while symbolizing in the scratch region
 //! (`report::frames`), never while holding anything an allocating thread needs.
