@@ -75,9 +75,11 @@ fn build_library() -> Result<PathBuf, String> {
     build_library_in("tracer", None)
 }
 
-/// `cargo build --release --features FEATURE --lib`, into `target_dir` when given.
+/// `cargo build --release -p mem-trace --features FEATURE --lib`, into `target_dir` when
+/// given (the root package alone: the workspace's other libraries are not the preload).
 fn build_library_in(feature: &str, target: Option<PathBuf>) -> Result<PathBuf, String> {
-    cargo_build(&["--features", feature, "--lib"], target, "libmem_trace.so")
+    let args = ["-p", "mem-trace", "--features", feature, "--lib"];
+    cargo_build(&args, target, "libmem_trace.so")
 }
 
 /// The `mem-trace` binary, built (release) beside the profiler build of the library in
