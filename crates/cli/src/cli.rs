@@ -321,7 +321,7 @@ impl FlamegraphArgs {
 valgrind) with its Load button. Per stack: bytes and blocks ever allocated (Total), live at the \
 global peak (At t-gmax) and live now (At t-end); times are counted in allocation events. \
 mem-trace keeps no block lifetimes and no per-stack maximum: the viewer shows the lifetimes as \
-NaN, and Max is the larger of the at-peak and live-now counts, a lower bound."
+NaN, and Max is a lower bound (the most of at-peak, live now, and one block of average size)."
 )]
 pub struct DhatArgs {
     /// The target.

@@ -14,7 +14,7 @@
 //! | `tb`, `tbk` | bytes, blocks ever allocated ("Total") | the same: `total_bytes`, `total_blocks` |
 //! | `gb`, `gbk` | live at the global peak ("At t-gmax") | the same: `peak_bytes`, `peak_blocks` (since the last reset) |
 //! | `eb`, `ebk` | live at the end ("At t-end") | live now: `live_bytes`, `live_blocks` (the end, for a core of an exiting process) |
-//! | `mb`, `mbk` | the most this point held at once ("Max") | not kept: the larger of at-peak and now, a lower bound |
+//! | `mb`, `mbk` | the most this point held at once ("Max") | not kept: a lower bound, the most of at-peak, now, and one block of the average size (the largest block was at least that, and was live once) |
 //! | `tl` | total lifetime of its blocks | not kept: left out, so the viewer shows "NaN" rather than a made-up 0 |
 //! | `rb`, `wb`, `acc` | reads, writes, access histogram | not kept: `bkacc` is false, so the viewer hides them |
 //!
@@ -85,7 +85,7 @@ struct ProgramPoint {
     tb: u64,
     /// Blocks ever allocated.
     tbk: u64,
-    /// The most held at once: not kept; the larger of `gb` and `eb`, a lower bound.
+    /// The most held at once: not kept; a lower bound (see [`max_lower_bound`]).
     mb: u64,
     /// The blocks that went with `mb`.
     mbk: u64,
@@ -141,7 +141,7 @@ fn program_point(s: &Stack, fs: Vec<usize>) -> ProgramPoint {
         stacks::positive(c.live_bytes),
         stacks::positive(c.live_blocks),
     );
-    let (mb, mbk) = if gb >= eb { (gb, gbk) } else { (eb, ebk) };
+    let (mb, mbk) = max_lower_bound(c);
     ProgramPoint {
         tb: c.total_bytes,
         tbk: c.total_blocks,
@@ -153,6 +153,24 @@ fn program_point(s: &Stack, fs: Vec<usize>) -> ProgramPoint {
         ebk,
         fs,
     }
+}
+
+/// The most a stack is known to have held at once, with its blocks: what it held at the global
+/// peak or holds now, or one block of its average size (its largest block was at least that
+/// big, and was live once), whichever is the most bytes.
+fn max_lower_bound(c: &mem_trace_format::Counts) -> (u64, u64) {
+    let now = (
+        stacks::positive(c.live_bytes),
+        stacks::positive(c.live_blocks),
+    );
+    let one_block = match c.total_blocks {
+        0 => (0, 0),
+        n => (c.total_bytes / n, 1),
+    };
+    [(c.peak_bytes, c.peak_blocks), now, one_block]
+        .into_iter()
+        .max_by_key(|&(bytes, _)| bytes)
+        .unwrap_or_default()
 }
 
 /// A stack's frames as DHAT's strings, innermost first. A stack recorded without frames gets
@@ -353,12 +371,18 @@ mod tests {
             (pp["eb"].as_u64(), pp["ebk"].as_u64()),
             (Some(100), Some(2))
         );
-        // No per-stack maximum: the larger of at-peak and now.
+        // No per-stack maximum: the most of at-peak, now, and one block of the average size.
         assert_eq!(
             (pp["mb"].as_u64(), pp["mbk"].as_u64()),
             (Some(200), Some(4))
         );
         assert_eq!(v["pps"][2]["mb"].as_u64(), Some(50));
+        let churn = Counts {
+            total_bytes: 3 << 20,
+            total_blocks: 3,
+            ..Counts::default()
+        };
+        assert_eq!(max_lower_bound(&churn), (1 << 20, 1));
         // No lifetimes: left out, not a made-up 0.
         assert!(pp.get("tl").is_none());
     }
