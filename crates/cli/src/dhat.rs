@@ -219,7 +219,7 @@ fn frame(out: &mut Vec<String>, f: &Frame) {
 /// `mem-trace dhat TARGET -o FILE`.
 pub fn command(args: &DhatArgs) -> Result<()> {
     let target = args.target.open()?;
-    let profile = stacks::read(&target, None, false)?;
+    let profile = stacks::read(&target, None)?;
     let (cmd, pid) = match args.target.source() {
         Source::Pid(pid) => (
             command_line(pid).unwrap_or_else(|| target.name().into()),
