@@ -75,11 +75,39 @@ fn build_library() -> Result<PathBuf, String> {
     build_library_in("tracer", None)
 }
 
-/// `cargo build --release --features FEATURE --lib`, into `target_dir` when given.
+/// `cargo build --release -p mem-trace --features FEATURE --lib`, into `target_dir` when
+/// given (the root package alone: the workspace's other libraries are not the preload).
 fn build_library_in(feature: &str, target: Option<PathBuf>) -> Result<PathBuf, String> {
+    let args = ["-p", "mem-trace", "--features", feature, "--lib"];
+    cargo_build(&args, target, "libmem_trace.so")
+}
+
+/// The `mem-trace` binary, built (release) beside the profiler build of the library in
+/// `target/profiler/release/`, where `mem-trace run` finds the library and the library finds
+/// the binary that draws its flame graphs. Built once per test process.
+pub fn mem_trace_binary() -> &'static Path {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    profiler_library();
+    let built = BINARY.get_or_init(|| {
+        cargo_build(
+            &["-p", "mem-trace-cli", "--bin", "mem-trace"],
+            Some(target_dir().join("profiler")),
+            "mem-trace",
+        )
+    });
+    match built {
+        Ok(path) => path,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// `cargo build --release ARGS` (into `target` when given); the path of `file` it built in
+/// `release/`.
+fn cargo_build(args: &[&str], target: Option<PathBuf>, file: &str) -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(&cargo);
-    cmd.args(["build", "--release", "--features", feature, "--lib"])
+    cmd.args(["build", "--release"])
+        .args(args)
         .current_dir(manifest_dir());
     if let Some(dir) = &target {
         cmd.arg("--target-dir").arg(dir);
@@ -90,22 +118,19 @@ fn build_library_in(feature: &str, target: Option<PathBuf>) -> Result<PathBuf, S
         .map_err(|e| format!("mem-trace tests: cannot run `{shown}`: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "mem-trace tests: building the tracer failed ({}):\n  {shown}\n----- cargo stderr -----\n{}",
+            "mem-trace tests: building {file} failed ({}):\n  {shown}\n----- cargo stderr -----\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let so = target
-        .unwrap_or_else(target_dir)
-        .join("release")
-        .join("libmem_trace.so");
-    if !so.is_file() {
+    let built = target.unwrap_or_else(target_dir).join("release").join(file);
+    if !built.is_file() {
         return Err(format!(
             "mem-trace tests: `{shown}` succeeded but {} does not exist",
-            so.display()
+            built.display()
         ));
     }
-    Ok(so)
+    Ok(built)
 }
 
 /// A compiled fixture.
@@ -354,6 +379,24 @@ pub fn run_with_timeout(
     }
 }
 
+/// Runs `cmd` with `RLIMIT_CORE` 0, so that a program that dies of a signal leaves no core file.
+pub fn no_core_dump(cmd: &mut Command) {
+    // SAFETY: runs in the forked child before exec; setrlimit is async-signal-safe and touches
+    // no memory of the parent's.
+    unsafe {
+        cmd.pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::setrlimit(libc::RLIMIT_CORE, &none) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// How to run a program for a plain-vs-preloaded comparison.
 #[derive(Debug, Clone, Default)]
 pub struct Job {
@@ -410,20 +453,7 @@ impl Job {
             cmd.current_dir(cwd);
         }
         if self.no_core_dump {
-            // SAFETY: runs in the forked child before exec; setrlimit is async-signal-safe
-            // and touches no memory of the parent's.
-            unsafe {
-                cmd.pre_exec(|| {
-                    let none = libc::rlimit {
-                        rlim_cur: 0,
-                        rlim_max: 0,
-                    };
-                    if libc::setrlimit(libc::RLIMIT_CORE, &none) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            no_core_dump(&mut cmd);
         }
         let suffix = if preload { "preload" } else { "plain" };
         let log_base = dir.join(format!("{}.{suffix}", self.label));

@@ -6,6 +6,14 @@
 //!    1: 0x7f0012345678 (libfoo.so+0x1678)
 //! ```
 //!
+//! and the folded stacks flame graphs are drawn from (one line a stack, outermost frame first,
+//! then the stack's count), written by the profiler's reports and by `mem-trace flamegraph`
+//! through the same [`write_folded`]:
+//!
+//! ```text
+//! main;sites;hold_site 67108864
+//! ```
+//!
 //! Writing never allocates, so the same functions serve a process that gdb stopped.
 
 use crate::symbolize::SymFrame;
@@ -46,6 +54,75 @@ pub fn write_raw_frame(
             writeln!(out, "{n:4}: {ra:#x} ({base}+{:#x})", ra - bias)
         }
         None => writeln!(out, "{n:4}: {ra:#x}"),
+    }
+}
+
+/// One frame of a stack as a folded line names it: by its function when one is known, else by
+/// `file+offset` within the module holding `ra` (its path and load bias), else by address.
+#[derive(Clone, Copy, Debug)]
+pub struct FoldedFrame<'a> {
+    /// The return address the frame comes from (an inlined frame shares its caller's).
+    pub ra: u64,
+    /// What symbolizing `ra` gave for this frame, if anything.
+    pub symbol: Option<&'a SymFrame>,
+    /// The module holding `ra`: its path and load bias.
+    pub module: Option<(&'a [u8], u64)>,
+}
+
+/// The name a folded line gives a stack that was recorded without frames.
+pub const NO_STACK: &str = "[no stack recorded]";
+
+/// One line of folded stacks: `frames` as stored (innermost first, as reports print them)
+/// written outermost first, `;` between frames, then a space and `value`. Frame names are kept
+/// to what the format can carry: a `;` (which would split the frame) becomes `:`, and a line
+/// break a space. No frames at all: [`NO_STACK`].
+pub fn write_folded<'a>(
+    out: &mut impl Write,
+    frames: impl DoubleEndedIterator<Item = FoldedFrame<'a>>,
+    value: u64,
+) -> fmt::Result {
+    let mut any = false;
+    for f in frames.rev() {
+        if any {
+            out.write_char(';')?;
+        }
+        any = true;
+        let mut name = FoldedName(out);
+        match (f.symbol.and_then(|s| s.function.as_deref()), f.module) {
+            (Some(function), _) => name.write_str(function)?,
+            (None, Some((path, bias))) => {
+                let base = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
+                let base = core::str::from_utf8(base).unwrap_or("?");
+                write!(name, "{base}+{:#x}", f.ra.wrapping_sub(bias))?
+            }
+            (None, None) => write!(name, "{:#x}", f.ra)?,
+        }
+    }
+    if !any {
+        out.write_str(NO_STACK)?;
+    }
+    writeln!(out, " {value}")
+}
+
+/// Writes a frame name with the characters a folded line cannot carry replaced.
+struct FoldedName<'w, W: Write>(&'w mut W);
+
+impl<W: Write> Write for FoldedName<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for part in s.split_inclusive([';', '\n', '\r']) {
+            match part.char_indices().last() {
+                Some((i, ';')) => {
+                    self.0.write_str(&part[..i])?;
+                    self.0.write_char(':')?
+                }
+                Some((i, '\n' | '\r')) => {
+                    self.0.write_str(&part[..i])?;
+                    self.0.write_char(' ')?
+                }
+                _ => self.0.write_str(part)?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -92,6 +169,64 @@ mod tests {
              \x20  2: 0x5678\n             at /a/c.c\n\
              \x20  3: 0x7f0000001678 (libfoo.so+0x1678)\n\
              \x20  4: 0x10\n"
+        );
+    }
+
+    #[test]
+    fn folded_lines_go_outermost_first_and_carry_only_frame_names() {
+        let inner = frame(Some("hold_site"), Some("/a/b.c"), 3, 4);
+        let mut inlined = frame(Some("helper<a;b>"), None, 0, 0);
+        inlined.inlined = true;
+        let outer = frame(Some("main"), None, 0, 0);
+        let lib: &[u8] = b"/usr/lib/libfoo.so";
+        let frames = [
+            FoldedFrame {
+                ra: 0x10,
+                symbol: Some(&inner),
+                module: None,
+            },
+            FoldedFrame {
+                ra: 0x7f00_0000_1678,
+                symbol: None,
+                module: Some((lib, 0x7f00_0000_0000)),
+            },
+            FoldedFrame {
+                ra: 0x20,
+                symbol: Some(&inlined),
+                module: None,
+            },
+            FoldedFrame {
+                ra: 0x20,
+                symbol: Some(&outer),
+                module: None,
+            },
+            FoldedFrame {
+                ra: 0x30,
+                symbol: Some(&frame(None, Some("/a/c.c"), 1, 0)),
+                module: None,
+            },
+        ];
+        let mut s = String::new();
+        write_folded(&mut s, frames.iter().copied(), 67108864).unwrap();
+        write_folded(&mut s, [].into_iter(), 5).unwrap();
+        let mut odd = frame(Some("a\nb\rc;d"), None, 0, 0);
+        odd.line = 1;
+        write_folded(
+            &mut s,
+            [FoldedFrame {
+                ra: 1,
+                symbol: Some(&odd),
+                module: None,
+            }]
+            .into_iter(),
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            "0x30;main;helper<a:b>;libfoo.so+0x1678;hold_site 67108864\n\
+             [no stack recorded] 5\n\
+             a b c:d 0\n"
         );
     }
 }

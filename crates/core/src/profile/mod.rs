@@ -18,6 +18,8 @@
 //!   blocks as definitely lost, possibly lost or still reachable;
 //! - `report`: the text of a report (periodic, snapshot, at exit);
 //! - `output`: where a report goes;
+//! - `svg`: a report's flame graph, drawn by the `mem-trace` binary beside the library from the
+//!   report's folded stacks (`X.folded` beside `X.txt`), in a child the program cannot see;
 //! - `reporter`: the profiler thread that writes the periodic and snapshot reports;
 //! - `signal`: the snapshot signal's handler, which only wakes that thread.
 //!
@@ -44,6 +46,8 @@ mod reporter;
 pub(crate) mod roots;
 #[cfg(feature = "profiler")]
 mod signal;
+#[cfg(feature = "profiler")]
+mod svg;
 
 use crate::state::ThreadState;
 use mem_trace_format::Block;

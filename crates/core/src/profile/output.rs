@@ -1,6 +1,7 @@
 //! Where a report goes: standard error, or with `MEM_TRACE_OUT=DIR` a file of its own,
 //! `DIR/mem-trace.<pid>.<n>.txt`, created with `O_EXCL` so an existing file is never
-//! overwritten (the next free `n` is taken instead).
+//! overwritten (the next free `n` is taken instead). Files that go with a report (its folded
+//! stacks, its flame graph) take the same name with their own extension.
 
 use crate::config;
 use crate::out::Out;
@@ -12,11 +13,10 @@ static NEXT: AtomicU64 = AtomicU64::new(1);
 /// Files tried before giving up and writing to stderr.
 const TRIES: u64 = 10_000;
 
-/// The destination of one report, and its file's path when it has one (for a line on stderr
-/// saying where it went: nothing else would tell the user).
-pub(crate) fn open() -> Out {
+/// The destination of one report, and its file's path when it has one (`None`: stderr).
+pub(crate) fn open() -> (Out, Option<PathBuf>) {
     let Some(dir) = config::OUT_DIR.get() else {
-        return Out::stderr();
+        return (Out::stderr(), None);
     };
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
@@ -35,7 +35,7 @@ pub(crate) fn open() -> Out {
             )
         };
         if fd >= 0 {
-            return Out::owning(fd);
+            return (Out::owning(fd), Some(path));
         }
         if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
             let mut err = Out::stderr();
@@ -45,14 +45,38 @@ pub(crate) fn open() -> Out {
                 path.as_str(),
                 std::io::Error::last_os_error()
             );
-            return err;
+            return (err, None);
         }
     }
-    Out::stderr()
+    (Out::stderr(), None)
 }
 
-/// A path built without allocating.
-struct PathBuf {
+/// The file `report` (a report's `.txt`) with extension `ext` instead, created as the report
+/// was (never overwriting a file); `None`, said on stderr, if it cannot be.
+pub(crate) fn sibling(report: &PathBuf, ext: &str) -> Option<(Out, PathBuf)> {
+    let path = report.with_extension(ext)?;
+    // SAFETY: `path` is NUL-terminated (built by `with_extension`).
+    let fd = unsafe {
+        libc::open(
+            path.as_c(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
+    if fd < 0 {
+        let _ = writeln!(
+            Out::stderr(),
+            "mem-trace: cannot create {}: {}",
+            path.as_str(),
+            std::io::Error::last_os_error()
+        );
+        return None;
+    }
+    Some((Out::owning(fd), path))
+}
+
+/// A NUL-terminated path (or any short text) built without allocating.
+pub(crate) struct PathBuf {
     buf: [u8; 4096],
     len: usize,
 }
@@ -67,13 +91,24 @@ impl Default for PathBuf {
 }
 
 impl PathBuf {
-    fn as_c(&self) -> *const libc::c_char {
+    /// The text as a C string; it must end with the NUL written last.
+    pub(crate) fn as_c(&self) -> *const libc::c_char {
         debug_assert_eq!(self.buf[self.len - 1], 0);
         self.buf.as_ptr().cast()
     }
 
-    fn as_str(&self) -> &str {
+    /// The text without its NUL.
+    pub(crate) fn as_str(&self) -> &str {
         core::str::from_utf8(&self.buf[..self.len.saturating_sub(1)]).unwrap_or("?")
+    }
+
+    /// The same path with the extension after its last `.` replaced by `ext`, NUL-terminated.
+    pub(crate) fn with_extension(&self, ext: &str) -> Option<PathBuf> {
+        let s = self.as_str();
+        let stem = &s[..s.rfind('.')?];
+        let mut p = PathBuf::default();
+        write!(p, "{stem}.{ext}\0").ok()?;
+        Some(p)
     }
 }
 

@@ -6,6 +6,11 @@
 //! peaks (global, per thread, and the stacks held at the global peak) and the leak check,
 //! whose groups come biggest first, as LSan and memcheck list them.
 //!
+//! With `MEM_TRACE_OUT`, the report's ranking is also written as folded stacks, `X.folded`
+//! beside the report's `X.txt` (one line a stack, its value the ranking's count, symbolized
+//! once for both files, and a last `[N other stacks]` line for what the ranking left out, so
+//! that the graph keeps the scale of the whole), and drawn as `X.svg` (`svg`).
+//!
 //! Everything is computed first (rankings, the leak scan: arena memory, no lock the
 //! allocation path waits on for long), then written while symbolizing in the scratch region
 //! (`report::frames`), never while holding anything an allocating thread needs.
@@ -17,6 +22,7 @@ use crate::profile::counters::{Counts, PROFILE};
 use crate::profile::leaks::{self, ArenaVec, Total};
 use crate::profile::output;
 use crate::profile::rank::{self, positive, Ranked};
+use crate::profile::svg;
 use crate::report::frames::{Printing, StackWriter};
 use crate::store::header::header;
 use crate::store::{stacks, table, threads};
@@ -68,7 +74,9 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
     let leaks = if full { leaks::check(own_sp) } else { None };
     let groups = leaks.as_ref().and_then(|l| group(&l.blocks));
 
-    let mut out = output::open();
+    let (mut out, path) = output::open();
+    // With a report file, its folded stacks go beside it (then drawn as a flame graph).
+    let mut folded = path.as_ref().and_then(|p| output::sibling(p, "folded"));
     let mut stacks_out = match printing {
         Some(p) => p.writer(),
         None => StackWriter::raw("another thread is symbolizing"),
@@ -81,18 +89,15 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
             seconds_since_start(),
             blocks(live_blocks),
         )?;
-        let what = match by {
-            RankBy::Live => "live bytes",
-            RankBy::Allocated => "bytes allocated",
-            RankBy::Blocks => "live blocks",
-        };
         writeln!(
             out,
-            "mem-trace: top {} stacks by {what}, biggest last:",
-            top.len()
+            "mem-trace: top {} stacks by {}, biggest last:",
+            top.len(),
+            what(by)
         )?;
         for (i, r) in top.iter().enumerate().rev() {
             let c = &r.counts;
+            let folded = folded.as_mut().map(|(f, _)| (f, rank::key(c, by)));
             match by {
                 RankBy::Allocated => writeln!(
                     out,
@@ -108,7 +113,10 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
                     blocks(positive(c.live_blocks))
                 )?,
             }
-            stack(&mut out, &mut stacks_out, r)?;
+            stack_and_folded(&mut out, &mut stacks_out, r, folded)?;
+        }
+        if let Some((f, _)) = &mut folded {
+            other_stacks(f, all_ref, &top, by)?;
         }
         if !full {
             return Ok(());
@@ -120,13 +128,79 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
         }
         writeln!(out, "mem-trace: end of report {n}")
     })();
+    drop(stacks_out);
+    drop(out);
+    if let Some((f, path)) = folded {
+        drop(f);
+        flame_graph(&path, by, kind, n);
+    }
+}
+
+/// Draws the flame graph of the folded stacks at `folded` (`X.svg` beside `X.folded`).
+fn flame_graph(folded: &output::PathBuf, by: RankBy, kind: Kind, n: u64) {
+    let by_name = match by {
+        RankBy::Live => c"live",
+        RankBy::Allocated => c"allocated",
+        RankBy::Blocks => c"blocks",
+    };
+    let mut title = output::PathBuf::default();
+    let titled = write!(
+        title,
+        "{}: report {n} ({}) of process {}\0",
+        what(by),
+        kind.name(),
+        // SAFETY: getpid has no preconditions.
+        unsafe { libc::getpid() }
+    );
+    if let (Ok(()), Some(svg)) = (titled, folded.with_extension("svg")) {
+        svg::draw(folded, &svg, by_name, &title);
+    }
+}
+
+/// What a ranking by `by` counts, in words.
+fn what(by: RankBy) -> &'static str {
+    match by {
+        RankBy::Live => "live bytes",
+        RankBy::Allocated => "bytes allocated",
+        RankBy::Blocks => "live blocks",
+    }
 }
 
 fn stack(out: &mut Out, w: &mut StackWriter<'_>, r: &Ranked) -> fmt::Result {
-    match stacks::frames(r.stack) {
-        Some(frames) if r.stack != 0 => w.write(out, frames),
-        _ => writeln!(out, "   (no stack recorded)"),
+    stack_and_folded(out, w, r, None)
+}
+
+/// The stack of `r` in the report, and as a folded line with its value when `folded` is given.
+fn stack_and_folded(
+    out: &mut Out,
+    w: &mut StackWriter<'_>,
+    r: &Ranked,
+    folded: Option<(&mut Out, u64)>,
+) -> fmt::Result {
+    let frames = match stacks::frames(r.stack) {
+        Some(frames) if r.stack != 0 => frames,
+        _ => &[],
+    };
+    w.write_with_folded(out, frames, folded)
+}
+
+/// The folded line of what the ranking left out (`[N other stacks] VALUE`), so that a flame
+/// graph of the top stacks is drawn to the scale of the whole.
+fn other_stacks(f: &mut Out, all: &[Counts], top: &[Ranked], by: RankBy) -> fmt::Result {
+    let (mut count, mut total) = (0u64, 0u64);
+    for c in all {
+        let k = rank::key(c, by);
+        if k > 0 {
+            count += 1;
+            total = total.wrapping_add(k);
+        }
     }
+    let shown: u64 = top.iter().map(|r| rank::key(&r.counts, by)).sum();
+    let others = count.saturating_sub(top.len() as u64);
+    if others == 0 || total <= shown {
+        return Ok(());
+    }
+    writeln!(f, "[{}] {}", Counted(others, "other stack"), total - shown)
 }
 
 fn seconds_since_start() -> f64 {

@@ -92,12 +92,30 @@ impl StackWriter<'static> {
 impl StackWriter<'_> {
     /// Numbered frames with names and `file:line`, as [`Printing::write_stack`] writes them.
     pub fn write(&mut self, out: &mut Out, frames: &[u64]) -> fmt::Result {
+        self.write_with_folded(out, frames, None)
+    }
+
+    /// As [`write`](Self::write), and when `folded` is given, the same frames as one line of
+    /// folded stacks with its value (`text::write_folded`): symbolized once for both.
+    pub fn write_with_folded(
+        &mut self,
+        out: &mut Out,
+        frames: &[u64],
+        folded: Option<(&mut Out, u64)>,
+    ) -> fmt::Result {
         if frames.is_empty() {
+            if let Some((f, value)) = folded {
+                text::write_folded(f, core::iter::empty(), value)?;
+            }
             return writeln!(out, "   (no stack recorded)");
         }
         match (self.set, &mut self.sym) {
-            (Some(set), Some(sym)) => write_symbolized_with(out, frames, set, sym),
+            (Some(set), Some(sym)) => write_symbolized_with(out, frames, set, sym, folded),
             (set, _) => {
+                if let Some((f, value)) = folded {
+                    let raw = frames.iter().map(|&ra| folded_frame(ra, None, set));
+                    text::write_folded(f, raw, value)?;
+                }
                 // Say why once per report, not once per stack.
                 match self.raw_why.take() {
                     Some(why) => write_raw(out, frames, set, why),
@@ -134,7 +152,7 @@ pub fn write_stack(out: &mut Out, frames: &[u64]) -> fmt::Result {
 }
 
 fn write_symbolized(out: &mut Out, frames: &[u64], set: &ModuleSet) -> fmt::Result {
-    write_symbolized_with(out, frames, set, &mut Symbolizer::new())
+    write_symbolized_with(out, frames, set, &mut Symbolizer::new(), None)
 }
 
 fn write_symbolized_with(
@@ -142,9 +160,12 @@ fn write_symbolized_with(
     frames: &[u64],
     set: &ModuleSet,
     sym: &mut Symbolizer,
+    folded: Option<(&mut Out, u64)>,
 ) -> fmt::Result {
     let mut found: Vec<SymFrame> = Vec::new();
-    let mut n = 0;
+    // Each return address with what symbolizing it gave (several frames for inlined code;
+    // none when nothing names it), kept for the folded line, which is written outermost first.
+    let mut all: Vec<(u64, Option<SymFrame>)> = Vec::new();
     for &ra in frames {
         // Return addresses point after the call; the call itself is one byte earlier.
         let probe = ra.saturating_sub(1);
@@ -159,17 +180,39 @@ fn write_symbolized_with(
             };
             sym.symbolize(&mref, probe, &mut found).is_ok() && !found.is_empty()
         });
-        if !ok {
-            raw_frame(out, n, ra, set)?;
-            n += 1;
-            continue;
-        }
-        for f in &found {
-            text::write_frame(out, n, ra, f)?;
-            n += 1;
+        if ok {
+            all.extend(found.drain(..).map(|f| (ra, Some(f))));
+        } else {
+            all.push((ra, None));
         }
     }
-    Ok(())
+    for (n, (ra, f)) in all.iter().enumerate() {
+        match f {
+            Some(f) => text::write_frame(out, n, *ra, f)?,
+            None => raw_frame(out, n, *ra, set)?,
+        }
+    }
+    match folded {
+        Some((f, value)) => {
+            let named = all
+                .iter()
+                .map(|(ra, sym)| folded_frame(*ra, sym.as_ref(), Some(set)));
+            text::write_folded(f, named, value)
+        }
+        None => Ok(()),
+    }
+}
+
+/// A frame for `text::write_folded`, with the module holding `ra` when there is one.
+fn folded_frame<'a>(
+    ra: u64,
+    symbol: Option<&'a SymFrame>,
+    set: Option<&'a ModuleSet>,
+) -> text::FoldedFrame<'a> {
+    let module = set
+        .and_then(|s| s.find(ra.saturating_sub(1)))
+        .map(|m| (&m.path[..], m.bias));
+    text::FoldedFrame { ra, symbol, module }
 }
 
 fn write_raw(out: &mut Out, frames: &[u64], set: Option<&ModuleSet>, why: &str) -> fmt::Result {

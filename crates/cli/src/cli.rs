@@ -1,0 +1,439 @@
+//! The command line: `mem-trace SUBCOMMAND ...`, parsed with clap.
+//!
+//! The reading subcommands take the options of the gdb commands they mirror
+//! (`python/mem_trace_gdb/commands/`), with the same names, defaults and limits, so that
+//! `mtrace-top 3 --by allocated` in gdb is `mem-trace top PID 3 --by allocated` here.
+
+use crate::error::{Error, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mem_trace_read::target::{Source, Target};
+use std::path::PathBuf;
+
+/// Frames per stack when the user does not say (as the gdb commands).
+pub const DEFAULT_FRAMES: usize = 8;
+
+/// mem-trace: where every heap block came from, for a running process or a core file.
+#[derive(Debug, Parser)]
+#[command(name = "mem-trace", version)]
+#[command(
+    after_help = "TARGET is a PID (a running process, read without stopping it) or \
+a core file (--exe names the executable when the core's own notes do not).\n\
+The program must run with libmem_trace.so preloaded: `mem-trace run PROGRAM` does that."
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a program with the tracer preloaded; at exit, write its report, leak report and
+    /// flame graph into a directory.
+    Run(RunArgs),
+    /// List the allocation stacks that hold the most memory, biggest last (mtrace-top).
+    Top(TopArgs),
+    /// Show live bytes now and at the peak, per thread, and the stacks that held the peak
+    /// (mtrace-peaks).
+    Peaks(PeaksArgs),
+    /// List the live blocks definitely lost, possibly lost and still reachable, by allocation
+    /// stack (mtrace-leaks).
+    Leaks(LeaksArgs),
+    /// Show the heap block that holds an address, and the stacks that allocated (and freed)
+    /// it (mtrace-why).
+    Why(WhyArgs),
+    /// List every remembered allocation and free of the memory at an address, newest first
+    /// (mtrace-history).
+    History(HistoryArgs),
+    /// Show whether mem-trace is loaded and its live blocks, stacks, threads and freed-block
+    /// history (mtrace-info).
+    Info(InfoArgs),
+    /// Draw a flame graph (SVG) of the allocation stacks.
+    Flamegraph(FlamegraphArgs),
+    /// Write DHAT's JSON, for valgrind's viewer (dh_view.html).
+    Dhat(DhatArgs),
+}
+
+/// `mem-trace run`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "The library is libmem_trace.so beside this binary, or $MEM_TRACE_LIB; \
+it must be the profiler build (`cargo build --release --features profiler`). The program's \
+stdin, stdout and stderr are its own, and its exit status (or the signal that killed it) is \
+passed on. Reports go to DIR: mem-trace.<pid>.<n>.txt, with .folded and .svg beside each, and \
+the exit report's leak check in mem-trace.<pid>.<n>.leaks.txt."
+)]
+pub struct RunArgs {
+    /// Also write a report every MEM_TRACE_PROFILE_INTERVAL seconds (default 30), not only at
+    /// exit.
+    #[arg(long)]
+    pub profile: bool,
+    /// Where the reports go (created if missing; default: a new mem-trace.<prog>.<pid>/ in
+    /// the current directory).
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(
+        value_name = "PROGRAM",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// What every reading subcommand reads.
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// A PID (a running process) or a core file.
+    #[arg(value_name = "TARGET")]
+    pub target: String,
+    /// The executable, when the core's own notes do not name it.
+    #[arg(long, value_name = "PATH")]
+    pub exe: Option<PathBuf>,
+}
+
+impl TargetArgs {
+    /// Opens the target; a failure is its one-line message.
+    pub fn open(&self) -> Result<Target> {
+        Target::open(&self.source()).map_err(|e| Error::new(e.to_string()))
+    }
+
+    /// The target as the readers take it: all digits is a pid, anything else a core file.
+    pub fn source(&self) -> Source {
+        match self.target.parse::<i32>() {
+            Ok(pid) if pid > 0 && self.target.bytes().all(|b| b.is_ascii_digit()) => {
+                Source::Pid(pid)
+            }
+            _ => Source::Core {
+                core: PathBuf::from(&self.target),
+                exe: self.exe.clone(),
+            },
+        }
+    }
+}
+
+/// What stacks are ranked (and a flame graph's widths counted) by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum By {
+    /// Bytes in live blocks.
+    Live,
+    /// Bytes ever allocated, freed or not.
+    Allocated,
+    /// Live blocks.
+    Blocks,
+    /// Bytes held at the global peak (since the last mem_trace_reset_peaks).
+    Peak,
+}
+
+impl By {
+    /// The count in words, as the gdb commands say it.
+    pub fn what(self) -> &'static str {
+        match self {
+            By::Live => "live bytes",
+            By::Allocated => "bytes ever allocated",
+            By::Blocks => "live blocks",
+            By::Peak => "bytes at the peak",
+        }
+    }
+
+    /// The unit of the count.
+    pub fn unit(self) -> &'static str {
+        match self {
+            By::Blocks => "blocks",
+            _ => "bytes",
+        }
+    }
+}
+
+/// Frames per stack (`-f N`/`-n N`, 0: all), raw addresses (`-r`).
+#[derive(Debug, Clone, Args)]
+pub struct StackOptions {
+    /// Frames per stack (0: all).
+    #[arg(short = 'f', long = "frames", value_name = "N", default_value_t = DEFAULT_FRAMES)]
+    pub frames: usize,
+    /// Print return addresses without symbolizing them.
+    #[arg(short = 'r', long)]
+    pub raw: bool,
+}
+
+/// `mem-trace top`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Needs the library built with the `profiler` feature. --thread T keeps \
+the live blocks allocated by thread T (the tracer's thread index), from the live-block table: \
+it works with --by live and --by blocks only."
+)]
+pub struct TopArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// How many stacks.
+    #[arg(value_name = "N", default_value_t = 10, value_parser = positive)]
+    pub count: u64,
+    /// What to rank by.
+    #[arg(long, value_enum, default_value_t = By::Live)]
+    pub by: By,
+    /// Only live blocks allocated by thread index T.
+    #[arg(long, value_name = "T", value_parser = positive)]
+    pub thread: Option<u64>,
+    /// Frames and symbolization.
+    #[command(flatten)]
+    pub stacks: StackOptions,
+}
+
+/// `mem-trace peaks`.
+#[derive(Debug, Args)]
+pub struct PeaksArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Stacks at the peak to show.
+    #[arg(short = 'n', long = "count", value_name = "N", default_value_t = 5, value_parser = positive)]
+    pub count: u64,
+    /// Frames and symbolization.
+    #[command(flatten)]
+    pub stacks: StackOptions,
+}
+
+/// `mem-trace leaks`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A conservative scan from the roots (writable data of the loaded \
+objects, thread stacks, registers), with the rules of the profiler's exit report."
+)]
+pub struct LeaksArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Stacks of each kind to show (0: all).
+    #[arg(short = 'n', long = "count", value_name = "N", default_value_t = 10)]
+    pub count: u64,
+    /// Do not list the still reachable blocks (the summary counts them).
+    #[arg(long)]
+    pub no_reachable: bool,
+    /// Frames and symbolization.
+    #[command(flatten)]
+    pub stacks: StackOptions,
+}
+
+/// `mem-trace why`.
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The address to explain (0x... or decimal).
+    #[arg(value_name = "ADDR", value_parser = address)]
+    pub address: u64,
+    /// Print at most N frames of each stack.
+    #[arg(short = 'n', long = "max-frames", value_name = "N")]
+    pub max_frames: Option<usize>,
+    /// How far outside a block to still name it (0: off).
+    #[arg(long, value_name = "BYTES", default_value_t = 4096)]
+    pub gap: u64,
+    /// Print return addresses without symbolizing them.
+    #[arg(short = 'r', long)]
+    pub raw: bool,
+}
+
+/// `mem-trace history`.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The address whose history to show (0x... or decimal).
+    #[arg(value_name = "ADDR", value_parser = address)]
+    pub address: u64,
+    /// Frames per stack (0: all).
+    #[arg(short = 'n', long = "frames", value_name = "N", default_value_t = DEFAULT_FRAMES)]
+    pub frames: usize,
+    /// One line per event, no stacks.
+    #[arg(long)]
+    pub no_stacks: bool,
+    /// Print return addresses without symbolizing them.
+    #[arg(short = 'r', long)]
+    pub raw: bool,
+}
+
+/// `mem-trace info`.
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+/// `mem-trace flamegraph`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Draws every stack with a nonzero count, outermost frame at the bottom, \
+each as wide as its count. --folded writes the folded stacks (`main;f;g 4096` per line) \
+instead, for other tools. --from-folded draws a file of folded stacks (the profiler's reports \
+write one beside each report) instead of reading a target."
+)]
+pub struct FlamegraphArgs {
+    /// A PID (a running process) or a core file.
+    #[arg(
+        value_name = "TARGET",
+        required_unless_present = "from_folded",
+        conflicts_with = "from_folded"
+    )]
+    pub target: Option<String>,
+    /// The executable, when the core's own notes do not name it.
+    #[arg(long, value_name = "PATH")]
+    pub exe: Option<PathBuf>,
+    /// What each stack's width counts.
+    #[arg(long, value_enum, default_value_t = By::Live)]
+    pub by: By,
+    /// Only live blocks allocated by thread index T (with --by live or --by blocks).
+    #[arg(long, value_name = "T", value_parser = positive, conflicts_with = "from_folded")]
+    pub thread: Option<u64>,
+    /// Write the folded stacks instead of the SVG.
+    #[arg(long, conflicts_with = "from_folded")]
+    pub folded: bool,
+    /// Draw this file of folded stacks instead of reading a target.
+    #[arg(long, value_name = "FILE")]
+    pub from_folded: Option<PathBuf>,
+    /// The graph's title (default: the target and the count).
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+    /// The file to write ("-": standard output).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+impl FlamegraphArgs {
+    /// The target to read, unless drawing from a folded file.
+    pub fn target(&self) -> Option<TargetArgs> {
+        self.target.as_ref().map(|t| TargetArgs {
+            target: t.clone(),
+            exe: self.exe.clone(),
+        })
+    }
+}
+
+/// `mem-trace dhat`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Open the file in valgrind's viewer (dh_view.html, installed with \
+valgrind) with its Load button. Per stack: bytes and blocks ever allocated (Total), live at the \
+global peak (At t-gmax) and live now (At t-end); times are counted in allocation events. \
+mem-trace keeps no block lifetimes and no per-stack maximum: the viewer shows the lifetimes as \
+NaN, and Max is a lower bound (the most of at-peak, live now, and one block of average size)."
+)]
+pub struct DhatArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The file to write ("-": standard output).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+/// A count of at least 1, in any base gdb users type (`10`, `0x10`).
+fn positive(text: &str) -> std::result::Result<u64, String> {
+    match parse_int(text) {
+        Some(0) => Err(format!("{text} is not a positive number")),
+        Some(n) => Ok(n),
+        None => Err(format!("{text:?} is not a number")),
+    }
+}
+
+/// An address: `0x...` (hexadecimal), `0o...`, `0b...` or decimal.
+fn address(text: &str) -> std::result::Result<u64, String> {
+    parse_int(text).ok_or_else(|| format!("{text:?} is not an address (0x... or decimal)"))
+}
+
+fn parse_int(text: &str) -> Option<u64> {
+    let t = text.trim().replace('_', "");
+    let lower = t.to_ascii_lowercase();
+    let (digits, radix) = if let Some(h) = lower.strip_prefix("0x") {
+        (h, 16)
+    } else if let Some(o) = lower.strip_prefix("0o") {
+        (o, 8)
+    } else if let Some(b) = lower.strip_prefix("0b") {
+        (b, 2)
+    } else {
+        (lower.as_str(), 10)
+    };
+    u64::from_str_radix(digits, radix).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn numbers_and_addresses() {
+        assert_eq!(address("0x7f00_0000_1000"), Ok(0x7f00_0000_1000));
+        assert_eq!(address("4096"), Ok(4096));
+        assert!(address("p").is_err());
+        assert_eq!(positive("0x10"), Ok(16));
+        assert!(positive("0").unwrap_err().contains("not a positive number"));
+    }
+
+    #[test]
+    fn targets_are_pids_or_cores() {
+        let t = |s: &str| TargetArgs {
+            target: s.into(),
+            exe: None,
+        };
+        assert_eq!(t("1234").source(), Source::Pid(1234));
+        assert_eq!(
+            t("core.1234").source(),
+            Source::Core {
+                core: "core.1234".into(),
+                exe: None
+            }
+        );
+        assert!(matches!(t("0").source(), Source::Core { .. }));
+    }
+
+    #[test]
+    fn run_takes_the_program_and_its_own_options_verbatim() {
+        let cli =
+            Cli::try_parse_from(["mem-trace", "run", "-o", "d", "ls", "-l", "--color"]).unwrap();
+        let Command::Run(r) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(r.output, Some(PathBuf::from("d")));
+        assert_eq!(r.command, ["ls", "-l", "--color"]);
+        let cli = Cli::try_parse_from(["mem-trace", "run", "--", "--weird"]).unwrap();
+        let Command::Run(r) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(r.command, ["--weird"]);
+    }
+
+    #[test]
+    fn top_mirrors_mtrace_top() {
+        let cli = Cli::try_parse_from([
+            "mem-trace",
+            "top",
+            "42",
+            "3",
+            "--by",
+            "allocated",
+            "-f",
+            "0",
+            "--thread",
+            "2",
+        ])
+        .unwrap();
+        let Command::Top(t) = cli.command else {
+            panic!("not top")
+        };
+        assert_eq!((t.count, t.by, t.thread), (3, By::Allocated, Some(2)));
+        assert_eq!(t.stacks.frames, 0);
+        assert!(Cli::try_parse_from(["mem-trace", "top", "42", "0"]).is_err());
+        assert!(Cli::try_parse_from(["mem-trace", "top", "42", "--by", "size"]).is_err());
+    }
+}

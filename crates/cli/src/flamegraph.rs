@@ -1,0 +1,165 @@
+//! `mem-trace flamegraph`: a target's stacks as folded stacks (`main;f;g 4096`, one line a
+//! stack, written by `mem_trace_read::text::write_folded` as the profiler's reports write
+//! theirs), and those drawn as an SVG flame graph by `inferno`.
+//!
+//! `--from-folded FILE` draws a file of folded stacks instead of reading a target: the
+//! profiler's reports run it to draw the `.svg` beside each report's `.folded`
+//! (`crates/core/src/profile/svg.rs`), and `mem-trace run` for any `.folded` left without one.
+
+use crate::cli::{By, FlamegraphArgs};
+use crate::error::{Error, Result};
+use crate::stacks::{self, Stack};
+use inferno::flamegraph::color::{BasicPalette, Palette};
+use inferno::flamegraph::{self as inferno_fg, Options};
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+
+/// `mem-trace flamegraph`.
+pub fn command(args: &FlamegraphArgs) -> Result<()> {
+    if let Some(from) = &args.from_folded {
+        // The profiler's reports start us with every signal blocked (crates/core/src/profile/
+        // svg.rs): a renderer must still stop on SIGTERM and SIGINT.
+        unblock_signals();
+        let folded = fs::read_to_string(from)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", from.display())))?;
+        let title = match &args.title {
+            Some(t) => t.clone(),
+            None => format!("{} ({})", args.by.what(), from.display()),
+        };
+        return write_to(&args.output, |w| svg(&folded, &title, args.by, w));
+    }
+    let Some(target_args) = args.target() else {
+        return Err(Error::new(
+            "no TARGET: name a PID or a core file, or --from-folded FILE",
+        ));
+    };
+    if args.thread.is_some() && !matches!(args.by, By::Live | By::Blocks) {
+        return Err(thread_needs_live(args.by));
+    }
+    let target = target_args.open()?;
+    let profile = stacks::read(&target, args.thread)?;
+    let folded = folded_lines(&profile.stacks, args.by);
+    if args.folded {
+        return write_to(&args.output, |w| w.write_all(folded.as_bytes()));
+    }
+    if folded.is_empty() {
+        return Err(Error::new(format!(
+            "{}: no stack has any {}: nothing to draw",
+            target.name(),
+            args.by.what()
+        )));
+    }
+    let mut title = format!("{} of {}", args.by.what(), target.name());
+    if let Some(t) = args.thread {
+        title.push_str(&format!(", thread {t}"));
+    }
+    write_to(&args.output, |w| svg(&folded, &title, args.by, w))
+}
+
+/// The line for `--thread` with a count the live-block table does not have.
+pub fn thread_needs_live(by: By) -> Error {
+    Error::new(format!(
+        "--thread counts the live blocks of the live-block table, which knows nothing of {} per \
+         thread: use --by live or --by blocks",
+        by.what()
+    ))
+}
+
+/// The folded lines of every stack with a nonzero `by`, biggest first.
+pub fn folded_lines(stacks: &[Stack], by: By) -> String {
+    let mut ranked: Vec<(u64, &Stack)> = stacks
+        .iter()
+        .map(|s| (stacks::value(&s.counts, by), s))
+        .filter(|&(v, _)| v > 0)
+        .collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
+    let mut out = String::new();
+    for (v, s) in ranked {
+        // Writing to a String cannot fail.
+        let _ = mem_trace_read::text::write_folded(&mut out, s.folded(), v);
+    }
+    out
+}
+
+/// Draws `folded` (folded stack lines whose counts are `by`) as an SVG flame graph.
+pub fn svg(folded: &str, title: &str, by: By, out: impl Write) -> io::Result<()> {
+    let mut opt = Options::default();
+    opt.title = title.to_string();
+    opt.count_name = by.unit().to_string();
+    opt.colors = Palette::Basic(BasicPalette::Mem);
+    // A function keeps its colour from one graph to the next.
+    opt.hash = true;
+    inferno_fg::from_lines(&mut opt, folded.lines(), out)
+}
+
+/// Writes to `path` (`-`: standard output) through `write`; a failure is one line naming it.
+pub fn write_to(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
+    let result = if path == Path::new("-") {
+        let stdout = io::stdout();
+        let mut lock = stdout.lock();
+        write(&mut lock).and_then(|()| lock.flush())
+    } else {
+        fs::File::create(path).and_then(|f| {
+            let mut w = io::BufWriter::new(f);
+            write(&mut w)?;
+            w.flush()
+        })
+    };
+    result.map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+}
+
+fn unblock_signals() {
+    // SAFETY: an empty set, filled by sigemptyset before use.
+    unsafe {
+        let mut none: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, core::ptr::null_mut());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stacks::Frame;
+    use mem_trace_format::Counts;
+    use mem_trace_read::symbolize::SymFrame;
+
+    fn stack(id: u32, names: &[&str], live: u64, total: u64) -> Stack {
+        Stack {
+            id,
+            counts: Counts {
+                live_bytes: live,
+                live_blocks: 1,
+                total_bytes: total,
+                total_blocks: 1,
+                ..Counts::default()
+            },
+            frames: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Frame {
+                    ra: 0x1000 + i as u64,
+                    symbols: vec![SymFrame {
+                        function: Some(n.to_string()),
+                        ..SymFrame::default()
+                    }],
+                    module: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn folded_lines_rank_by_the_count_asked_for() {
+        let stacks = [
+            stack(1, &["hold_site", "main"], 4096, 4096),
+            stack(2, &["churn_site", "main"], 0, 1 << 20),
+        ];
+        assert_eq!(folded_lines(&stacks, By::Live), "main;hold_site 4096\n");
+        assert_eq!(
+            folded_lines(&stacks, By::Allocated),
+            "main;churn_site 1048576\nmain;hold_site 4096\n"
+        );
+    }
+}

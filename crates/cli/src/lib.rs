@@ -1,0 +1,43 @@
+//! # mem-trace-cli: the `mem-trace` command
+//!
+//! - [`cli`]: the command line (clap);
+//! - [`run`]: `mem-trace run PROGRAM`: the program under the tracer, its status passed on, its
+//!   reports and flame graphs in a directory;
+//! - [`stacks`]: a target's stacks with their counts, symbolized (what flame graphs and DHAT's
+//!   JSON are made of);
+//! - [`flamegraph`]: folded stacks and SVG flame graphs drawn with `inferno`;
+//! - [`dhat`]: DHAT's JSON, for valgrind's viewer;
+//! - [`readers`]: the subcommands that answer as the gdb commands do (`top`, `peaks`, `leaks`,
+//!   `why`, `history`, `info`);
+//! - [`error`]: one-line errors.
+//!
+//! The binary (`src/main.rs`) parses the command line and calls [`dispatch`].
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod cli;
+pub mod dhat;
+pub mod error;
+pub mod flamegraph;
+pub mod readers;
+pub mod run;
+pub mod stacks;
+
+use cli::{Cli, Command};
+use error::Result;
+
+/// Runs the subcommand; the process's exit status on success.
+pub fn dispatch(cli: Cli) -> Result<u8> {
+    match cli.command {
+        Command::Run(a) => run::run(&a),
+        Command::Flamegraph(a) => flamegraph::command(&a).map(|()| 0),
+        Command::Dhat(a) => dhat::command(&a).map(|()| 0),
+        Command::Top(a) => readers::top(&a).map(|()| 0),
+        Command::Peaks(a) => readers::peaks(&a).map(|()| 0),
+        Command::Leaks(a) => readers::leaks(&a).map(|()| 0),
+        Command::Why(a) => readers::why(&a).map(|()| 0),
+        Command::History(a) => readers::history(&a).map(|()| 0),
+        Command::Info(a) => readers::info(&a).map(|()| 0),
+    }
+}

@@ -1,0 +1,125 @@
+//! `mem-trace run [--profile] [-o DIR] [--] PROGRAM [ARGS...]`: the program under the tracer,
+//! as if run directly, and its reports in a directory.
+//!
+//! - `library`: which `libmem_trace.so` to preload, checked to be the profiler build;
+//! - `child`: finding, starting and waiting for the program, and passing its end on;
+//! - `outputs`: the files left in the directory, and where they are.
+//!
+//! The program gets, on top of the environment as it is:
+//!
+//! | variable | value | why |
+//! | --- | --- | --- |
+//! | `LD_PRELOAD` | the library, then the entries already there | the tracer; the user's own preloads kept |
+//! | `MEM_TRACE_OUT` | the directory, absolute | each report a file there, not on the program's stderr |
+//! | `MEM_TRACE_LEAKS` | `1` | the exit report is written only with its leak check |
+//! | `MEM_TRACE_PROFILE_INTERVAL` | `0` without `--profile` | only the exit report; with `--profile` the user's interval (default 30 s) |
+//!
+//! Its stdin, stdout and stderr are ours, untouched. The reports' files are written by the
+//! library itself (`crates/core/src/profile/`); `outputs` completes them afterwards.
+
+mod child;
+mod library;
+mod outputs;
+
+use crate::cli::{By, RunArgs};
+use crate::error::{Error, Result};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// `mem-trace run`: the program's exit status (a death by a signal is passed on by dying of it).
+pub fn run(args: &RunArgs) -> Result<u8> {
+    let Some((program, program_args)) = args.command.split_first() else {
+        return Err(Error::new(
+            "run: no program given: mem-trace run [--profile] [-o DIR] [--] PROGRAM [ARGS...]",
+        ));
+    };
+    let lib = library::find()?;
+    let path = child::resolve(program)?;
+    let dir = out_dir(args.output.as_deref(), &path)?;
+    let mut env: Vec<(&str, OsString)> = vec![
+        ("LD_PRELOAD", preload(&lib, std::env::var_os("LD_PRELOAD"))),
+        ("MEM_TRACE_OUT", dir.clone().into_os_string()),
+        ("MEM_TRACE_LEAKS", "1".into()),
+    ];
+    if !args.profile {
+        env.push(("MEM_TRACE_PROFILE_INTERVAL", "0".into()));
+    }
+    let status = child::run(program, &path, program_args, &env)?;
+    outputs::finish(&dir, ranked_by());
+    Ok(child::pass_on(status))
+}
+
+/// `LD_PRELOAD` with `lib` first (before another malloc in the list takes the calls) and the
+/// entries already there after it, `lib` not twice.
+fn preload(lib: &Path, existing: Option<OsString>) -> OsString {
+    let mut out = lib.as_os_str().to_owned();
+    let existing = existing.unwrap_or_default();
+    let existing = existing.to_string_lossy();
+    // ld.so separates entries with spaces or colons.
+    for entry in existing.split([':', ' ']).filter(|e| !e.is_empty()) {
+        if Path::new(entry) != lib {
+            out.push(":");
+            out.push(entry);
+        }
+    }
+    out
+}
+
+/// The directory the reports go to, made if needed, as an absolute path: `dir`, or a new
+/// `mem-trace.<prog>.<pid>` in the current directory (`pid`: this process's; the report files
+/// inside carry the program's).
+fn out_dir(dir: Option<&Path>, program: &Path) -> Result<PathBuf> {
+    let cannot = |d: &Path, e: std::io::Error| {
+        Error::new(format!(
+            "cannot create the report directory {}: {e}",
+            d.display()
+        ))
+    };
+    let dir = match dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| cannot(d, e))?;
+            d.to_path_buf()
+        }
+        None => {
+            let prog = program
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "program".into());
+            let d = PathBuf::from(format!("mem-trace.{prog}.{}", std::process::id()));
+            std::fs::create_dir(&d).map_err(|e| cannot(&d, e))?;
+            d
+        }
+    };
+    dir.canonicalize().map_err(|e| cannot(&dir, e))
+}
+
+/// What the reports rank by, as the library reads `MEM_TRACE_PROFILE_BY` (a bad value is the
+/// library's to report; it then ranks by live bytes).
+fn ranked_by() -> By {
+    match std::env::var("MEM_TRACE_PROFILE_BY")
+        .as_deref()
+        .map(str::trim)
+    {
+        Ok("allocated") => By::Allocated,
+        Ok("blocks") => By::Blocks,
+        _ => By::Live,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_library_goes_first_and_the_users_preloads_stay() {
+        let lib = Path::new("/x/libmem_trace.so");
+        assert_eq!(preload(lib, None), "/x/libmem_trace.so");
+        assert_eq!(
+            preload(
+                lib,
+                Some("/a/libjemalloc.so /b/c.so:/x/libmem_trace.so".into())
+            ),
+            "/x/libmem_trace.so:/a/libjemalloc.so:/b/c.so"
+        );
+    }
+}
