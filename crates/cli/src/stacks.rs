@@ -12,8 +12,8 @@ use crate::error::{Error, Result};
 use mem_trace_format::{Counts, SHARD_COUNT};
 use mem_trace_read::layout::Tables;
 use mem_trace_read::memory::Memory;
-use mem_trace_read::symbolize::{ModuleRef, SymFrame, Symbolizer};
-use mem_trace_read::target::{Module, Target};
+use mem_trace_read::symbolize::SymFrame;
+use mem_trace_read::target::Target;
 use mem_trace_read::text::FoldedFrame;
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::ffi::OsStrExt;
@@ -182,22 +182,18 @@ fn thread_counts<M: Memory + ?Sized>(
     Ok(counts)
 }
 
-/// Symbolizes return addresses over the target's modules, each address once.
-///
-/// COORDINATOR: the target helper's `mem_trace_read::target::Symbols` (which reads each module
-/// from the file checked against its loaded build id, `Module::file`) is to replace the lookup
-/// in `frame` once merged; `Frame` and the rest stay.
+/// Symbolizes return addresses over the target's modules (through the readers' one
+/// symbolizer, which reads each module from the file checked against its loaded build id),
+/// each address once.
 struct Symbols<'t> {
-    target: &'t Target,
-    sym: Symbolizer,
+    symbols: mem_trace_read::target::Symbols<'t>,
     cache: HashMap<u64, Frame>,
 }
 
 impl<'t> Symbols<'t> {
     fn new(target: &'t Target) -> Self {
         Symbols {
-            target,
-            sym: Symbolizer::new(),
+            symbols: mem_trace_read::target::Symbols::new(target),
             cache: HashMap::new(),
         }
     }
@@ -206,35 +202,15 @@ impl<'t> Symbols<'t> {
         if let Some(f) = self.cache.get(&ra) {
             return f.clone();
         }
-        // Return addresses point after the call; the call itself is one byte earlier.
-        let probe = ra.saturating_sub(1);
-        let module = self.target.module_of(probe);
-        let mut symbols = Vec::new();
-        if let Some(m) = module {
-            if self
-                .sym
-                .symbolize(&module_ref(m), probe, &mut symbols)
-                .is_err()
-            {
-                symbols.clear();
-            }
-        }
+        // The module of the call instruction, one byte before where the call returns.
+        let module = self.symbols.module_of(ra.saturating_sub(1));
         let f = Frame {
             ra,
-            symbols,
+            symbols: self.symbols.frames(ra).unwrap_or_default(),
             module: module.map(|m| (m.path.as_os_str().as_bytes().to_vec(), m.bias)),
         };
         self.cache.insert(ra, f.clone());
         f
-    }
-}
-
-fn module_ref(m: &Module) -> ModuleRef<'_> {
-    ModuleRef {
-        path: m.path.as_os_str().as_bytes(),
-        bias: m.bias,
-        start: m.start,
-        end: m.end,
     }
 }
 
