@@ -11,7 +11,9 @@
 //!   and header;
 //! - [`symbolize`]: return addresses → functions, inlined frames and `file:line`, from the ELF
 //!   files and their DWARF (separate debug files too), taking no lock;
-//! - [`text`]: the frame lines every report prints.
+//! - [`text`]: the frame lines every report prints;
+//! - [`leaks`]: the leak check's classification, shared by the profiler's exit report and
+//!   the command, and the roots of a target read from outside.
 //!
 //! It allocates through the global allocator of whatever links it: inside the preload library
 //! that is the tracer's arena (in its lock-free scratch mode while `print_trace` runs), in a
@@ -21,8 +23,12 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod layout;
+pub mod leaks;
 pub mod memory;
 pub mod profile;
 pub mod symbolize;
 pub mod target;
 pub mod text;
+
+#[cfg(test)]
+mod test_image;
