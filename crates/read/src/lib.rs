@@ -12,6 +12,7 @@
 //! - [`symbolize`]: return addresses → functions, inlined frames and `file:line`, from the ELF
 //!   files and their DWARF (separate debug files too), taking no lock;
 //! - [`text`]: the frame lines every report prints;
+//! - [`answer`]: the answers of the gdb commands, line for line, from outside the process;
 //! - [`leaks`]: the leak check's classification, shared by the profiler's exit report and
 //!   the command, and the roots of a target read from outside.
 //!
@@ -22,6 +23,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod answer;
 pub mod layout;
 pub mod leaks;
 pub mod memory;

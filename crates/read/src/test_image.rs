@@ -201,9 +201,13 @@ impl TraceBuilder {
             .push((stack as usize % 128, stack, words));
     }
 
-    /// Lays everything out.
+    /// Lays everything out in a new image.
     pub(crate) fn build(&self) -> Built {
-        let mut img = Image::new();
+        self.build_into(Image::new())
+    }
+
+    /// Lays everything out in `img`, beside what it holds.
+    pub(crate) fn build_into(&self, mut img: Image) -> Built {
         let header = img.map(128);
 
         let mut per_shard: BTreeMap<usize, Vec<Slot>> = BTreeMap::new();

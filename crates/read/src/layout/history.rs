@@ -171,8 +171,7 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
             });
         }
         // On a (corrupt) tie, the free comes first: it cannot precede its allocation.
-        let key = |e: &Event| (e.seq, e.kind == EventKind::Free);
-        events.sort_by(|a, b| key(b).cmp(&key(a)));
+        events.sort_by_key(|e| core::cmp::Reverse((e.seq, e.kind == EventKind::Free)));
         Ok(events)
     }
 }

@@ -73,7 +73,11 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
             return Ok(out);
         }
         for i in candidate_shards(addr) {
-            out.extend(self.shard_blocks(i)?.into_iter().filter(|b| b.contains(addr)));
+            out.extend(
+                self.shard_blocks(i)?
+                    .into_iter()
+                    .filter(|b| b.contains(addr)),
+            );
         }
         out.sort_by_key(|b| core::cmp::Reverse(b.seq));
         Ok(out)

@@ -97,6 +97,15 @@ impl Live {
         }
     }
 
+    /// A block of class `class`, as a finished scan leaves it.
+    #[cfg(test)]
+    pub(crate) fn of_class(addr: u64, size: u64, stack: u32, class: Class) -> Self {
+        Live {
+            level: class as u8,
+            ..Live::new(addr, size, stack)
+        }
+    }
+
     /// Its class (once the scan is done).
     pub fn class(&self) -> Class {
         match self.level {

@@ -237,3 +237,6 @@ fn is_thread_stack<M: Memory + ?Sized>(mem: &M, m: &Mapping, blocks: &[Live]) ->
         p % 64 == 0 && word(off) == Some(p) && word(off + 16) == Some(p)
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -160,7 +160,11 @@ fn events_newest_first() {
         .collect();
     assert_eq!(live, [(Allocation, 1234, true)]);
     assert_eq!(
-        t.history_events(BIG + 77).unwrap().iter().map(|e| e.seq).collect::<Vec<_>>(),
+        t.history_events(BIG + 77)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect::<Vec<_>>(),
         [7]
     );
 }
@@ -171,7 +175,14 @@ fn a_wrapped_ring_keeps_the_newest() {
     b.history_capacity = Some(4);
     for k in 0..10u64 {
         // Record k lands at k % 4: 6..9 survive.
-        b.add_freed(freed(HEAP + 0x40 * (k % 3), 16, 1, 0, 100 + 2 * k, 101 + 2 * k));
+        b.add_freed(freed(
+            HEAP + 0x40 * (k % 3),
+            16,
+            1,
+            0,
+            100 + 2 * k,
+            101 + 2 * k,
+        ));
     }
     let built = b.build();
     let t = tables(&built);
@@ -179,7 +190,12 @@ fn a_wrapped_ring_keeps_the_newest() {
     assert_eq!((h.written, h.held(), h.wrapped()), (10, 4, true));
     // k = 6 and 9 are at HEAP (k % 3 == 0); 0 and 3 were overwritten.
     assert_eq!(free_seqs(&built, HEAP + 3), [119, 113]);
-    let seqs: Vec<u64> = t.history_events(HEAP).unwrap().iter().map(|e| e.seq).collect();
+    let seqs: Vec<u64> = t
+        .history_events(HEAP)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
     assert_eq!(seqs, [119, 118, 113, 112]);
 }
 

@@ -69,7 +69,10 @@ fn inside_after_before_and_the_nearest_in_a_gap() {
         .find_block(HEAP + 0x2A5, 0)
         .unwrap()
         .unwrap();
-    assert_eq!((whole.address, whole.block.size, whole.block.thread), (HEAP + 0x2A5, 100, 1));
+    assert_eq!(
+        (whole.address, whole.block.size, whole.block.thread),
+        (HEAP + 0x2A5, 100, 1)
+    );
 }
 
 #[test]
@@ -77,14 +80,20 @@ fn a_tie_prefers_after() {
     let mut b = TraceBuilder::new();
     b.add_block(HEAP, 16, 1, 0, 1);
     b.add_block(HEAP + 24, 16, 1, 0, 2);
-    assert_eq!(find(&b.build(), HEAP + 20, DEFAULT_MAX_GAP), Some((After, 4, 1)));
+    assert_eq!(
+        find(&b.build(), HEAP + 20, DEFAULT_MAX_GAP),
+        Some((After, 4, 1))
+    );
 }
 
 #[test]
 fn nothing_near() {
     let built = standard().build();
     assert_eq!(find(&built, 0x10, DEFAULT_MAX_GAP), None);
-    assert_eq!(find(&built, HEAP + 0x310 + 32 + 5000, DEFAULT_MAX_GAP), None);
+    assert_eq!(
+        find(&built, HEAP + 0x310 + 32 + 5000, DEFAULT_MAX_GAP),
+        None
+    );
     assert_eq!(find(&built, HEAP + 0x2A0 + 100, 0), None);
     assert_eq!(find(&built, u64::MAX, DEFAULT_MAX_GAP), None);
 }
@@ -93,21 +102,33 @@ fn nothing_near() {
 fn large_blocks_and_blocks_across_regions() {
     let built = standard().build();
     for off in [0, 12345, (1 << 20) - 1] {
-        assert_eq!(find(&built, BIG + off, DEFAULT_MAX_GAP), Some((Inside, off, 7)));
+        assert_eq!(
+            find(&built, BIG + off, DEFAULT_MAX_GAP),
+            Some((Inside, off, 7))
+        );
     }
-    assert_eq!(find(&built, BIG + (1 << 20) + 3, DEFAULT_MAX_GAP), Some((After, 3, 7)));
+    assert_eq!(
+        find(&built, BIG + (1 << 20) + 3, DEFAULT_MAX_GAP),
+        Some((After, 3, 7))
+    );
     // In the next region, found through shard_of(r - 1).
     let start = region_start_in_other_shard(HEAP) - 40;
     let mut b = TraceBuilder::new();
     b.add_block(start, 100, 1, 0, 9);
-    assert_eq!(find(&b.build(), start + 60, DEFAULT_MAX_GAP), Some((Inside, 60, 9)));
+    assert_eq!(
+        find(&b.build(), start + 60, DEFAULT_MAX_GAP),
+        Some((Inside, 60, 9))
+    );
     // A 64 KiB block starting just below a region boundary ends in the next region; an
     // address a little past its end is two regions above its start.
     let r = region_start_in_other_shard(HEAP + 0x20000);
     let start = r - 0x10000 - 16;
     let mut b = TraceBuilder::new();
     b.add_block(start, 0x10000, 1, 0, 3);
-    assert_eq!(find(&b.build(), start + 0x10020, DEFAULT_MAX_GAP), Some((After, 0x20, 3)));
+    assert_eq!(
+        find(&b.build(), start + 0x10020, DEFAULT_MAX_GAP),
+        Some((After, 0x20, 3))
+    );
 }
 
 #[test]
@@ -132,7 +153,11 @@ fn blocks_and_the_live_ones_at_an_address() {
     all.sort_unstable();
     assert_eq!(
         all,
-        [(HEAP + 0x2A0, 100, 1234), (HEAP + 0x310, 32, 1235), (BIG, 1 << 20, 7)]
+        [
+            (HEAP + 0x2A0, 100, 1234),
+            (HEAP + 0x310, 32, 1235),
+            (BIG, 1 << 20, 7)
+        ]
     );
     let at = |a| -> Vec<u64> {
         t.live_blocks_containing(a)
