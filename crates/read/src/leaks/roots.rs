@@ -13,13 +13,14 @@
 //!
 //! A running process is never stopped, so neither its threads' stack pointers nor their
 //! registers are known. Its threads' stacks are then scanned whole: the main thread's
-//! `[stack]` mapping, and every private anonymous mapping that ends with a glibc thread
-//! control block (its first and third words point at itself) and holds no live block — the
-//! stacks of the running threads, and those glibc keeps for reuse. What such a scan cannot
-//! see: pointers held only in registers, stacks the program allocated itself
+//! `[stack]` mapping, and every private anonymous mapping that holds no live block and ends
+//! with the glibc thread control block of one of its threads (its first and third words point
+//! at itself, and it holds the thread's id) — each other thread's stack, and the mapping of the
+//! main thread's static TLS where it has one of its own (gdb does not scan it). What such a
+//! scan cannot see: pointers held only in registers, stacks the program allocated itself
 //! (`pthread_attr_setstack`) or that another libc lays out differently; stale words below a
 //! stack pointer can only make a block look reachable, never lost. Like gdb's scan, neither
-//! reads the main thread's static TLS nor memory the program mapped itself.
+//! reads memory the program mapped itself.
 
 use super::{Live, Root};
 use crate::memory::Memory;
@@ -38,6 +39,8 @@ const PAGE: u64 = 4096;
 /// A thread control block lies this close to the end of its stack mapping (glibc puts
 /// `struct pthread`, 2-3 KiB, at the top; static TLS lies below it).
 const TCB_WINDOW: u64 = 16 << 10;
+/// A thread control block holds its thread's id this close to its start.
+const TID_WINDOW: usize = 1 << 10;
 
 /// The roots of a target, and what the answer says of them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -191,9 +194,10 @@ fn thread_roots<M: Memory + ?Sized>(
         stacks.push(root);
     }
     if unknown {
+        let tids: Vec<u32> = threads.iter().map(|t| t.tid).filter(|&t| t != 0).collect();
         for m in mappings {
             let taken = stacks.iter().any(|r| m.start < r.hi && r.lo < m.end);
-            if !taken && (m.name == "[stack]" || is_thread_stack(mem, m, blocks)) {
+            if !taken && (m.name == "[stack]" || is_thread_stack(mem, m, blocks, &tids)) {
                 stacks.push(Root::range(m.start, m.end));
             }
         }
@@ -212,10 +216,19 @@ fn probe_end<M: Memory + ?Sized>(mem: &M, sp: u64) -> u64 {
     page.max(sp)
 }
 
-/// A glibc thread's stack: private anonymous read-write memory without live blocks, whose
-/// last [`TCB_WINDOW`] bytes hold a thread control block (`tcbhead_t`: its `tcb` and `self`
-/// words, at offsets 0 and 16, both point at it; it is 64-byte aligned).
-fn is_thread_stack<M: Memory + ?Sized>(mem: &M, m: &Mapping, blocks: &[Live]) -> bool {
+/// A live glibc thread's stack: private anonymous read-write memory without live blocks, whose
+/// last [`TCB_WINDOW`] bytes hold the thread control block of one of `tids` (`tcbhead_t`: its
+/// `tcb` and `self` words, at offsets 0 and 16, both point at it; it is 64-byte aligned; the
+/// thread's id is one of the 32-bit words of its first [`TID_WINDOW`] bytes, at 0x2d0 in the
+/// glibc of this writing). A stack glibc keeps for reuse holds the control block of an exited
+/// thread, whose id the kernel cleared: it is not scanned, as gdb and the exit report do not
+/// scan dead threads' stacks.
+fn is_thread_stack<M: Memory + ?Sized>(
+    mem: &M,
+    m: &Mapping,
+    blocks: &[Live],
+    tids: &[u32],
+) -> bool {
     if !m.name.is_empty() || !m.read || !m.write || m.exec || m.end <= m.start {
         return false;
     }
@@ -232,9 +245,15 @@ fn is_thread_stack<M: Memory + ?Sized>(mem: &M, m: &Mapping, blocks: &[Live]) ->
         tail.get(off..off + 8)
             .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
     };
+    let live = |tcb: usize| {
+        let end = (tcb + TID_WINDOW).min(tail.len());
+        tail[tcb..end]
+            .chunks_exact(4)
+            .any(|w| tids.contains(&u32::from_le_bytes(w.try_into().expect("4 bytes"))))
+    };
     (0..tail.len()).step_by(8).any(|off| {
         let p = lo + off as u64;
-        p % 64 == 0 && word(off) == Some(p) && word(off + 16) == Some(p)
+        p % 64 == 0 && word(off) == Some(p) && word(off + 16) == Some(p) && live(off)
     })
 }
 

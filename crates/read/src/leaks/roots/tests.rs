@@ -149,11 +149,14 @@ fn a_running_process_scans_its_stack_mappings_whole() {
     let thread = img.map(0x8000);
     let heap = img.map(0x8000);
     let plain = img.map(0x8000);
-    // A thread control block near the top of the thread's stack, and one in the heap.
-    for base in [thread, heap] {
+    let exited = img.map(0x8000);
+    // A thread control block near the top of the thread's stack, one in the heap, one of a
+    // thread that exited (its stack kept for reuse, its id cleared).
+    for (base, tid) in [(thread, 2u32), (heap, 2), (exited, 0)] {
         let tcb = base + 0x7000;
         img.write_u64(tcb, tcb);
         img.write_u64(tcb + 16, tcb);
+        img.write(tcb + 0x2d0, &tid.to_le_bytes());
     }
     // An 8-byte-aligned but not 64-byte-aligned look-alike is not one.
     img.write_u64(plain + 0x7008, plain + 0x7008);
@@ -163,6 +166,7 @@ fn a_running_process_scans_its_stack_mappings_whole() {
         mapping(thread, thread + 0x8000, "rw-", ""),
         mapping(heap, heap + 0x8000, "rw-", ""),
         mapping(plain, plain + 0x8000, "rw-", ""),
+        mapping(exited, exited + 0x8000, "rw-", ""),
     ];
     let threads = [
         ThreadState {
