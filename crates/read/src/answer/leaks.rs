@@ -13,14 +13,13 @@
 //! Definitely lost groups first, then possibly lost ones, then still reachable ones, each
 //! biggest first; the classes and their totals are those of the profiler's exit report.
 
-use super::parts::{plural, stack_lines, Lookups, StackKind};
+use super::parts::{plural, stack_lines, sum_by_stack, Lookups, StackKind};
 use super::AnswerError;
 use crate::layout::Tables;
 use crate::leaks::{roots, Class, Live, Outcome, Roots, Scan};
 use crate::memory::Memory;
 use crate::target::{Mapping, Module, ThreadState};
 use core::sync::atomic::Ordering::Relaxed;
-use std::collections::HashMap;
 
 const FRAMES_OPTION: &str = "--frames";
 
@@ -60,22 +59,15 @@ pub struct LeakFacts {
 
 /// `blocks` of one class summed per stack, biggest first (ties: more blocks, lower id).
 pub fn group_by_stack(blocks: &[Live], class: Class) -> Vec<Group> {
-    let mut sums: HashMap<u32, (u64, u64)> = HashMap::new();
-    for b in blocks.iter().filter(|b| b.class() == class) {
-        let s = sums.entry(b.stack).or_default();
-        s.0 += b.size;
-        s.1 += 1;
-    }
-    let mut groups: Vec<Group> = sums
+    let of_class = blocks.iter().filter(|b| b.class() == class);
+    sum_by_stack(of_class.map(|b| (b.stack, b.size)))
         .into_iter()
-        .map(|(stack, (bytes, blocks))| Group {
+        .map(|(stack, bytes, blocks)| Group {
             stack,
             bytes,
             blocks,
         })
-        .collect();
-    groups.sort_by_key(|g| (core::cmp::Reverse((g.bytes, g.blocks)), g.stack));
-    groups
+        .collect()
 }
 
 impl LeakFacts {

@@ -255,6 +255,20 @@ pub(super) fn stack_lines(
     lines
 }
 
+/// Blocks, as `(stack, size)`, summed per stack: `(stack, bytes, blocks)`, biggest first
+/// (ties: more blocks, then the older stack).
+pub(super) fn sum_by_stack(blocks: impl Iterator<Item = (u32, u64)>) -> Vec<(u32, u64, u64)> {
+    let mut sums: HashMap<u32, (u64, u64)> = HashMap::new();
+    for (stack, size) in blocks {
+        let s = sums.entry(stack).or_default();
+        s.0 += size;
+        s.1 += 1;
+    }
+    let mut out: Vec<(u32, u64, u64)> = sums.into_iter().map(|(k, (n, c))| (k, n, c)).collect();
+    out.sort_by_key(|&(stack, bytes, blocks)| (core::cmp::Reverse((bytes, blocks)), stack));
+    out
+}
+
 /// The history header, or `None` when it is absent or unreadable: it only decorates the
 /// answers (a free stack that was never recorded, a ring that wrapped).
 pub(super) fn history_or_none<M: Memory + ?Sized>(tables: &Tables<'_, M>) -> Option<History> {

@@ -15,13 +15,15 @@
 //! Counts are the shared record plus every thread's cached deltas; a live process may be
 //! caught mid-update (a stack counted twice or not at all for an instant), a core is exact.
 
-use super::parts::{plural, stack_lines, thread_details, thread_text, Lookups, StackKind};
+use super::parts::{
+    plural, stack_lines, sum_by_stack, thread_details, thread_text, Lookups, StackKind,
+};
 use super::AnswerError;
 use crate::layout::{Tables, Thread};
 use crate::memory::Memory;
 use crate::profile::Peaks;
 use mem_trace_format::Counts;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// How the commands spell their frame limit, named when a stack is cut.
 const FRAMES_OPTION: &str = "--frames";
@@ -181,15 +183,11 @@ impl TopFacts {
                 "no thread {index}: the tracer has seen threads 1..{count} (mtrace-peaks lists them)"
             )));
         }
-        let mut sums: HashMap<u32, (u64, u64)> = HashMap::new();
-        for b in tables.blocks()?.into_iter().filter(|b| b.thread == index) {
-            let s = sums.entry(b.stack).or_default();
-            s.0 += b.size;
-            s.1 += 1;
-        }
-        let mut ranked: Vec<Ranked> = sums
+        let blocks = tables.blocks()?;
+        let mine = blocks.iter().filter(|b| b.thread == index);
+        let mut ranked: Vec<Ranked> = sum_by_stack(mine.map(|b| (b.stack, b.size)))
             .into_iter()
-            .map(|(stack, (bytes, blocks))| Ranked {
+            .map(|(stack, bytes, blocks)| Ranked {
                 stack,
                 bytes,
                 blocks,

@@ -181,20 +181,27 @@ fn inlined_frames_and_frames_without_symbols() {
     );
 }
 
-#[test]
-fn raw_stacks() {
-    let records = FakeRecords::new();
-    let mut raw = super::frame::unsymbolized;
-    let mut lookups = Lookups::new(&records, &mut raw);
-    let lines = stack_lines(
-        &mut lookups,
+/// The lines of `ALLOC_STACK`, whole.
+fn allocation_stack(lookups: &mut Lookups<'_>) -> Vec<String> {
+    stack_lines(
+        lookups,
         ALLOC_STACK,
         None,
         StackKind::Allocation,
         None,
         "-f",
+    )
+}
+
+#[test]
+fn raw_stacks() {
+    let records = FakeRecords::new();
+    let mut raw = super::frame::unsymbolized;
+    let mut lookups = Lookups::new(&records, &mut raw);
+    assert_eq!(
+        allocation_stack(&mut lookups),
+        ["    #0 0x55555555518b", "    #1 0x5555555551c6"]
     );
-    assert_eq!(lines, ["    #0 0x55555555518b", "    #1 0x5555555551c6"]);
 }
 
 #[test]
@@ -215,28 +222,32 @@ fn cut_at_max_frames_counting_inlined_frames() {
 
 #[test]
 fn missing_empty_unreadable_unpublished_stacks() {
-    let one = |id, kind| stack(id, None, kind);
-    assert_eq!(
-        one(0, StackKind::Allocation),
-        ["    (no allocation stack was recorded)"]
-    );
-    assert_eq!(
-        one(EMPTY_STACK, StackKind::Allocation),
-        ["    (empty allocation stack)"]
-    );
-    // Python quotes its own error: "cannot read stack 5 (16 bytes at 0x7000)".
-    assert_eq!(
-        one(BROKEN_STACK, StackKind::Allocation),
-        ["    (allocation stack 5 unreadable: cannot read 16 bytes at 0x7000)"]
-    );
-    assert_eq!(
-        one(UNPUBLISHED_STACK, StackKind::Allocation),
-        ["    (allocation stack 6 is not published yet)"]
-    );
-    assert_eq!(
-        one(EMPTY_STACK, StackKind::Free),
-        ["    (empty free stack)"]
-    );
+    for (id, kind, want) in [
+        (
+            0,
+            StackKind::Allocation,
+            "    (no allocation stack was recorded)",
+        ),
+        (
+            EMPTY_STACK,
+            StackKind::Allocation,
+            "    (empty allocation stack)",
+        ),
+        // Python quotes its own error: "cannot read stack 5 (16 bytes at 0x7000)".
+        (
+            BROKEN_STACK,
+            StackKind::Allocation,
+            "    (allocation stack 5 unreadable: cannot read 16 bytes at 0x7000)",
+        ),
+        (
+            UNPUBLISHED_STACK,
+            StackKind::Allocation,
+            "    (allocation stack 6 is not published yet)",
+        ),
+        (EMPTY_STACK, StackKind::Free, "    (empty free stack)"),
+    ] {
+        assert_eq!(stack(id, None, kind), [want]);
+    }
 }
 
 #[test]
@@ -249,14 +260,7 @@ fn each_return_address_is_symbolized_once() {
     };
     let mut lookups = Lookups::new(&records, &mut counting);
     for _ in 0..3 {
-        stack_lines(
-            &mut lookups,
-            ALLOC_STACK,
-            None,
-            StackKind::Allocation,
-            None,
-            "-f",
-        );
+        allocation_stack(&mut lookups);
     }
     drop(lookups);
     assert_eq!(calls, [PC_MAKE, PC_MAIN]);
