@@ -36,6 +36,8 @@ const RED_ZONE: u64 = 128;
 /// above it.
 const MAX_PROBED_STACK: u64 = 8 << 20;
 const PAGE: u64 = 4096;
+/// The vDSO is a page or two; a bigger mapping of that name is not read.
+const MAX_VDSO: u64 = 1 << 20;
 /// A thread control block lies this close to the end of its stack mapping (glibc puts
 /// `struct pthread`, 2-3 KiB, at the top; static TLS lies below it).
 const TCB_WINDOW: u64 = 16 << 10;
@@ -95,7 +97,7 @@ fn data_roots<M: Memory + ?Sized>(
         if m.path.as_os_str().as_encoded_bytes().starts_with(b"[") {
             continue;
         }
-        let from_file = std::fs::File::open(&m.path).ok().and_then(|f| {
+        let from_file = regular_file(&m.path).and_then(|f| {
             let cache = object::ReadCache::new(f);
             writable_sections(&cache, m.bias)
         });
@@ -108,7 +110,10 @@ fn data_roots<M: Memory + ?Sized>(
                 .collect()
         }));
     }
-    if let Some(vdso) = mappings.iter().find(|p| p.name == "[vdso]") {
+    let vdso = mappings
+        .iter()
+        .find(|p| p.name == "[vdso]" && p.end > p.start && p.end - p.start <= MAX_VDSO);
+    if let Some(vdso) = vdso {
         let mut image = vec![0u8; (vdso.end - vdso.start) as usize];
         if mem.read(vdso.start, &mut image).is_ok() {
             // The vDSO is linked at 0: its bias is where it is mapped.
@@ -138,6 +143,18 @@ fn data_roots<M: Memory + ?Sized>(
         .map(|(s, e)| Root::range(s, e))
         .collect();
     (roots, objects.len())
+}
+
+/// The file at `path` opened for reading if it is a regular file: a path from a core's notes
+/// may name anything, and opening a FIFO without a writer would wait forever.
+fn regular_file(path: &std::path::Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    f.metadata().ok()?.is_file().then_some(f)
 }
 
 /// The sections of an ELF image that are allocated, writable, not code and not thread-local

@@ -33,7 +33,9 @@ struct Marks<'a> {
     blocks: &'a mut [Live],
     /// The blocks' start addresses (a copy, for a cache-friendly binary search).
     starts: Vec<u64>,
-    /// One past the end of the last block: no value at or above it points into one.
+    /// The first block's start, and one past the end of the last block: no value outside
+    /// points into one.
+    min: u64,
     end: u64,
     /// Blocks whose level rose and whose words are still to scan.
     work: Vec<u32>,
@@ -56,12 +58,14 @@ impl<'a, M: Memory + ?Sized> Scan<'a, M> {
         batch.try_reserve_exact(BATCH).ok()?;
         let mut work = Vec::new();
         work.try_reserve(1024).ok()?;
+        let min = blocks.first().map_or(0, |b| b.addr);
         let end = blocks.last().map_or(0, |b| b.addr.saturating_add(b.size));
         Some(Scan {
             mem,
             marks: Marks {
                 blocks,
                 starts,
+                min,
                 end,
                 work,
             },
@@ -233,10 +237,8 @@ impl Marks<'_> {
     /// the pointer gives (see the module documentation), and is queued if it rose.
     #[inline]
     fn mark(&mut self, p: u64, from: u8) {
-        let Some(&min) = self.starts.first() else {
-            return;
-        };
-        if p < min || p >= self.end {
+        // No block: `end` is 0 and nothing passes.
+        if p < self.min || p >= self.end {
             return;
         }
         // The last block starting at or before `p`: blocks do not overlap, so only it can

@@ -87,9 +87,39 @@ fn a_module_whose_file_is_gone_counts_with_its_writable_mappings() {
         mapping(0x1000, 0x2000, "r-x", "/nonexistent/libgone.so"),
         mapping(0x3000, 0x4000, "rw-", "/nonexistent/libgone.so"),
     ];
-    let r = roots(&Image::new(), 0x10, &[gone], &mappings, &[], &[]);
+    let r = roots(
+        &Image::new(),
+        0x10,
+        std::slice::from_ref(&gone),
+        &mappings,
+        &[],
+        &[],
+    );
     assert_eq!(r.ranges, [Root::range(0x3000, 0x4000)]);
     assert_eq!(r.objects, 1);
+    // A path that names no regular file (a FIFO would block a plain open): the same.
+    let fifo = std::env::temp_dir().join(format!("mem-trace-roots-{}", std::process::id()));
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let named = |m: &Mapping| Mapping {
+        name: fifo.display().to_string(),
+        ..m.clone()
+    };
+    let odd = Module {
+        path: fifo.clone(),
+        ..gone
+    };
+    let r = roots(
+        &Image::new(),
+        0x10,
+        &[odd],
+        &mappings.map(|m| named(&m)),
+        &[],
+        &[],
+    );
+    let _ = std::fs::remove_file(&fifo);
+    assert_eq!(r.ranges, [Root::range(0x3000, 0x4000)]);
 }
 
 #[test]
