@@ -16,6 +16,12 @@ use mem_trace_format::{
     THREAD_EXITED, VERSION,
 };
 
+mod history;
+mod near;
+
+pub use history::{Event, EventKind, History};
+pub use near::{Match, Relation, DEFAULT_MAX_GAP};
+
 /// The most slots a reader accepts in one array (docs/LAYOUT.md: "reject absurd values").
 const MAX_CAPACITY: u64 = 1 << 32;
 /// The most frames a reader accepts in one stack record.

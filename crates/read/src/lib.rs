@@ -11,7 +11,10 @@
 //!   and header;
 //! - [`symbolize`]: return addresses → functions, inlined frames and `file:line`, from the ELF
 //!   files and their DWARF (separate debug files too), taking no lock;
-//! - [`text`]: the frame lines every report prints.
+//! - [`text`]: the frame lines every report prints;
+//! - [`answer`]: the answers of the gdb commands, line for line, from outside the process;
+//! - [`leaks`]: the leak check's classification, shared by the profiler's exit report and
+//!   the command, and the roots of a target read from outside.
 //!
 //! It allocates through the global allocator of whatever links it: inside the preload library
 //! that is the tracer's arena (in its lock-free scratch mode while `print_trace` runs), in a
@@ -20,9 +23,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod answer;
 pub mod layout;
+pub mod leaks;
 pub mod memory;
 pub mod profile;
 pub mod symbolize;
 pub mod target;
 pub mod text;
+
+#[cfg(test)]
+mod test_image;

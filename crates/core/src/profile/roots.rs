@@ -105,12 +105,7 @@ pub(crate) fn forked() {
 /// A range of memory to scan for pointers: `[lo, hi)`. `downward`: a stack, read from the top
 /// down until the first unreadable page (the main thread's bounds are an upper limit, most of
 /// it unmapped).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Root {
-    pub lo: u64,
-    pub hi: u64,
-    pub downward: bool,
-}
+pub(crate) use mem_trace_read::leaks::Root;
 
 /// Calls `f` on every root. `own_sp`: the calling thread's stack pointer, whose stack is then
 /// scanned from there up only; `None` when the caller is not a program thread (the profiler's

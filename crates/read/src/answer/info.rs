@@ -1,0 +1,140 @@
+//! The answer of `info` (`mtrace-info`): is mem-trace loaded, and what its tables hold; the
+//! Rust twin of `python/mem_trace_gdb/text/info.py`.
+
+use super::parts::error_text;
+use crate::layout::{Error, History, Tables, Totals};
+use crate::memory::Memory;
+use core::sync::atomic::Ordering::Relaxed;
+use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER};
+
+/// The header's figures, the process-wide counters and the freed-block history's header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InfoFacts {
+    /// Where `MEM_TRACE_HEADER` is.
+    pub header: u64,
+    /// Its layout version.
+    pub version: u32,
+    /// Its `FLAG_*` bits.
+    pub flags: u64,
+    /// Live blocks and bytes, stacks, threads.
+    pub totals: Totals,
+    /// Blocks the tracer could not record.
+    pub untracked: u64,
+    /// The sequence number of the next event.
+    pub next_seq: u64,
+    /// `None` when the process has no history (`header.freed` is 0) or it is unreadable.
+    pub history: Option<History>,
+    /// Why the history header could not be read.
+    pub history_error: Option<String>,
+}
+
+impl InfoFacts {
+    /// Reads them from the tables whose header is at `header`. Unreadable counters are an
+    /// error; an unreadable history is one line of the answer.
+    pub fn read<M: Memory + ?Sized>(
+        tables: &Tables<'_, M>,
+        header: u64,
+    ) -> Result<InfoFacts, Error> {
+        let h = tables.header();
+        // Before the tracer has initialised, its tables are not there yet.
+        let totals = if h.shards.is_null() {
+            Totals::default()
+        } else {
+            tables.totals()?
+        };
+        let (history, history_error) = match tables.history_header() {
+            Ok(history) => (history, None),
+            Err(e) => (None, Some(error_text(&e))),
+        };
+        Ok(InfoFacts {
+            header,
+            version: h.version,
+            flags: h.flags.load(Relaxed),
+            totals,
+            untracked: h.untracked.load(Relaxed),
+            next_seq: h.next_seq.load(Relaxed),
+            history,
+            history_error,
+        })
+    }
+}
+
+/// The answer.
+pub fn lines(facts: &InfoFacts) -> Vec<String> {
+    let t = &facts.totals;
+    let flags: Vec<&str> = [
+        (FLAG_INITIALISED, "initialised"),
+        (FLAG_PROFILER, "profiler"),
+        (FLAG_FREE_STACKS, "free stacks"),
+    ]
+    .into_iter()
+    .filter(|&(bit, _)| facts.flags & bit != 0)
+    .map(|(_, name)| name)
+    .collect();
+    let flags = if flags.is_empty() {
+        "none".to_string()
+    } else {
+        flags.join(", ")
+    };
+    let mut out = vec![
+        format!(
+            "mem-trace is loaded: header at {:#x}, layout version {}",
+            facts.header, facts.version
+        ),
+        format!("  live blocks:     {} ({} bytes)", t.blocks, t.bytes),
+        format!("  distinct stacks: {}", t.stacks),
+        format!("  threads seen:    {}", t.threads),
+        format!("  untracked:       {}", facts.untracked),
+        format!("  next sequence:   {}", facts.next_seq),
+        format!("  flags:           {flags}"),
+    ];
+    out.extend(history_lines(facts));
+    out
+}
+
+/// The freed-block history's figures.
+fn history_lines(facts: &InfoFacts) -> Vec<String> {
+    if let Some(e) = &facts.history_error {
+        return vec![format!("  freed history:   unreadable ({e})")];
+    }
+    let Some(h) = &facts.history else {
+        return vec!["  freed history:   none (header.freed is 0)".to_string()];
+    };
+    let first = if !h.enabled() {
+        "  freed history:   off (MEM_TRACE_FREED=0)".to_string()
+    } else {
+        let kept = if h.wrapped() {
+            format!("wrapped: keeps the last {}", h.capacity)
+        } else {
+            format!("{} of {} held", h.held(), h.capacity)
+        };
+        let frees = if h.written == 1 {
+            "1 free".to_string()
+        } else {
+            format!("{} frees", h.written)
+        };
+        format!(
+            "  freed history:   {} records, {frees} written ({kept})",
+            h.capacity
+        )
+    };
+    let quarantine = if h.quarantine_limit > 0 {
+        format!(
+            "{} of {} bytes held",
+            h.quarantined_bytes, h.quarantine_limit
+        )
+    } else {
+        "off (MEM_TRACE_QUARANTINE=0)".to_string()
+    };
+    let stacks = if h.free_stacks() {
+        "on"
+    } else {
+        "off (MEM_TRACE_FREE_STACKS=0)"
+    };
+    vec![
+        first,
+        format!("  free stacks:     {stacks}"),
+        format!("  quarantine:      {quarantine}"),
+        format!("  errors reported: {} (double or invalid frees)", h.errors),
+    ]
+}

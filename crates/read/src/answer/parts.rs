@@ -1,0 +1,276 @@
+//! The pieces every answer is made of: sizes, blocks, threads, numbered stacks; the Rust twin
+//! of `python/mem_trace_gdb/text/parts.py`.
+//!
+//! Nothing here fails for unreadable memory: a stack or thread record that cannot be read
+//! becomes a line saying so, and the rest of the answer stands.
+
+use super::frame::Frame;
+use crate::layout::{Error, History, Tables, Thread};
+use crate::memory::Memory;
+use mem_trace_format::{Block, LOW40};
+use std::collections::HashMap;
+
+/// Stacks and thread records by id; [`Tables`] is one, tests have fakes.
+pub trait Records {
+    /// The return addresses of stack `id`, innermost first; `None` for id 0 or one with
+    /// nothing published under it.
+    fn stack(&self, id: u32) -> Result<Option<Vec<u64>>, Error>;
+    /// Thread `index`'s record; `None` for index 0 or one not written yet.
+    fn thread(&self, index: u32) -> Result<Option<Thread>, Error>;
+}
+
+impl<M: Memory + ?Sized> Records for Tables<'_, M> {
+    fn stack(&self, id: u32) -> Result<Option<Vec<u64>>, Error> {
+        if id == 0 || self.header().stacks.is_null() {
+            return Ok(None);
+        }
+        let count = self.stack_count()?;
+        if u64::from(id) > count {
+            return Err(Error::Corrupt(format!(
+                "stack id {id} is beyond the {count} handed out"
+            )));
+        }
+        Tables::stack(self, id)
+    }
+
+    fn thread(&self, index: u32) -> Result<Option<Thread>, Error> {
+        if index == 0 || self.header().threads.is_null() {
+            return Ok(None);
+        }
+        let count = self.thread_count()?;
+        if u64::from(index) > count {
+            return Err(Error::Corrupt(format!(
+                "thread index {index} is beyond the {count} handed out"
+            )));
+        }
+        Tables::thread(self, index)
+    }
+}
+
+/// What the answers need besides the facts: records, and frames for a return address.
+pub struct Lookups<'a> {
+    records: &'a dyn Records,
+    symbolize: &'a mut dyn FnMut(u64) -> Vec<Frame>,
+    /// Stacks share return addresses: each is symbolized once.
+    frames: HashMap<u64, Vec<Frame>>,
+}
+
+impl<'a> Lookups<'a> {
+    /// Lookups over `records`; `symbolize` gives a return address's frames, innermost
+    /// (inlined) first (see [`frames`](super::frame::frames), and
+    /// [`unsymbolized`](super::frame::unsymbolized) for `--raw`).
+    pub fn new(records: &'a dyn Records, symbolize: &'a mut dyn FnMut(u64) -> Vec<Frame>) -> Self {
+        Lookups {
+            records,
+            symbolize,
+            frames: HashMap::new(),
+        }
+    }
+
+    fn frames(&mut self, pc: u64) -> &[Frame] {
+        let symbolize = &mut self.symbolize;
+        self.frames.entry(pc).or_insert_with(|| symbolize(pc))
+    }
+}
+
+/// An error as the answers quote it: what is wrong, without the decoder's prefix.
+pub(super) fn error_text(e: &Error) -> String {
+    match e {
+        Error::Corrupt(what) => what.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `1 byte`, `2 bytes`.
+pub(super) fn bytes_text(n: u64) -> String {
+    plural(n, "byte")
+}
+
+/// `1 block`, `0 blocks`: a count and its noun.
+pub(super) fn plural(n: impl Into<u64>, word: &str) -> String {
+    match n.into() {
+        1 => format!("1 {word}"),
+        n => format!("{n} {word}s"),
+    }
+}
+
+/// `a 48-byte block [a, b)`.
+pub(super) fn block_text(b: &Block) -> String {
+    let size = if b.size == LOW40 {
+        format!("a block of at least {} bytes", b.size)
+    } else {
+        format!("a {}-byte block", b.size)
+    };
+    format!("{size} [{:#x}, {:#x})", b.addr, b.addr.wrapping_add(b.size))
+}
+
+/// `thread 2`, or `an unknown thread` for index 0.
+pub(super) fn thread_text(index: u32) -> String {
+    if index == 0 {
+        "an unknown thread".to_string()
+    } else {
+        format!("thread {index}")
+    }
+}
+
+/// `text` in double quotes, with what a terminal would act on or hide escaped, as Python's
+/// `quoted` does: a thread name is whatever bytes the process wrote, and a newline would
+/// forge a line of the answer, an escape sequence would drive the terminal, a quote would end
+/// the name early. Python escapes every character `str.isprintable()` rejects; without
+/// Unicode's tables, this escapes controls, separators other than the space, format
+/// characters and private use ones, and keeps unassigned code points (Python escapes those).
+pub(super) fn quoted(text: &str) -> String {
+    let mut out = String::from("\"");
+    for ch in text.chars() {
+        match ch {
+            '\\' => out += "\\\\",
+            '"' => out += "\\\"",
+            '\n' => out += "\\n",
+            '\r' => out += "\\r",
+            '\t' => out += "\\t",
+            c if printable(c) => out.push(c),
+            c if (c as u32) < 0x100 => out += &format!("\\x{:02x}", c as u32),
+            c if (c as u32) < 0x10000 => out += &format!("\\u{:04x}", c as u32),
+            c => out += &format!("\\U{:08x}", c as u32),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Python's `str.isprintable()`, but for unassigned code points (see [`quoted`]).
+fn printable(c: char) -> bool {
+    const FORMAT: &[(u32, u32)] = &[
+        (0xAD, 0xAD),
+        (0x600, 0x605),
+        (0x61C, 0x61C),
+        (0x6DD, 0x6DD),
+        (0x70F, 0x70F),
+        (0x890, 0x891),
+        (0x8E2, 0x8E2),
+        (0x180E, 0x180E),
+        (0x200B, 0x200F),
+        (0x202A, 0x202E),
+        (0x2060, 0x2064),
+        (0x2066, 0x206F),
+        (0xFEFF, 0xFEFF),
+        (0xFFF9, 0xFFFB),
+        (0x110BD, 0x110BD),
+        (0x110CD, 0x110CD),
+        (0x13430, 0x1343F),
+        (0x1BCA0, 0x1BCA3),
+        (0x1D173, 0x1D17A),
+        (0xE0001, 0xE0001),
+        (0xE0020, 0xE007F),
+    ];
+    const PRIVATE: &[(u32, u32)] = &[(0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD)];
+    let code = c as u32;
+    let within = |ranges: &[(u32, u32)]| ranges.iter().any(|&(lo, hi)| lo <= code && code <= hi);
+    c == ' ' || !(c.is_control() || c.is_whitespace() || within(FORMAT) || within(PRIVATE))
+}
+
+/// `, tid 4242 "prog"` and `, exited` when the thread record is readable. (gdb's answer adds
+/// `, gdb thread N` for a thread gdb lists; there is no gdb here.)
+pub(super) fn thread_details(lookups: &Lookups<'_>, index: u32) -> String {
+    let thread = match lookups.records.thread(index) {
+        Err(e) => return format!(" (thread record unreadable: {})", error_text(&e)),
+        Ok(None) => return String::new(),
+        Ok(Some(t)) => t,
+    };
+    let mut text = format!(", tid {}", thread.tid);
+    if !thread.name.is_empty() {
+        text += &format!(" {}", quoted(&thread.name));
+    }
+    if thread.exited {
+        text += ", exited";
+    }
+    text
+}
+
+/// Which stack of a block a line shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum StackKind {
+    Allocation,
+    Free,
+}
+
+impl StackKind {
+    fn name(self) -> &'static str {
+        match self {
+            StackKind::Allocation => "allocation",
+            StackKind::Free => "free",
+        }
+    }
+}
+
+/// The numbered stack `stack_id`, at most `max_frames` frames (inlined ones count), or one
+/// line saying why not. `history` tells a free stack that was never recorded
+/// (`MEM_TRACE_FREE_STACKS=0`) from one that is just missing; `option` is how the command
+/// spells the frame limit, named in the line that says the stack was cut.
+pub(super) fn stack_lines(
+    lookups: &mut Lookups<'_>,
+    stack_id: u32,
+    max_frames: Option<usize>,
+    kind: StackKind,
+    history: Option<&History>,
+    option: &str,
+) -> Vec<String> {
+    let name = kind.name();
+    if stack_id == 0 {
+        return vec![match kind {
+            StackKind::Free if history.is_some_and(|h| !h.free_stacks()) => {
+                "    (no free stack was recorded: MEM_TRACE_FREE_STACKS=0)".to_string()
+            }
+            StackKind::Free => "    (no free stack recorded)".to_string(),
+            StackKind::Allocation => format!("    (no {name} stack was recorded)"),
+        }];
+    }
+    let pcs = match lookups.records.stack(stack_id) {
+        Err(e) => {
+            return vec![format!(
+                "    ({name} stack {stack_id} unreadable: {})",
+                error_text(&e)
+            )]
+        }
+        Ok(None) => {
+            return vec![format!(
+                "    ({name} stack {stack_id} is not published yet)"
+            )]
+        }
+        Ok(Some(pcs)) => pcs,
+    };
+    let mut lines = Vec::new();
+    for pc in pcs {
+        for frame in lookups.frames(pc) {
+            if max_frames.is_some_and(|max| lines.len() >= max) {
+                lines.push(format!("    ... ({option} {})", max_frames.unwrap_or(0)));
+                return lines;
+            }
+            lines.push(format!("    #{} {}", lines.len(), frame.describe()));
+        }
+    }
+    if lines.is_empty() {
+        lines.push(format!("    (empty {name} stack)"));
+    }
+    lines
+}
+
+/// Blocks, as `(stack, size)`, summed per stack: `(stack, bytes, blocks)`, biggest first
+/// (ties: more blocks, then the older stack).
+pub(super) fn sum_by_stack(blocks: impl Iterator<Item = (u32, u64)>) -> Vec<(u32, u64, u64)> {
+    let mut sums: HashMap<u32, (u64, u64)> = HashMap::new();
+    for (stack, size) in blocks {
+        let s = sums.entry(stack).or_default();
+        s.0 += size;
+        s.1 += 1;
+    }
+    let mut out: Vec<(u32, u64, u64)> = sums.into_iter().map(|(k, (n, c))| (k, n, c)).collect();
+    out.sort_by_key(|&(stack, bytes, blocks)| (core::cmp::Reverse((bytes, blocks)), stack));
+    out
+}
+
+/// The history header, or `None` when it is absent or unreadable: it only decorates the
+/// answers (a free stack that was never recorded, a ring that wrapped).
+pub(super) fn history_or_none<M: Memory + ?Sized>(tables: &Tables<'_, M>) -> Option<History> {
+    tables.history_header().ok().flatten()
+}

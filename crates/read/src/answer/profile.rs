@@ -1,0 +1,389 @@
+//! The answers of `top` and `peaks` (`mtrace-top`, `mtrace-peaks`): where the memory is, and
+//! where it was at the peak, from the profiler's per-stack counters (docs/LAYOUT.md
+//! "Profile"); the Rust twin of `python/mem_trace_gdb/text/profile.py`. A ranking reads like a
+//! heap profiler's, biggest LAST so that it is the line left on the screen after a long list:
+//!
+//! ```text
+//! live: 69338456 bytes in 16496 blocks; peak: 77826048 bytes; phase 1 (no reset)
+//! top 2 of 9 stacks by live bytes, biggest last:
+//! # 1: 131072 bytes in 1 block
+//!     #0 0x5555555552a9 in hold_array_site at /src/profile_sites.c:52
+//! # 0: 67108864 bytes in 16384 blocks
+//!     #0 0x5555555552c5 in hold_site at /src/profile_sites.c:57
+//! ```
+//!
+//! Counts are the shared record plus every thread's cached deltas; a live process may be
+//! caught mid-update (a stack counted twice or not at all for an instant), a core is exact.
+
+use super::parts::{
+    plural, stack_lines, sum_by_stack, thread_details, thread_text, Lookups, StackKind,
+};
+use super::AnswerError;
+use crate::layout::{Tables, Thread};
+use crate::memory::Memory;
+use crate::profile::Peaks;
+use mem_trace_format::Counts;
+use std::collections::BTreeMap;
+
+/// How the commands spell their frame limit, named when a stack is cut.
+const FRAMES_OPTION: &str = "--frames";
+
+/// What a ranking counts (`--by`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum By {
+    /// Bytes in live blocks.
+    #[default]
+    Live,
+    /// Bytes ever allocated, freed or not.
+    Allocated,
+    /// Live blocks.
+    Blocks,
+    /// Bytes held at the global peak.
+    Peak,
+}
+
+impl By {
+    /// Every choice, with the word `--by` takes.
+    pub const ALL: [(By, &'static str); 4] = [
+        (By::Live, "live"),
+        (By::Allocated, "allocated"),
+        (By::Blocks, "blocks"),
+        (By::Peak, "peak"),
+    ];
+
+    /// What the answer calls it.
+    pub fn title(self) -> &'static str {
+        match self {
+            By::Live => "live bytes",
+            By::Allocated => "bytes ever allocated",
+            By::Blocks => "live blocks",
+            By::Peak => "bytes at the peak",
+        }
+    }
+}
+
+/// The refusal of the `top` and `peaks` answers under a library built without the profiler.
+pub const NOT_PROFILER: &str = "this libmem_trace.so was built without the `profiler` feature \
+    (header flag bit 1 is clear), so it keeps no per-stack counters or peaks: build it with \
+    `cargo build --release --features profiler` and run the program under that library";
+
+/// One stack's line of a ranking: what the ranking counts, plus its live bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ranked {
+    /// The stack id.
+    pub stack: u32,
+    /// Bytes counted.
+    pub bytes: u64,
+    /// Blocks counted.
+    pub blocks: u64,
+    /// Its live bytes now.
+    pub live_bytes: u64,
+}
+
+/// A wrapping sum read as signed, clamped at 0: a reader that does not stop the process may
+/// catch a record mid-move and see a negative total.
+fn positive(n: u64) -> u64 {
+    if (n as i64) < 0 {
+        0
+    } else {
+        n
+    }
+}
+
+/// Biggest first; ties: more blocks (more bytes under `--by blocks`), then the older stack.
+fn sort(ranked: &mut [Ranked], by: By) {
+    if by == By::Blocks {
+        ranked.sort_by_key(|r| (core::cmp::Reverse((r.blocks, r.bytes)), r.stack));
+    } else {
+        ranked.sort_by_key(|r| (core::cmp::Reverse((r.bytes, r.blocks)), r.stack));
+    }
+}
+
+/// Every stack with something to count under `by`, biggest first.
+pub fn rank(counts: &BTreeMap<u32, Counts>, by: By) -> Vec<Ranked> {
+    let mut out: Vec<Ranked> = counts
+        .iter()
+        .map(|(&stack, c)| {
+            let live = positive(c.live_bytes);
+            let (bytes, blocks) = match by {
+                By::Live | By::Blocks => (live, positive(c.live_blocks)),
+                By::Allocated => (positive(c.total_bytes), positive(c.total_blocks)),
+                By::Peak => (positive(c.peak_bytes), positive(c.peak_blocks)),
+            };
+            Ranked {
+                stack,
+                bytes,
+                blocks,
+                live_bytes: live,
+            }
+        })
+        .filter(|r| r.bytes > 0 || r.blocks > 0)
+        .collect();
+    sort(&mut out, by);
+    out
+}
+
+/// The global figures every profile answer starts with; [`NOT_PROFILER`] without them.
+fn require_profiler<M: Memory + ?Sized>(tables: &Tables<'_, M>) -> Result<Peaks, AnswerError> {
+    tables.peaks()?.ok_or(AnswerError::NotProfiler)
+}
+
+/// What a ranking needs: the process-wide figures and the ranked stacks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopFacts {
+    /// Live bytes, the peak, the resets.
+    pub peaks: Peaks,
+    /// Live blocks, all threads together.
+    pub live_blocks: u64,
+    /// What the ranking counts.
+    pub by: By,
+    /// The stacks, biggest first.
+    pub ranked: Vec<Ranked>,
+    /// `--thread`: its index, and its live bytes and blocks from the live-block table.
+    pub thread: Option<u32>,
+    /// Live bytes of `thread`.
+    pub thread_bytes: u64,
+    /// Live blocks of `thread`.
+    pub thread_blocks: u64,
+}
+
+impl TopFacts {
+    /// Reads them, ranked `by`; with `thread`, only the live blocks that thread allocated,
+    /// from the live-block table (the counters are per stack, not per thread), which knows
+    /// live blocks only: `thread` works with [`By::Live`] and [`By::Blocks`].
+    pub fn read<M: Memory + ?Sized>(
+        tables: &Tables<'_, M>,
+        by: By,
+        thread: Option<u32>,
+    ) -> Result<TopFacts, AnswerError> {
+        if thread.is_some() && !matches!(by, By::Live | By::Blocks) {
+            return Err(AnswerError::Usage(format!(
+                "--thread counts the live blocks of the live-block table, which knows nothing \
+                 of {} per thread: use --by live or --by blocks",
+                by.title()
+            )));
+        }
+        let peaks = require_profiler(tables)?;
+        let live_blocks = tables.totals()?.blocks;
+        let Some(index) = thread else {
+            let counts = tables.stack_counts()?.unwrap_or_default();
+            return Ok(TopFacts {
+                peaks,
+                live_blocks,
+                by,
+                ranked: rank(&counts, by),
+                thread: None,
+                thread_bytes: 0,
+                thread_blocks: 0,
+            });
+        };
+        let count = tables.thread_count()?;
+        if index == 0 || u64::from(index) > count {
+            return Err(AnswerError::Usage(format!(
+                "no thread {index}: the tracer has seen threads 1..{count} (mtrace-peaks lists them)"
+            )));
+        }
+        let blocks = tables.blocks()?;
+        let mine = blocks.iter().filter(|b| b.thread == index);
+        let mut ranked: Vec<Ranked> = sum_by_stack(mine.map(|b| (b.stack, b.size)))
+            .into_iter()
+            .map(|(stack, bytes, blocks)| Ranked {
+                stack,
+                bytes,
+                blocks,
+                live_bytes: bytes,
+            })
+            .collect();
+        sort(&mut ranked, by);
+        Ok(TopFacts {
+            peaks,
+            live_blocks,
+            by,
+            thread_bytes: ranked.iter().map(|r| r.bytes).sum(),
+            thread_blocks: ranked.iter().map(|r| r.blocks).sum(),
+            ranked,
+            thread: Some(index),
+        })
+    }
+}
+
+/// `phase 1 (no reset)`: the phase is one more than the resets so far.
+fn phase_text(resets: u64) -> String {
+    let what = if resets == 0 {
+        "no reset".to_string()
+    } else {
+        plural(resets, "reset")
+    };
+    format!("phase {} ({what})", resets + 1)
+}
+
+/// `# 0: 67108864 bytes in 16384 blocks` and what the ranking adds.
+fn entry_line(k: usize, r: &Ranked, by: By) -> String {
+    let mut text = format!(
+        "# {k}: {} in {}",
+        plural(r.bytes, "byte"),
+        plural(r.blocks, "block")
+    );
+    match by {
+        By::Allocated => text += &format!(" allocated ({} live)", plural(r.live_bytes, "byte")),
+        By::Peak => text += &format!(" at the peak ({} live now)", plural(r.live_bytes, "byte")),
+        By::Live | By::Blocks => {}
+    }
+    text
+}
+
+/// The title and the top `n` entries, each with its stack, biggest (`# 0`) last.
+fn ranking_lines(
+    ranked: &[Ranked],
+    by: By,
+    n: usize,
+    lookups: &mut Lookups<'_>,
+    max_frames: Option<usize>,
+    what: &str,
+) -> Vec<String> {
+    let top = &ranked[..n.min(ranked.len())];
+    if top.is_empty() {
+        return vec![format!("no stack has {}{what}", by.title())];
+    }
+    let mut out = vec![format!(
+        "top {} of {} by {}{what}, biggest last:",
+        top.len(),
+        plural(ranked.len() as u64, "stack"),
+        by.title()
+    )];
+    for (k, r) in top.iter().enumerate().rev() {
+        out.push(entry_line(k, r, by));
+        out.extend(stack_lines(
+            lookups,
+            r.stack,
+            max_frames,
+            StackKind::Allocation,
+            None,
+            FRAMES_OPTION,
+        ));
+    }
+    out
+}
+
+/// The answer of `top`: the `n` biggest stacks, at most `max_frames` frames each (`None`:
+/// all).
+pub fn top_lines(
+    facts: &TopFacts,
+    lookups: &mut Lookups<'_>,
+    n: usize,
+    max_frames: Option<usize>,
+) -> Vec<String> {
+    let p = &facts.peaks;
+    let mut out = vec![format!(
+        "live: {} in {}; peak: {}; {}",
+        plural(p.live_bytes, "byte"),
+        plural(facts.live_blocks, "block"),
+        plural(p.peak_bytes, "byte"),
+        phase_text(p.resets)
+    )];
+    let mut what = String::new();
+    if let Some(t) = facts.thread {
+        out.push(format!(
+            "{}{}: {} in {} (from the live-block table)",
+            thread_text(t),
+            thread_details(lookups, t),
+            plural(facts.thread_bytes, "byte"),
+            plural(facts.thread_blocks, "live block")
+        ));
+        what = format!(" allocated by {}", thread_text(t));
+    }
+    out.extend(ranking_lines(
+        &facts.ranked,
+        facts.by,
+        n,
+        lookups,
+        max_frames,
+        &what,
+    ));
+    out
+}
+
+/// The global and per-thread peaks, and the stacks ranked by bytes at the peak.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeaksFacts {
+    /// Live bytes, the peak, the resets.
+    pub peaks: Peaks,
+    /// Live blocks, all threads together.
+    pub live_blocks: u64,
+    /// Every thread record, by index (exited threads keep theirs).
+    pub threads: Vec<(u32, Thread)>,
+    /// The stacks by bytes at the peak, biggest first.
+    pub ranked: Vec<Ranked>,
+}
+
+impl PeaksFacts {
+    /// Reads them.
+    pub fn read<M: Memory + ?Sized>(tables: &Tables<'_, M>) -> Result<PeaksFacts, AnswerError> {
+        let peaks = require_profiler(tables)?;
+        let threads = tables.threads()?;
+        let counts = tables.stack_counts()?.unwrap_or_default();
+        Ok(PeaksFacts {
+            peaks,
+            live_blocks: tables.totals()?.blocks,
+            threads,
+            ranked: rank(&counts, By::Peak),
+        })
+    }
+}
+
+/// `  thread 2, tid 4243 "worker", exited: live 0 bytes, peak ..., allocated ...`.
+fn thread_line(lookups: &Lookups<'_>, index: u32, t: &Thread) -> String {
+    format!(
+        "  {}{}: live {}, peak {}, allocated {}",
+        thread_text(index),
+        thread_details(lookups, index),
+        plural(t.live_bytes, "byte"),
+        plural(t.peak_bytes, "byte"),
+        plural(t.allocated_bytes, "byte")
+    )
+}
+
+/// The answer of `peaks`: the figures, every thread's, and the `n` stacks that held the most
+/// at the peak, at most `max_frames` frames each (`None`: all).
+pub fn peaks_lines(
+    facts: &PeaksFacts,
+    lookups: &mut Lookups<'_>,
+    n: usize,
+    max_frames: Option<usize>,
+) -> Vec<String> {
+    let p = &facts.peaks;
+    let since = if p.resets == 0 {
+        "since the start"
+    } else {
+        "since the last reset"
+    };
+    let mut out = vec![
+        format!(
+            "live now: {} in {}",
+            plural(p.live_bytes, "byte"),
+            plural(facts.live_blocks, "block")
+        ),
+        format!(
+            "peak: {} (at event #{}, {since})",
+            plural(p.peak_bytes, "byte"),
+            p.peak_seq
+        ),
+        phase_text(p.resets),
+        format!("threads: {}", facts.threads.len()),
+    ];
+    out.extend(
+        facts
+            .threads
+            .iter()
+            .map(|(i, t)| thread_line(lookups, *i, t)),
+    );
+    out.extend(ranking_lines(
+        &facts.ranked,
+        By::Peak,
+        n,
+        lookups,
+        max_frames,
+        "",
+    ));
+    out
+}

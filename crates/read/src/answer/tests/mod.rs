@@ -1,0 +1,279 @@
+//! The answers' lines on synthetic facts, with fake records and symbols: the cases of
+//! `tests/python/test_text.py` and `tests/python/test_profile.py`, with the same expected
+//! lines but for what only gdb knows (`, gdb thread N` is absent) and how errors are worded.
+
+mod history;
+mod info;
+mod leaks;
+mod profile;
+mod why;
+
+use super::frame::Frame;
+use super::parts::{quoted, stack_lines, Lookups, Records, StackKind};
+use crate::layout::{Error, History, Thread};
+use crate::memory::Unreadable;
+use std::collections::HashMap;
+
+const MAIN: u32 = 1;
+const WORKER: u32 = 2;
+const ALLOC_STACK: u32 = 1;
+const FREE_STACK: u32 = 2;
+const DEEP_STACK: u32 = 3;
+const EMPTY_STACK: u32 = 4;
+const BROKEN_STACK: u32 = 5;
+const UNPUBLISHED_STACK: u32 = 6;
+
+const PC_MAKE: u64 = 0x5555_5555_518B;
+const PC_MAIN: u64 = 0x5555_5555_51C6;
+const PC_FREE: u64 = 0x5555_5555_51F3;
+const PC_START: u64 = 0x5555_5555_50D1;
+const PC_INLINED: u64 = 0x5555_5555_5300;
+const PC_UNKNOWN: u64 = 0x7FFF_F7A0_0010;
+
+fn at(pc: u64, function: &str, file: &str, line: u32) -> Frame {
+    Frame {
+        pc,
+        function: Some(function.into()),
+        file: Some(file.into()),
+        line,
+        ..Frame::raw(pc)
+    }
+}
+
+/// gdb's symbolizer stand-in; a pc it does not know has no symbol at all.
+fn fake_symbolize(pc: u64) -> Vec<Frame> {
+    match pc {
+        PC_MAKE => vec![at(pc, "new_order", "/src/demo.c", 16)],
+        PC_MAIN => vec![at(pc, "main", "/src/demo.c", 30)],
+        PC_FREE => vec![at(pc, "release", "/src/demo.c", 40)],
+        PC_START => vec![Frame {
+            symbol: Some("_start+33".into()),
+            module: Some("/bin/demo".into()),
+            ..Frame::raw(pc)
+        }],
+        PC_INLINED => vec![
+            Frame {
+                inlined: true,
+                ..at(pc, "inner", "/src/demo.c", 7)
+            },
+            at(pc, "outer", "/src/demo.c", 12),
+        ],
+        0x1000 => vec![at(pc, "hold_site", "/src/p.c", 56)],
+        0x2000 => vec![at(pc, "churn_site", "/src/p.c", 64)],
+        0x3000 => vec![at(pc, "leak_site", "/src/p.c", 76)],
+        _ => vec![Frame::raw(pc)],
+    }
+}
+
+fn thread(tid: u32, exited: bool, name: &str) -> Thread {
+    Thread {
+        tid,
+        exited,
+        name: name.into(),
+        live_bytes: 0,
+        peak_bytes: 0,
+        allocated_bytes: 0,
+        counters: 0,
+    }
+}
+
+/// Stacks and thread records as the tables would give them, or their errors.
+struct FakeRecords {
+    stacks: HashMap<u32, Vec<u64>>,
+    threads: HashMap<u32, Thread>,
+}
+
+impl FakeRecords {
+    fn new() -> Self {
+        FakeRecords {
+            stacks: HashMap::from([
+                (ALLOC_STACK, vec![PC_MAKE, PC_MAIN]),
+                (FREE_STACK, vec![PC_FREE, PC_MAIN]),
+                (DEEP_STACK, vec![PC_INLINED, PC_UNKNOWN, PC_MAIN, PC_START]),
+                (EMPTY_STACK, vec![]),
+            ]),
+            threads: HashMap::from([
+                (MAIN, thread(18786, false, "demo")),
+                (WORKER, thread(18790, true, "worker")),
+            ]),
+        }
+    }
+}
+
+impl Records for FakeRecords {
+    fn stack(&self, id: u32) -> Result<Option<Vec<u64>>, Error> {
+        if id == BROKEN_STACK {
+            return Err(Error::Unreadable(Unreadable {
+                addr: 0x7000,
+                len: 16,
+            }));
+        }
+        Ok(self.stacks.get(&id).cloned())
+    }
+
+    fn thread(&self, index: u32) -> Result<Option<Thread>, Error> {
+        if index == 99 {
+            return Err(Error::Corrupt(
+                "thread index 99 is beyond the 2 handed out".into(),
+            ));
+        }
+        Ok(self.threads.get(&index).cloned())
+    }
+}
+
+/// Runs `f` with lookups over `records` and the fake symbolizer.
+fn with_lookups<T>(records: &dyn Records, f: impl FnOnce(&mut Lookups<'_>) -> T) -> T {
+    let mut symbolize = fake_symbolize;
+    let mut lookups = Lookups::new(records, &mut symbolize);
+    f(&mut lookups)
+}
+
+const ALLOC_FRAMES: [&str; 2] = [
+    "    #0 0x55555555518b in new_order at /src/demo.c:16",
+    "    #1 0x5555555551c6 in main at /src/demo.c:30",
+];
+const FREE_FRAMES: [&str; 2] = [
+    "    #0 0x5555555551f3 in release at /src/demo.c:40",
+    "    #1 0x5555555551c6 in main at /src/demo.c:30",
+];
+
+fn history(flags: u32, capacity: u64, written: u64) -> History {
+    History {
+        address: 0x6000,
+        flags,
+        capacity,
+        records: 0x7000,
+        written,
+        quarantine_limit: 0,
+        quarantined_bytes: 0,
+        errors: 0,
+    }
+}
+
+const HISTORY_ON: History = History {
+    address: 0x6000,
+    flags: 1,
+    capacity: 4096,
+    records: 0x7000,
+    written: 3,
+    quarantine_limit: 0,
+    quarantined_bytes: 0,
+    errors: 0,
+};
+
+fn stack(id: u32, max: Option<usize>, kind: StackKind) -> Vec<String> {
+    with_lookups(&FakeRecords::new(), |l| {
+        stack_lines(l, id, max, kind, None, "--max-frames")
+    })
+}
+
+#[test]
+fn inlined_frames_and_frames_without_symbols() {
+    assert_eq!(
+        stack(DEEP_STACK, None, StackKind::Allocation),
+        [
+            "    #0 0x555555555300 in inner (inlined) at /src/demo.c:7",
+            "    #1 0x555555555300 in outer at /src/demo.c:12",
+            "    #2 0x7ffff7a00010",
+            "    #3 0x5555555551c6 in main at /src/demo.c:30",
+            "    #4 0x5555555550d1 in _start+33 from /bin/demo",
+        ]
+    );
+}
+
+/// The lines of `ALLOC_STACK`, whole.
+fn allocation_stack(lookups: &mut Lookups<'_>) -> Vec<String> {
+    stack_lines(
+        lookups,
+        ALLOC_STACK,
+        None,
+        StackKind::Allocation,
+        None,
+        "-f",
+    )
+}
+
+#[test]
+fn raw_stacks() {
+    let records = FakeRecords::new();
+    let mut raw = super::frame::unsymbolized;
+    let mut lookups = Lookups::new(&records, &mut raw);
+    assert_eq!(
+        allocation_stack(&mut lookups),
+        ["    #0 0x55555555518b", "    #1 0x5555555551c6"]
+    );
+}
+
+#[test]
+fn cut_at_max_frames_counting_inlined_frames() {
+    assert_eq!(
+        stack(DEEP_STACK, Some(1), StackKind::Allocation),
+        [
+            "    #0 0x555555555300 in inner (inlined) at /src/demo.c:7",
+            "    ... (--max-frames 1)",
+        ]
+    );
+    assert_eq!(stack(DEEP_STACK, Some(5), StackKind::Allocation).len(), 5);
+    assert_eq!(
+        stack(DEEP_STACK, Some(0), StackKind::Allocation),
+        ["    ... (--max-frames 0)"]
+    );
+}
+
+#[test]
+fn missing_empty_unreadable_unpublished_stacks() {
+    for (id, kind, want) in [
+        (
+            0,
+            StackKind::Allocation,
+            "    (no allocation stack was recorded)",
+        ),
+        (
+            EMPTY_STACK,
+            StackKind::Allocation,
+            "    (empty allocation stack)",
+        ),
+        // Python quotes its own error: "cannot read stack 5 (16 bytes at 0x7000)".
+        (
+            BROKEN_STACK,
+            StackKind::Allocation,
+            "    (allocation stack 5 unreadable: cannot read 16 bytes at 0x7000)",
+        ),
+        (
+            UNPUBLISHED_STACK,
+            StackKind::Allocation,
+            "    (allocation stack 6 is not published yet)",
+        ),
+        (EMPTY_STACK, StackKind::Free, "    (empty free stack)"),
+    ] {
+        assert_eq!(stack(id, None, kind), [want]);
+    }
+}
+
+#[test]
+fn each_return_address_is_symbolized_once() {
+    let records = FakeRecords::new();
+    let mut calls = Vec::new();
+    let mut counting = |pc| {
+        calls.push(pc);
+        fake_symbolize(pc)
+    };
+    let mut lookups = Lookups::new(&records, &mut counting);
+    for _ in 0..3 {
+        allocation_stack(&mut lookups);
+    }
+    drop(lookups);
+    assert_eq!(calls, [PC_MAKE, PC_MAIN]);
+}
+
+#[test]
+fn names_are_quoted_with_what_a_terminal_acts_on_escaped() {
+    assert_eq!(
+        quoted("a\nb\x1b[31m\"\\\t\x7f\u{202e}\0"),
+        "\"a\\nb\\x1b[31m\\\"\\\\\\t\\x7f\\u202e\\x00\""
+    );
+    assert_eq!(quoted("wörker ✓"), "\"wörker ✓\"");
+    assert_eq!(quoted("\u{fffd}"), "\"\u{fffd}\"");
+    assert_eq!(quoted("a\u{2028}b\u{e000}"), "\"a\\u2028b\\ue000\"");
+    assert_eq!(quoted("\u{e0041}"), "\"\\U000e0041\"");
+}

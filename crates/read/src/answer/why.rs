@@ -1,0 +1,208 @@
+//! The answer of `why ADDR` (`mtrace-why`): which heap block holds an address, who allocated
+//! it, who freed it; the Rust twin of `python/mem_trace_gdb/text/why.py`. It reads like
+//! AddressSanitizer's:
+//!
+//! ```text
+//! 0x55555555a2c5 is 37 bytes inside a 100-byte block [0x55555555a2a0, 0x55555555a304) allocated by thread 1 (#1234), tid 4242 "prog"
+//!     #0 0x55555555516d in make_buffer at /src/prog.c:12
+//!     #1 0x5555555551a0 in main at /src/prog.c:30
+//! ```
+//!
+//! and for a dangling pointer, from the freed-block history, `... freed by thread 1 (#7)`,
+//! the free stack, then `previously allocated by thread 1 (#6)` and its stack.
+//!
+//! Which answer wins: a live block containing the address (the memory was reused: the
+//! history is then only mentioned), else the newest freed block containing it, else a live
+//! block nearby ("N bytes after ...").
+
+use super::parts::{
+    block_text, bytes_text, error_text, history_or_none, stack_lines, thread_details, thread_text,
+    Lookups, StackKind,
+};
+use crate::layout::{Error, History, Match, Relation, Tables};
+use crate::memory::Memory;
+use core::sync::atomic::Ordering::Relaxed;
+use mem_trace_format::Freed;
+
+/// How the command spells its frame limit, named when a stack is cut.
+const FRAMES_OPTION: &str = "--max-frames";
+
+/// What the tables say about one address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WhyFacts {
+    /// The address asked about.
+    pub address: u64,
+    /// The live block containing it, else the nearest one within the gap.
+    pub found: Option<Match>,
+    /// Remembered freed blocks containing it, newest free first.
+    pub freed: Vec<Freed>,
+    /// Why the freed-block history could not be read (then `freed` is empty).
+    pub freed_error: Option<String>,
+    /// The history's header, `None` when there is none or it is unreadable.
+    pub history: Option<History>,
+    /// Blocks the tracer could not record (`header.untracked`).
+    pub untracked: u64,
+}
+
+impl WhyFacts {
+    /// Reads them, naming a live block up to `max_gap` bytes away. An unreadable live table
+    /// is an error; the history only adds to the answer, so when it cannot be read the answer
+    /// stands, with a line saying why.
+    pub fn read<M: Memory + ?Sized>(
+        tables: &Tables<'_, M>,
+        address: u64,
+        max_gap: u64,
+    ) -> Result<WhyFacts, Error> {
+        let found = tables.find_block(address, max_gap)?;
+        let (freed, freed_error) = match tables.freed_blocks_containing(address) {
+            Ok(freed) => (freed, None),
+            Err(e) => (Vec::new(), Some(error_text(&e))),
+        };
+        Ok(WhyFacts {
+            address,
+            found,
+            freed,
+            freed_error,
+            history: history_or_none(tables),
+            untracked: tables.header().untracked.load(Relaxed),
+        })
+    }
+}
+
+/// The first line of a live-block answer, without the thread details.
+fn describe_match(m: &Match) -> String {
+    let b = &m.block;
+    let offset = bytes_text(m.offset);
+    let place = match m.relation {
+        Relation::Inside if m.offset == 0 => "at the start of ".to_string(),
+        Relation::Inside => format!("{offset} inside "),
+        Relation::After => format!("{offset} after "),
+        Relation::Before => format!("{offset} before "),
+    };
+    format!(
+        "{:#x} is {place}{} allocated by {} (#{})",
+        m.address,
+        block_text(b),
+        thread_text(b.thread),
+        b.seq
+    )
+}
+
+/// The first line for an address in a freed block, without the thread details.
+fn describe_freed(address: u64, record: &Freed) -> String {
+    let offset = address.wrapping_sub(record.block.addr);
+    let place = if offset == 0 {
+        "at the start of".to_string()
+    } else {
+        format!("{} inside", bytes_text(offset))
+    };
+    let verb = if record.by_realloc {
+        "freed (by realloc)"
+    } else {
+        "freed"
+    };
+    format!(
+        "{address:#x} is {place} {} {verb} by {} (#{})",
+        block_text(&record.block),
+        thread_text(record.free_thread),
+        record.free_seq
+    )
+}
+
+fn older_line(count: usize) -> String {
+    format!("    (older freed blocks covered this address too: {count}; see mtrace-history)")
+}
+
+/// ASan's shape: freed by (free stack), previously allocated by (allocation stack).
+fn freed_lines(
+    facts: &WhyFacts,
+    lookups: &mut Lookups<'_>,
+    max_frames: Option<usize>,
+) -> Vec<String> {
+    let newest = &facts.freed[0];
+    let mut out =
+        vec![describe_freed(facts.address, newest) + &thread_details(lookups, newest.free_thread)];
+    out.extend(stack_lines(
+        lookups,
+        newest.free_stack,
+        max_frames,
+        StackKind::Free,
+        facts.history.as_ref(),
+        FRAMES_OPTION,
+    ));
+    let a = &newest.block;
+    out.push(
+        format!(
+            "previously allocated by {} (#{})",
+            thread_text(a.thread),
+            a.seq
+        ) + &thread_details(lookups, a.thread),
+    );
+    out.extend(allocation_stack(lookups, a.stack, max_frames));
+    if facts.freed.len() > 1 {
+        out.push(older_line(facts.freed.len() - 1));
+    }
+    out
+}
+
+fn allocation_stack(lookups: &mut Lookups<'_>, stack: u32, max: Option<usize>) -> Vec<String> {
+    stack_lines(
+        lookups,
+        stack,
+        max,
+        StackKind::Allocation,
+        None,
+        FRAMES_OPTION,
+    )
+}
+
+/// The lines of the answer: live block, else freed block, else a nearby live block; at most
+/// `max_frames` frames per stack (`None`: all).
+pub fn lines(
+    facts: &WhyFacts,
+    lookups: &mut Lookups<'_>,
+    max_frames: Option<usize>,
+) -> Vec<String> {
+    let tail: Vec<String> = facts
+        .freed_error
+        .iter()
+        .map(|e| format!("    (freed-block history unreadable: {e})"))
+        .collect();
+    if let Some(m) = facts.found.filter(|m| m.relation == Relation::Inside) {
+        let mut out = vec![describe_match(&m) + &thread_details(lookups, m.block.thread)];
+        out.extend(allocation_stack(lookups, m.block.stack, max_frames));
+        // The live block reuses memory freed before: one line, details in mtrace-history.
+        if !facts.freed.is_empty() {
+            out.push(older_line(facts.freed.len()));
+        }
+        return [out, tail].concat();
+    }
+    if !facts.freed.is_empty() {
+        // A freed block that contains the address beats a merely nearby live one: the
+        // pointer is dangling, not overflowing its neighbour.
+        return freed_lines(facts, lookups, max_frames);
+    }
+    let Some(m) = facts.found else {
+        let mut out = vec![format!(
+            "{:#x} is not inside any block tracked by mem-trace",
+            facts.address
+        )];
+        if facts.untracked > 0 {
+            out.push(format!(
+                "({} blocks could not be tracked; it may be one of them)",
+                facts.untracked
+            ));
+        }
+        return [out, tail].concat();
+    };
+    let mut out = vec![describe_match(&m) + &thread_details(lookups, m.block.thread)];
+    // Glibc packs small blocks 16 bytes apart, so a pointer to a block freed too long ago for
+    // the history is "N bytes before/after" a live neighbour.
+    out.push(
+        "    (not inside any live block nor any remembered freed block: an overflow, \
+         or a pointer to an untracked or long-freed block)"
+            .to_string(),
+    );
+    out.extend(allocation_stack(lookups, m.block.stack, max_frames));
+    [out, tail].concat()
+}

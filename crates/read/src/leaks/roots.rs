@@ -1,0 +1,278 @@
+//! Where a scan from outside the process starts: the target's modules, mappings and threads
+//! made into roots, the way the gdb command finds them (`python/mem_trace_gdb/commands/leaks.py`,
+//! `data_roots` and `thread_roots`), so that a core gives the same roots, hence the same
+//! answer, as gdb on that core:
+//! - the writable allocated sections of every loaded module (`.data`, `.bss`, `.got`, ...,
+//!   thread-local templates excepted: each thread has its own copy) and of the vDSO, from
+//!   their section headers, except mem-trace's own library: its data points at the tracer's
+//!   tables, which hold every block's address. A module whose file cannot be read counts
+//!   with its writable file mappings instead (whole pages, so a few more bytes than gdb);
+//! - each thread's stack, from its stack pointer (less the 128-byte red zone a leaf function
+//!   may use) to the end of the mapping that holds it, when the thread was stopped (a core);
+//! - each stopped thread's registers, as loose words.
+//!
+//! A running process is never stopped, so neither its threads' stack pointers nor their
+//! registers are known. Its threads' stacks are then scanned whole: the main thread's
+//! `[stack]` mapping, and every private anonymous mapping that holds no live block and ends
+//! with the glibc thread control block of one of its threads (its first and third words point
+//! at itself, and it holds the thread's id) — each other thread's stack, and the mapping of the
+//! main thread's static TLS where it has one of its own (gdb does not scan it). What such a
+//! scan cannot see: pointers held only in registers, stacks the program allocated itself
+//! (`pthread_attr_setstack`) or that another libc lays out differently; stale words below a
+//! stack pointer can only make a block look reachable, never lost. Like gdb's scan, neither
+//! reads memory the program mapped itself.
+
+use super::{Live, Root};
+use crate::memory::Memory;
+use crate::target::{Mapping, Module, ThreadState};
+use object::elf::{FileHeader64, SHF_ALLOC, SHF_EXECINSTR, SHF_TLS, SHF_WRITE};
+use object::read::elf::{FileHeader, SectionHeader};
+use object::{Endianness, ReadRef};
+
+/// Bytes below a stopped thread's stack pointer that a leaf function may use (the x86-64
+/// ABI's red zone).
+const RED_ZONE: u64 = 128;
+/// Without a mapping that holds a stack pointer, readable pages are probed at most this far
+/// above it.
+const MAX_PROBED_STACK: u64 = 8 << 20;
+const PAGE: u64 = 4096;
+/// The vDSO is a page or two; a bigger mapping of that name is not read.
+const MAX_VDSO: u64 = 1 << 20;
+/// A thread control block lies this close to the end of its stack mapping (glibc puts
+/// `struct pthread`, 2-3 KiB, at the top; static TLS lies below it).
+const TCB_WINDOW: u64 = 16 << 10;
+/// A thread control block holds its thread's id this close to its start.
+const TID_WINDOW: usize = 1 << 10;
+
+/// The roots of a target, and what the answer says of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Roots {
+    /// Ranges to scan.
+    pub ranges: Vec<Root>,
+    /// Loose words: the stopped threads' registers.
+    pub words: Vec<u64>,
+    /// Modules (and the vDSO) whose data is scanned.
+    pub objects: usize,
+    /// Thread stacks scanned.
+    pub stacks: usize,
+    /// Threads whose registers are scanned.
+    pub register_sets: usize,
+}
+
+/// The roots of the target whose memory is `mem`, with mem-trace's header at `header` (its
+/// library is left out), its `modules`, `mappings` and `threads`. `blocks` are the live
+/// blocks, sorted by address: a mapping that holds one is never taken for a thread's stack.
+pub fn roots<M: Memory + ?Sized>(
+    mem: &M,
+    header: u64,
+    modules: &[Module],
+    mappings: &[Mapping],
+    threads: &[ThreadState],
+    blocks: &[Live],
+) -> Roots {
+    let (mut ranges, objects) = data_roots(mem, header, modules, mappings);
+    let (stacks, words, register_sets) = thread_roots(mem, mappings, threads, blocks);
+    let count = stacks.len();
+    ranges.extend(stacks);
+    Roots {
+        ranges,
+        words,
+        objects,
+        stacks: count,
+        register_sets,
+    }
+}
+
+/// Every module's writable data but the tracer's, merged where ranges touch; and the number
+/// of modules it comes from.
+fn data_roots<M: Memory + ?Sized>(
+    mem: &M,
+    header: u64,
+    modules: &[Module],
+    mappings: &[Mapping],
+) -> (Vec<Root>, usize) {
+    let mut objects: Vec<Vec<(u64, u64)>> = Vec::new();
+    for m in modules {
+        // Pseudo modules (`[vdso]`) have no file; the vDSO is read from memory below.
+        if m.path.as_os_str().as_encoded_bytes().starts_with(b"[") {
+            continue;
+        }
+        let from_file = regular_file(&m.path).and_then(|f| {
+            let cache = object::ReadCache::new(f);
+            writable_sections(&cache, m.bias)
+        });
+        objects.push(from_file.unwrap_or_else(|| {
+            let name = m.path.to_string_lossy();
+            mappings
+                .iter()
+                .filter(|p| p.write && p.name == name)
+                .map(|p| (p.start, p.end))
+                .collect()
+        }));
+    }
+    let vdso = mappings
+        .iter()
+        .find(|p| p.name == "[vdso]" && p.end > p.start && p.end - p.start <= MAX_VDSO);
+    if let Some(vdso) = vdso {
+        let mut image = vec![0u8; (vdso.end - vdso.start) as usize];
+        if mem.read(vdso.start, &mut image).is_ok() {
+            // The vDSO is linked at 0: its bias is where it is mapped.
+            objects.extend(writable_sections(image.as_slice(), vdso.start));
+        }
+    }
+    let holds = |ranges: &[(u64, u64)], a: u64| ranges.iter().any(|&(s, e)| s <= a && a < e);
+    let tracer: Vec<(u64, u64)> = objects
+        .iter()
+        .filter(|o| holds(o, header))
+        .flatten()
+        .copied()
+        .collect();
+    objects.retain(|o| !o.is_empty() && !holds(o, header));
+    let mut ranges: Vec<(u64, u64)> = objects.iter().flatten().copied().collect();
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in ranges {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    let roots = merged
+        .into_iter()
+        .filter(|&(s, e)| !tracer.iter().any(|&(ts, te)| s < te && ts < e))
+        .map(|(s, e)| Root::range(s, e))
+        .collect();
+    (roots, objects.len())
+}
+
+/// The file at `path` opened for reading if it is a regular file: a path from a core's notes
+/// may name anything, and opening a FIFO without a writer would wait forever.
+fn regular_file(path: &std::path::Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    f.metadata().ok()?.is_file().then_some(f)
+}
+
+/// The sections of an ELF image that are allocated, writable, not code and not thread-local
+/// templates, where they are loaded (`bias` added); `None` if it is not a 64-bit ELF file.
+fn writable_sections<'d, R: ReadRef<'d>>(data: R, bias: u64) -> Option<Vec<(u64, u64)>> {
+    let elf = FileHeader64::<Endianness>::parse(data).ok()?;
+    let endian = elf.endian().ok()?;
+    let sections = elf.section_headers(endian, data).ok()?;
+    let wanted = SHF_ALLOC.0 | SHF_WRITE.0;
+    let unwanted = SHF_EXECINSTR.0 | SHF_TLS.0;
+    Some(
+        sections
+            .iter()
+            .filter(|s| {
+                let flags = s.sh_flags(endian).0;
+                flags & wanted == wanted && flags & unwanted == 0 && s.sh_size(endian) > 0
+            })
+            .map(|s| {
+                let start = s.sh_addr(endian).wrapping_add(bias);
+                (start, start.saturating_add(s.sh_size(endian)))
+            })
+            .collect(),
+    )
+}
+
+/// Each thread's stack and registers: (stack roots, register words, register sets).
+fn thread_roots<M: Memory + ?Sized>(
+    mem: &M,
+    mappings: &[Mapping],
+    threads: &[ThreadState],
+    blocks: &[Live],
+) -> (Vec<Root>, Vec<u64>, usize) {
+    let mut stacks = Vec::new();
+    let mut words = Vec::new();
+    let mut sets = 0;
+    let mut unknown = false;
+    for t in threads {
+        let stopped = !t.registers.is_empty();
+        if stopped {
+            sets += 1;
+            words.extend_from_slice(&t.registers);
+        }
+        let Some(sp) = t.sp else {
+            unknown = true;
+            continue;
+        };
+        let root = match mappings.iter().find(|m| m.start <= sp && sp < m.end) {
+            // A running thread's stack below its stack pointer may be in use again by the
+            // time it is read: scan the whole mapping.
+            Some(m) if !stopped => Root::range(m.start, m.end),
+            Some(m) => Root::range(sp.saturating_sub(RED_ZONE).max(m.start), m.end),
+            None => Root::range(sp.saturating_sub(RED_ZONE), probe_end(mem, sp)),
+        };
+        stacks.push(root);
+    }
+    if unknown {
+        let tids: Vec<u32> = threads.iter().map(|t| t.tid).filter(|&t| t != 0).collect();
+        for m in mappings {
+            let taken = stacks.iter().any(|r| m.start < r.hi && r.lo < m.end);
+            if !taken && (m.name == "[stack]" || is_thread_stack(mem, m, blocks, &tids)) {
+                stacks.push(Root::range(m.start, m.end));
+            }
+        }
+    }
+    (stacks, words, sets)
+}
+
+/// The end of the readable pages from `sp` up, at most [`MAX_PROBED_STACK`] above it.
+fn probe_end<M: Memory + ?Sized>(mem: &M, sp: u64) -> u64 {
+    let mut page = sp & !(PAGE - 1);
+    let limit = sp.saturating_add(MAX_PROBED_STACK);
+    let mut byte = [0u8; 1];
+    while page < limit && mem.read(page, &mut byte).is_ok() {
+        page += PAGE;
+    }
+    page.max(sp)
+}
+
+/// A live glibc thread's stack: private anonymous read-write memory without live blocks, whose
+/// last [`TCB_WINDOW`] bytes hold the thread control block of one of `tids` (`tcbhead_t`: its
+/// `tcb` and `self` words, at offsets 0 and 16, both point at it; it is 64-byte aligned; the
+/// thread's id is one of the 32-bit words of its first [`TID_WINDOW`] bytes, at 0x2d0 in the
+/// glibc of this writing). A stack glibc keeps for reuse holds the control block of an exited
+/// thread, whose id the kernel cleared: it is not scanned, as gdb and the exit report do not
+/// scan dead threads' stacks.
+fn is_thread_stack<M: Memory + ?Sized>(
+    mem: &M,
+    m: &Mapping,
+    blocks: &[Live],
+    tids: &[u32],
+) -> bool {
+    if !m.name.is_empty() || !m.read || !m.write || m.exec || m.end <= m.start {
+        return false;
+    }
+    let first = blocks.partition_point(|b| b.addr < m.start);
+    if blocks.get(first).is_some_and(|b| b.addr < m.end) {
+        return false;
+    }
+    let lo = m.end.saturating_sub(TCB_WINDOW).max(m.start);
+    let mut tail = vec![0u8; (m.end - lo) as usize];
+    if mem.read(lo, &mut tail).is_err() {
+        return false;
+    }
+    let word = |off: usize| {
+        tail.get(off..off + 8)
+            .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+    };
+    let live = |tcb: usize| {
+        let end = (tcb + TID_WINDOW).min(tail.len());
+        tail[tcb..end]
+            .chunks_exact(4)
+            .any(|w| tids.contains(&u32::from_le_bytes(w.try_into().expect("4 bytes"))))
+    };
+    (0..tail.len()).step_by(8).any(|off| {
+        let p = lo + off as u64;
+        p % 64 == 0 && word(off) == Some(p) && word(off + 16) == Some(p) && live(off)
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,380 @@
+//! Synthetic process images in the mem-trace layout, version 3, for the unit tests: the Rust
+//! twin of `tests/python/image.py`, written from docs/LAYOUT.md with its own offsets, not with
+//! the decoder's, so that a misreading of the contract in one does not hide in both.
+
+use crate::memory::{Memory, Unreadable};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+/// Sparse memory: separate mappings with unmapped gaps between them.
+pub(crate) struct Image {
+    maps: Vec<(u64, Vec<u8>)>,
+    next: u64,
+    /// `(addr, len)` of every read, for tests on what was read.
+    pub(crate) reads: RefCell<Vec<(u64, usize)>>,
+}
+
+impl Image {
+    pub(crate) fn new() -> Self {
+        Image {
+            maps: Vec::new(),
+            next: 0x5000_0000,
+            reads: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// A fresh zeroed mapping, 16-byte aligned; a 64 KiB hole follows it so overreads fail.
+    pub(crate) fn map(&mut self, size: usize) -> u64 {
+        let addr = (self.next + 15) & !15;
+        self.maps.push((addr, vec![0; size]));
+        self.next = addr + size.max(1) as u64 + 0x10000;
+        addr
+    }
+
+    /// Removes the mapping that starts at `addr`.
+    pub(crate) fn unmap(&mut self, addr: u64) {
+        self.maps.retain(|(start, _)| *start != addr);
+    }
+
+    fn find(&self, addr: u64, n: usize) -> Option<(usize, usize)> {
+        self.maps.iter().enumerate().find_map(|(i, (start, buf))| {
+            let off = addr.checked_sub(*start)? as usize;
+            (off + n <= buf.len()).then_some((i, off))
+        })
+    }
+
+    pub(crate) fn write(&mut self, addr: u64, data: &[u8]) {
+        let (i, off) = self
+            .find(addr, data.len())
+            .unwrap_or_else(|| panic!("write outside mappings at {addr:#x}"));
+        self.maps[i].1[off..off + data.len()].copy_from_slice(data);
+    }
+
+    pub(crate) fn write_u64(&mut self, addr: u64, value: u64) {
+        self.write(addr, &value.to_le_bytes());
+    }
+
+    pub(crate) fn write_u64s(&mut self, addr: u64, values: &[u64]) {
+        for (k, v) in values.iter().enumerate() {
+            self.write_u64(addr + 8 * k as u64, *v);
+        }
+    }
+}
+
+impl Memory for Image {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
+        self.reads.borrow_mut().push((addr, buf.len()));
+        let (i, off) = self.find(addr, buf.len()).ok_or(Unreadable {
+            addr,
+            len: buf.len(),
+        })?;
+        buf.copy_from_slice(&self.maps[i].1[off..off + buf.len()]);
+        Ok(())
+    }
+}
+
+fn shard_of(region: u64) -> usize {
+    (region.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 57) as usize
+}
+
+const LOW40: u64 = (1 << 40) - 1;
+
+/// A live block: (addr, size, thread, seq, stack).
+type Slot = (u64, u64, u32, u64, u32);
+/// A counter record's seven words (live bytes and blocks, total bytes and blocks, peak bytes
+/// and blocks, last sequence number).
+pub(crate) type Words = [u64; 7];
+
+/// A free in the history ring.
+#[derive(Clone, Copy)]
+pub(crate) struct Free {
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) thread: u32,
+    pub(crate) seq: u64,
+    pub(crate) stack: u32,
+    pub(crate) free_seq: u64,
+    pub(crate) free_stack: u32,
+    pub(crate) free_thread: u32,
+    pub(crate) realloc: bool,
+}
+
+/// A thread record's fields.
+#[derive(Clone, Default)]
+pub(crate) struct ThreadSpec {
+    pub(crate) tid: u32,
+    pub(crate) name: String,
+    pub(crate) exited: bool,
+    pub(crate) own_live: u64,
+    pub(crate) freed_elsewhere: u64,
+    pub(crate) peak_bytes: u64,
+    pub(crate) allocated_bytes: u64,
+}
+
+/// Collects blocks, stacks and threads, then lays them out like the tracer.
+pub(crate) struct TraceBuilder {
+    pub(crate) blocks: Vec<Slot>,
+    pub(crate) stacks: Vec<Vec<u64>>,
+    pub(crate) threads: Vec<ThreadSpec>,
+    pub(crate) next_seq: u64,
+    pub(crate) flags: u64,
+    pub(crate) untracked: u64,
+    pub(crate) live_bytes: u64,
+    pub(crate) peak_bytes: u64,
+    pub(crate) peak_seq: u64,
+    /// `Some(resets)`: a profiler build.
+    pub(crate) profile: Option<u64>,
+    pub(crate) counters: BTreeMap<u32, Words>,
+    /// Thread index → (cache slot, stack id, words).
+    pub(crate) caches: BTreeMap<u32, Vec<(usize, u32, Words)>>,
+    /// `None` leaves `header.freed` at 0.
+    pub(crate) history_capacity: Option<u64>,
+    pub(crate) history_flags: u32,
+    pub(crate) frees: Vec<Free>,
+    /// `None`: as many as `frees`.
+    pub(crate) written: Option<u64>,
+    pub(crate) quarantine_limit: u64,
+    pub(crate) quarantined_bytes: u64,
+    pub(crate) errors: u64,
+}
+
+/// Where the builder put things.
+pub(crate) struct Built {
+    pub(crate) image: Image,
+    pub(crate) header: u64,
+    pub(crate) ring: u64,
+}
+
+impl TraceBuilder {
+    pub(crate) fn new() -> Self {
+        TraceBuilder {
+            blocks: Vec::new(),
+            stacks: Vec::new(),
+            threads: Vec::new(),
+            next_seq: 1,
+            flags: 1,
+            untracked: 0,
+            live_bytes: 0,
+            peak_bytes: 0,
+            peak_seq: 0,
+            profile: None,
+            counters: BTreeMap::new(),
+            caches: BTreeMap::new(),
+            history_capacity: Some(8),
+            history_flags: 1,
+            frees: Vec::new(),
+            written: None,
+            quarantine_limit: 0,
+            quarantined_bytes: 0,
+            errors: 0,
+        }
+    }
+
+    pub(crate) fn add_stack(&mut self, frames: &[u64]) -> u32 {
+        self.stacks.push(frames.to_vec());
+        self.stacks.len() as u32
+    }
+
+    pub(crate) fn add_thread(&mut self, spec: ThreadSpec) -> u32 {
+        self.threads.push(spec);
+        self.threads.len() as u32
+    }
+
+    /// A block; `seq` 0 takes the next sequence number.
+    pub(crate) fn add_block(&mut self, addr: u64, size: u64, thread: u32, stack: u32, seq: u64) {
+        let seq = if seq == 0 { self.next_seq } else { seq };
+        self.next_seq = self.next_seq.max(seq + 1);
+        self.blocks.push((addr, size, thread, seq, stack));
+    }
+
+    /// A free, in ring order: the k-th is record k (at index k % capacity).
+    pub(crate) fn add_freed(&mut self, f: Free) {
+        self.next_seq = self.next_seq.max(f.seq + 1).max(f.free_seq + 1);
+        self.frees.push(f);
+    }
+
+    /// A counter record of thread `thread`'s cache naming `stack` (slot `stack % 128`).
+    pub(crate) fn add_cached(&mut self, thread: u32, stack: u32, words: Words) {
+        self.caches
+            .entry(thread)
+            .or_default()
+            .push((stack as usize % 128, stack, words));
+    }
+
+    /// Lays everything out in a new image.
+    pub(crate) fn build(&self) -> Built {
+        self.build_into(Image::new())
+    }
+
+    /// Lays everything out in `img`, beside what it holds.
+    pub(crate) fn build_into(&self, mut img: Image) -> Built {
+        let header = img.map(128);
+
+        let mut per_shard: BTreeMap<usize, Vec<Slot>> = BTreeMap::new();
+        for &b in &self.blocks {
+            let shard = if b.1 > 65536 {
+                128
+            } else {
+                shard_of(b.0 >> 16)
+            };
+            per_shard.entry(shard).or_default().push(b);
+        }
+        let shards = img.map(129 * 64);
+        for (&index, entries) in &per_shard {
+            let mut cap = 16usize;
+            while cap < 2 * entries.len() {
+                cap *= 2;
+            }
+            let array = img.map(16 + 24 * cap);
+            img.write_u64(array, cap as u64);
+            let mut used = vec![false; cap];
+            let mut live_bytes = 0;
+            for &(addr, size, thread, seq, stack) in entries {
+                let mut pos =
+                    ((addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize) & (cap - 1);
+                while used[pos] {
+                    pos = (pos + 1) & (cap - 1);
+                }
+                used[pos] = true;
+                img.write_u64s(
+                    array + 16 + 24 * pos as u64,
+                    &[
+                        addr,
+                        size.min(LOW40) | u64::from(thread) << 40,
+                        seq | u64::from(stack) << 40,
+                    ],
+                );
+                live_bytes += size;
+            }
+            let at = shards + 64 * index as u64;
+            img.write_u64s(at + 8, &[array, entries.len() as u64, 0, live_bytes]);
+        }
+
+        let stacks = img.map(16 + 8 * 256);
+        img.write_u64(stacks, self.stacks.len() as u64);
+        img.write(stacks + 8, &[16, 0, 0, 0, 0, 1, 0, 0]);
+        if !self.stacks.is_empty() {
+            let chunk = img.map(8 * 65536);
+            img.write_u64(stacks + 16, chunk);
+            for (i, frames) in self.stacks.iter().enumerate() {
+                let rec = img.map(8 + 8 * frames.len());
+                img.write_u64(rec, frames.len() as u64);
+                img.write_u64s(rec + 8, frames);
+                img.write_u64(chunk + 8 * (i as u64 + 1), rec);
+            }
+        }
+
+        let threads = img.map(16 + 8 * 4096);
+        img.write_u64(threads, self.threads.len() as u64);
+        img.write(threads + 8, &[12, 0, 0, 0, 0, 16, 0, 0]);
+        if !self.threads.is_empty() {
+            let chunk = img.map(64 * 4096);
+            img.write_u64(threads + 16, chunk);
+            for (k, t) in self.threads.iter().enumerate() {
+                let i = k as u32 + 1;
+                let mut cache = 0;
+                if let Some(records) = self.caches.get(&i) {
+                    cache = img.map(64 * 128);
+                    for &(slot, stack, words) in records {
+                        let at = cache + 64 * slot as u64;
+                        img.write_u64s(at, &words);
+                        img.write_u64(at + 56, u64::from(stack + 1) << 32);
+                    }
+                }
+                let at = chunk + 64 * u64::from(i);
+                img.write(at, &t.tid.to_le_bytes());
+                img.write(at + 4, &u32::from(t.exited).to_le_bytes());
+                let name = t.name.as_bytes();
+                img.write(at + 8, &name[..name.len().min(16)]);
+                img.write_u64s(
+                    at + 24,
+                    &[
+                        cache,
+                        t.own_live,
+                        t.freed_elsewhere,
+                        t.peak_bytes,
+                        t.allocated_bytes,
+                    ],
+                );
+            }
+        }
+
+        let mut profile = 0;
+        if let Some(resets) = self.profile {
+            profile = img.map(64 + 8 * 4096);
+            img.write(profile, &[64, 0, 0, 0, 12, 0, 0, 0]);
+            img.write(profile + 8, &[0, 16, 0, 0]);
+            img.write_u64(profile + 24, resets);
+            let mut chunks: BTreeMap<u32, u64> = BTreeMap::new();
+            for (&stack, words) in &self.counters {
+                let k = stack >> 12;
+                let chunk = *chunks.entry(k).or_insert_with(|| img.map(64 * 4096));
+                img.write_u64(profile + 64 + 8 * u64::from(k), chunk);
+                img.write_u64s(chunk + 64 * u64::from(stack & 4095), words);
+            }
+        }
+
+        let mut freed = 0;
+        let mut ring = 0;
+        if let Some(cap) = self.history_capacity {
+            freed = img.map(64);
+            if !self.frees.is_empty() && cap > 0 {
+                ring = img.map(40 * cap as usize);
+                for (k, f) in self.frees.iter().enumerate() {
+                    let at = ring + 40 * (k as u64 % cap);
+                    img.write_u64s(
+                        at,
+                        &[
+                            f.addr,
+                            f.size.min(LOW40) | u64::from(f.thread) << 40,
+                            f.seq | u64::from(f.stack) << 40,
+                            f.free_seq | u64::from(f.free_stack) << 40,
+                            u64::from(f.free_thread) | u64::from(f.realloc) << 32,
+                        ],
+                    );
+                }
+            }
+            let written = self.written.unwrap_or(self.frees.len() as u64);
+            img.write(freed, &40u32.to_le_bytes());
+            img.write(freed + 4, &self.history_flags.to_le_bytes());
+            img.write_u64s(
+                freed + 8,
+                &[
+                    cap,
+                    ring,
+                    written,
+                    self.quarantine_limit,
+                    self.quarantined_bytes,
+                    self.errors,
+                ],
+            );
+        }
+
+        img.write(header, b"MEMTRACE");
+        for (k, v) in [3u32, 128, 24, 64, 129, 16].iter().enumerate() {
+            img.write(header + 8 + 4 * k as u64, &v.to_le_bytes());
+        }
+        img.write_u64s(
+            header + 32,
+            &[
+                shards,
+                stacks,
+                threads,
+                freed,
+                self.next_seq,
+                self.live_bytes,
+                self.flags,
+                self.untracked,
+                profile,
+                self.peak_bytes,
+                self.peak_seq,
+                0,
+            ],
+        );
+        Built {
+            image: img,
+            header,
+            ring,
+        }
+    }
+}
