@@ -7,6 +7,7 @@
 //!   JSON are made of);
 //! - [`flamegraph`]: folded stacks and SVG flame graphs drawn with `inferno`;
 //! - [`dhat`]: DHAT's JSON, for valgrind's viewer;
+//! - [`progress`]: a spinner on stderr for reads over a second;
 //! - [`readers`]: the subcommands that answer as the gdb commands do (`top`, `peaks`, `leaks`,
 //!   `why`, `history`, `info`);
 //! - [`error`]: one-line errors.
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod dhat;
 pub mod error;
 pub mod flamegraph;
+pub mod progress;
 pub mod readers;
 pub mod run;
 pub mod stacks;

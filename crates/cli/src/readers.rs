@@ -1,54 +1,175 @@
 //! The subcommands that answer as the gdb commands do: `top`, `peaks`, `leaks`, `why`,
-//! `history`, `info`.
+//! `history`, `info`. Each opens its target, reads the answer with `mem_trace_read::answer`
+//! (the Rust twin of the gdb commands' text, so the lines are the same) and prints it.
 //!
-//! COORDINATOR: this is the dispatch point to wire. Each function gets the parsed options of
-//! its subcommand (`crate::cli`, the same names and defaults as the gdb command's argparse
-//! parser) and is to open the target (`mem_trace_read::target::Target::open(&args.target.source())`,
-//! whose `TargetError` displays as the one-line message) and print the answer's lines
-//! (`mem_trace_read::answer`) on stdout. Until then each says so in one line and fails.
+//! A running process is read while it runs: a line it changes between two reads is retried
+//! by the decoder, and when allocations happened during the read, a note on stderr says how
+//! many, so the answer is known for what it is (a snapshot over the read's duration).
 
-use crate::cli::{HistoryArgs, InfoArgs, LeaksArgs, PeaksArgs, TopArgs, WhyArgs};
+use crate::cli::{By, HistoryArgs, InfoArgs, LeaksArgs, PeaksArgs, StackOptions, TopArgs, WhyArgs};
 use crate::error::{Error, Result};
-
-/// The line every unwired subcommand fails with.
-fn not_yet(command: &str, gdb: &str) -> Error {
-    Error::new(format!(
-        "`mem-trace {command}` is not wired to the readers yet: use `{gdb}` in gdb for now"
-    ))
-}
+use crate::progress::Progress;
+use mem_trace_read::answer::{
+    self, frame, profile, AnswerError, Frame, HistoryOptions, LeakTarget, LeaksOptions, Lookups,
+    PeaksOptions, TopOptions, WhyOptions,
+};
+use mem_trace_read::layout::Tables;
+use mem_trace_read::memory::{read_plain, Memory};
+use mem_trace_read::target::{Symbols, Target};
+use std::io::Write;
 
 /// `mem-trace top TARGET [N] [--by ...] [--thread T] [-f N] [-r]`.
 pub fn top(args: &TopArgs) -> Result<()> {
-    let _ = args;
-    Err(not_yet("top", "mtrace-top"))
+    let options = TopOptions {
+        count: usize::try_from(args.count).unwrap_or(usize::MAX),
+        by: answer_by(args.by),
+        thread: args
+            .thread
+            .map(|t| u32::try_from(t).unwrap_or(u32::MAX)),
+        frames: answer::all_if_zero(args.stacks.frames),
+    };
+    answer_with(&args.target.open()?, &args.stacks, "reading the counters", |t, l| {
+        answer::top(t, l, &options)
+    })
 }
 
 /// `mem-trace peaks TARGET [-n N] [-f N] [-r]`.
 pub fn peaks(args: &PeaksArgs) -> Result<()> {
-    let _ = args;
-    Err(not_yet("peaks", "mtrace-peaks"))
+    let options = PeaksOptions {
+        count: usize::try_from(args.count).unwrap_or(usize::MAX),
+        frames: answer::all_if_zero(args.stacks.frames),
+    };
+    answer_with(&args.target.open()?, &args.stacks, "reading the peaks", |t, l| {
+        answer::peaks(t, l, &options)
+    })
 }
 
 /// `mem-trace leaks TARGET [-n N] [--no-reachable] [-f N] [-r]`.
 pub fn leaks(args: &LeaksArgs) -> Result<()> {
-    let _ = args;
-    Err(not_yet("leaks", "mtrace-leaks"))
+    let options = LeaksOptions {
+        count: answer::all_if_zero(usize::try_from(args.count).unwrap_or(usize::MAX)),
+        frames: answer::all_if_zero(args.stacks.frames),
+        no_reachable: args.no_reachable,
+    };
+    let target = args.target.open()?;
+    let roots = LeakTarget {
+        header: target.header(),
+        modules: target.modules(),
+        mappings: target.mappings(),
+        threads: target.threads(),
+    };
+    answer_with(&target, &args.stacks, "scanning for leaks", |t, l| {
+        answer::leaks(t, l, &roots, &options)
+    })
 }
 
 /// `mem-trace why TARGET ADDR [-n N] [--gap BYTES] [-r]`.
 pub fn why(args: &WhyArgs) -> Result<()> {
-    let _ = args;
-    Err(not_yet("why", "mtrace-why"))
+    let options = WhyOptions {
+        max_frames: args.max_frames,
+        gap: args.gap,
+    };
+    let stacks = StackOptions {
+        frames: 0,
+        raw: args.raw,
+    };
+    answer_with(&args.target.open()?, &stacks, "finding the block", |t, l| {
+        answer::why(t, l, args.address, &options)
+    })
 }
 
 /// `mem-trace history TARGET ADDR [-n N] [--no-stacks] [-r]`.
 pub fn history(args: &HistoryArgs) -> Result<()> {
-    let _ = args;
-    Err(not_yet("history", "mtrace-history"))
+    let options = HistoryOptions {
+        frames: answer::all_if_zero(args.frames),
+        no_stacks: args.no_stacks,
+    };
+    let stacks = StackOptions {
+        frames: args.frames,
+        raw: args.raw,
+    };
+    answer_with(&args.target.open()?, &stacks, "reading the history", |t, l| {
+        answer::history(t, l, args.address, &options)
+    })
 }
 
 /// `mem-trace info TARGET`.
 pub fn info(args: &InfoArgs) -> Result<()> {
-    let _ = args;
-    Err(not_yet("info", "mtrace-info"))
+    let target = args.target.open()?;
+    let stacks = StackOptions {
+        frames: 0,
+        raw: true,
+    };
+    answer_with(&target, &stacks, "reading the tables", |t, _| {
+        answer::info(t, target.header())
+    })
+}
+
+/// The ranking `--by` of the answers, from the command line's.
+fn answer_by(by: By) -> profile::By {
+    match by {
+        By::Live => profile::By::Live,
+        By::Allocated => profile::By::Allocated,
+        By::Blocks => profile::By::Blocks,
+        By::Peak => profile::By::Peak,
+    }
+}
+
+/// Opens `target`'s tables, gives `read` them and a frame lookup (symbolized over the
+/// target's modules, or raw addresses with `--raw`), and prints the lines it returns.
+fn answer_with<'t>(
+    target: &'t Target,
+    stacks: &StackOptions,
+    what: &str,
+    read: impl FnOnce(
+        &Tables<'t, dyn Memory + 't>,
+        &mut Lookups<'_>,
+    ) -> std::result::Result<Vec<String>, AnswerError>,
+) -> Result<()> {
+    let layout = |e: mem_trace_read::layout::Error| Error::new(format!("{}: {e}", target.name()));
+    let tables = Tables::open(target.memory(), target.header()).map_err(layout)?;
+    let progress = Progress::start(what);
+    let mut symbols = Symbols::new(target);
+    let mut symbolize = |pc: u64| -> Vec<Frame> {
+        if stacks.raw {
+            return frame::unsymbolized(pc);
+        }
+        progress.tick();
+        let module = symbols.module_of(pc.wrapping_sub(1));
+        let path = module.map(|m| m.path.to_string_lossy().into_owned());
+        let main = module.is_some_and(|m| target.is_executable(m));
+        let found = symbols.frames(pc);
+        frame::frames(pc, found.as_deref(), path.as_deref(), main)
+    };
+    let before = events(target);
+    let lines = {
+        let mut lookups = Lookups::new(&tables, &mut symbolize);
+        read(&tables, &mut lookups).map_err(|e| Error::new(format!("{}: {e}", target.name())))?
+    };
+    let after = events(target);
+    progress.finish();
+    let mut out = std::io::stdout().lock();
+    for line in &lines {
+        // A closed pipe (`| head`) ends the answer quietly, as other tools do.
+        if writeln!(out, "{line}").is_err() {
+            return Ok(());
+        }
+    }
+    let _ = out.flush();
+    if let (true, Some(before), Some(after)) = (target.is_live(), before, after) {
+        if after != before {
+            eprintln!(
+                "mem-trace: note: {} ran on while it was read: {} allocations and frees happened during the read",
+                target.name(),
+                after.wrapping_sub(before)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The target's event counter (`next_seq`), when readable.
+fn events(target: &Target) -> Option<u64> {
+    let at = target.header() + core::mem::offset_of!(mem_trace_format::Header, next_seq) as u64;
+    read_plain::<u64>(target.memory(), at).ok()
 }

@@ -195,6 +195,7 @@ pub(super) fn open(path: &Path, exe: Option<&Path>) -> Result<Target, TargetErro
         }
     };
     let mut mappings = mappings(&memory.segments, &files);
+    name_vdso(&mut mappings, notes.aux(AT_SYSINFO_EHDR));
     let found = modules::find(&memory, &Dumped(&memory), &mappings);
     infer_permissions(&mut mappings, &memory.segments, &found);
     let candidates = |l: &modules::Loaded| {
@@ -211,6 +212,7 @@ pub(super) fn open(path: &Path, exe: Option<&Path>) -> Result<Target, TargetErro
         .file_name()
         .map_or_else(|| exe_entry.clone(), |n| n.to_string_lossy().into_owned());
     let name = format!("core file {} ({exe_name})", path.display());
+    let pid = notes.threads.first().map(|t| t.tid as i32);
     Ok(Target {
         header: resolved.header(&name)?,
         modules: resolved.modules,
@@ -218,6 +220,11 @@ pub(super) fn open(path: &Path, exe: Option<&Path>) -> Result<Target, TargetErro
         threads: notes.threads,
         name,
         live: false,
+        process: super::ProcessFacts {
+            pid,
+            executable: Some(PathBuf::from(&exe_entry)),
+            command: notes.psargs.clone(),
+        },
         memory: Box::new(memory),
     })
 }
@@ -451,6 +458,22 @@ fn mappings(segments: &[Segment], files: &[FileEntry]) -> Vec<Mapping> {
     }
     out.sort_by_key(|m| m.start);
     out
+}
+
+/// `AT_SYSINFO_EHDR`: where the kernel mapped the vDSO.
+const AT_SYSINFO_EHDR: u64 = 33;
+
+/// Names the vDSO's mapping as `/proc/PID/maps` does (`[vdso]`): the core's `NT_FILE` does not
+/// list it (no file backs it), but the auxiliary vector says where it is, and its writable
+/// data is a root of the leak scan as gdb counts it.
+fn name_vdso(mappings: &mut [Mapping], at: Option<u64>) {
+    let Some(at) = at else { return };
+    if let Some(m) = mappings
+        .iter_mut()
+        .find(|m| m.start == at && m.name.is_empty())
+    {
+        m.name = "[vdso]".into();
+    }
 }
 
 /// Mappings the core has no segment for (gcore leaves out code it can read from the files)

@@ -101,6 +101,19 @@ pub struct Target {
     threads: Vec<ThreadState>,
     name: String,
     live: bool,
+    process: ProcessFacts,
+}
+
+/// What is known of the process itself, to name it in outputs (DHAT's `cmd` and `pid`) and to
+/// tell its executable from its libraries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ProcessFacts {
+    /// Its pid (a core's: its first thread's, the main thread).
+    pub(crate) pid: Option<i32>,
+    /// The path of its executable, as the target names it (a module's `path`).
+    pub(crate) executable: Option<PathBuf>,
+    /// Its command line, words joined by spaces (a core's is cut to 79 bytes by the kernel).
+    pub(crate) command: Option<String>,
 }
 
 impl Target {
@@ -150,6 +163,21 @@ impl Target {
     /// How to name it in a message: `process 1234 (prog)`, `core file core.1234 (prog)`.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Its pid, when known.
+    pub fn pid(&self) -> Option<i32> {
+        self.process.pid
+    }
+
+    /// Its command line, when known.
+    pub fn command(&self) -> Option<&str> {
+        self.process.command.as_deref()
+    }
+
+    /// Whether `module` is the executable rather than a shared object.
+    pub fn is_executable(&self, module: &Module) -> bool {
+        self.process.executable.as_ref() == Some(&module.path)
     }
 
     /// A running process (answers may change between two reads) rather than a core.

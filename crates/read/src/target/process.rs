@@ -59,6 +59,18 @@ pub(super) fn open(pid: i32) -> Result<Target, TargetError> {
         mappings,
         name,
         live: true,
+        process: super::ProcessFacts {
+            pid: Some(pid),
+            executable: std::fs::read_link(proc.join("exe")).ok(),
+            command: std::fs::read(proc.join("cmdline")).ok().map(|words| {
+                let words: Vec<String> = words
+                    .split(|&b| b == 0)
+                    .filter(|w| !w.is_empty())
+                    .map(|w| String::from_utf8_lossy(w).into_owned())
+                    .collect();
+                words.join(" ")
+            }),
+        },
         memory: Box::new(memory),
     })
 }
