@@ -6,6 +6,9 @@
 //! answers on the core this file writes).
 
 mod common;
+// The WebDriver client of the DHAT viewer test (headless Chromium through chromedriver).
+#[path = "../crates/cli/tests/webdriver/mod.rs"]
+mod webdriver;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -447,4 +450,83 @@ fn bad_targets_are_one_line_errors() {
     err("not-core", &["top", "/bin/true"], "not a core");
     // An address that is not a number.
     err("bad-address", &["why", "1", "nonsense"], "nonsense");
+}
+
+/// The flame graph and DHAT's JSON of a real process: the folded stacks' totals are `top`'s
+/// numbers (the same counters), the SVG is XML naming the fixture's sites, and valgrind's own
+/// viewer, loading the JSON in headless Chromium, shows the hold as the top stack with its
+/// bytes, function and `file:line`.
+#[test]
+fn flame_graph_and_dhat_of_a_running_process() {
+    let fixture = cli_target();
+    let mut run = Running::start(&fixture, "wait");
+    let pid = run.pid().to_string();
+    run.wait_for("ready");
+    let dir = fixture.dir.display().to_string();
+    let folded_path = format!("{dir}/live.folded");
+    let svg_path = format!("{dir}/live.svg");
+    let json_path = format!("{dir}/live.dhat.json");
+    answer(&fixture, "folded", &["flamegraph", &pid, "--folded", "-o", &folded_path]);
+    answer(&fixture, "svg", &["flamegraph", &pid, "-o", &svg_path]);
+    answer(&fixture, "dhat", &["dhat", &pid, "-o", &json_path]);
+    let top = answer(&fixture, "top-all", &["top", &pid, "1000"]);
+    run.finish();
+
+    // Each folded line's value is its stack's live bytes; their sum is the live total `top`
+    // gives, and the hold's line carries the hold's bytes.
+    let folded = std::fs::read_to_string(&folded_path).expect("folded");
+    let value = |l: &str| -> u64 { l.rsplit(' ').next().unwrap().parse().expect("a count") };
+    let total: u64 = folded.lines().map(value).sum();
+    let ranked: u64 = top
+        .lines()
+        .filter_map(|l| l.strip_prefix("# "))
+        .map(|l| {
+            let bytes = l.split_once(": ").expect("# N: B bytes").1;
+            bytes.split(' ').next().unwrap().parse::<u64>().expect("bytes")
+        })
+        .sum();
+    assert_eq!(total, ranked, "folded:\n{folded}\ntop:\n{top}");
+    let hold = folded
+        .lines()
+        .find(|l| l.contains("hold_site"))
+        .unwrap_or_else(|| panic!("no hold_site in\n{folded}"));
+    assert!(hold.starts_with("_start;") || hold.contains(";main;"), "{hold}");
+    assert_eq!(value(hold), 16_777_216, "{hold}");
+
+    let svg = std::fs::read_to_string(&svg_path).expect("svg");
+    // inferno's SVG starts with the SVG 1.1 DOCTYPE.
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&svg, options)
+        .unwrap_or_else(|e| panic!("not XML ({e})"));
+    let titles: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("title"))
+        .filter_map(|n| n.text())
+        .collect();
+    for site in ["hold_site", "leak_site", "hold_array_site", "main"] {
+        assert!(
+            titles.iter().any(|t| t.starts_with(site)),
+            "no {site} in the SVG's frames: {titles:?}"
+        );
+    }
+
+    let browser = webdriver::Browser::start();
+    browser.open("file:///usr/libexec/valgrind/dh_view.html");
+    browser.choose_file(&json_path);
+    let text = browser.text_when(Duration::from_secs(30), |t| {
+        t.contains("PP 1.1/") || t.contains("Error")
+    });
+    assert!(!text.contains("Error"), "the viewer says:\n{text}");
+    let top_pp = &text[text.find("PP 1.1/").expect("PP 1.1")..];
+    let top_pp = &top_pp[..top_pp.find("\n}").unwrap_or(top_pp.len())];
+    let hold_line = format!("hold_site ({}:", fixture.src.display());
+    for expected in ["Total:     16,777,216 bytes", "in 4,096 blocks", &hold_line] {
+        assert!(
+            top_pp.contains(expected),
+            "no {expected:?} in the viewer's top stack:\n{top_pp}"
+        );
+    }
 }
