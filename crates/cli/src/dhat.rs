@@ -31,7 +31,6 @@ use crate::cli::DhatArgs;
 use crate::error::Result;
 use crate::flamegraph::write_to;
 use crate::stacks::{self, Frame, Profile, Stack};
-use mem_trace_read::target::Source;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -220,31 +219,19 @@ fn frame(out: &mut Vec<String>, f: &Frame) {
 pub fn command(args: &DhatArgs) -> Result<()> {
     let target = args.target.open()?;
     let profile = stacks::read(&target, None)?;
-    let (cmd, pid) = match args.target.source() {
-        Source::Pid(pid) => (
-            command_line(pid).unwrap_or_else(|| target.name().into()),
-            pid,
-        ),
-        // COORDINATOR: a core's NT_PRPSINFO has the pid and the command; the target does not
-        // expose them yet.
-        Source::Core { .. } => (target.name().to_string(), 0),
-    };
+    // A running process's /proc/PID/cmdline, a core's NT_PRPSINFO (cut to 79 bytes by the
+    // kernel) and its main thread's id.
+    let cmd = target
+        .command()
+        .filter(|c| !c.is_empty())
+        .unwrap_or(target.name())
+        .to_string();
+    let pid = target.pid().unwrap_or(0);
     let doc = document(&cmd, i64::from(pid), &profile);
     write_to(&args.output, |w| {
         serde_json::to_writer(&mut *w, &doc)?;
         w.write_all(b"\n")
     })
-}
-
-/// A running process's command line, its arguments joined by spaces.
-fn command_line(pid: i32) -> Option<String> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let words: Vec<_> = raw
-        .split(|&b| b == 0)
-        .filter(|w| !w.is_empty())
-        .map(String::from_utf8_lossy)
-        .collect();
-    (!words.is_empty()).then(|| words.join(" "))
 }
 
 #[cfg(test)]
