@@ -211,6 +211,7 @@ fn maps(pid: u32) -> (Vec<Module>, Vec<Mapping>) {
                 Some(m) => m.end = m.end.max(end),
                 None => modules.push(Module {
                     path: PathBuf::from(&name),
+                    file: Some(PathBuf::from(&name)),
                     start,
                     end,
                     bias: start - offset,

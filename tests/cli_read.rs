@@ -71,7 +71,9 @@ impl Running {
         let got = self
             .lines
             .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|e| panic!("no output from the program ({e}); so far: {:?}", self.seen));
+            .unwrap_or_else(|e| {
+                panic!("no output from the program ({e}); so far: {:?}", self.seen)
+            });
         self.seen.push(got.1.clone());
         got
     }
@@ -95,7 +97,10 @@ impl Running {
                 assert!(status.success(), "the program ended with {status}");
                 return;
             }
-            assert!(Instant::now() < deadline, "the program did not exit at end of input");
+            assert!(
+                Instant::now() < deadline,
+                "the program did not exit at end of input"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -130,7 +135,8 @@ fn answer(fixture: &Fixture, label: &str, args: &[&str]) -> String {
             && out
                 .stderr
                 .lines()
-                .all(|l| l.starts_with("mem-trace: note: ") && l.contains(" ran on while it was read")),
+                .all(|l| l.starts_with("mem-trace: note: ")
+                    && l.contains(" ran on while it was read")),
         "`{}`: {:?}\nstdout:\n{}\nstderr:\n{}",
         out.command,
         out.status,
@@ -229,9 +235,7 @@ fn top_of_a_running_process_keeps_it_at_full_speed() {
     idle.sort_by(f64::total_cmp);
     reading.sort_by(f64::total_cmp);
     let (idle, reading) = (idle[1], reading[1]);
-    eprintln!(
-        "batches/s: {idle:.0} idle, {reading:.0} while read ({reads} reads of `top`)"
-    );
+    eprintln!("batches/s: {idle:.0} idle, {reading:.0} while read ({reads} reads of `top`)");
     assert!(reads >= 3, "only {reads} reads in 6 s");
     assert!(
         reading >= idle * 0.9,
@@ -356,7 +360,8 @@ fn a_process_and_its_core_answer_as_the_gdb_commands() {
             .map(|l| comparable(l, src))
             .collect();
         assert_eq!(
-            ours, theirs,
+            ours,
+            theirs,
             "`mem-trace {name}` on the core differs from the gdb command on it\n{}",
             gdb_run.report()
         );
@@ -369,9 +374,18 @@ fn a_process_and_its_core_answer_as_the_gdb_commands() {
     );
     assert!(why.contains(" in hold_site at "), "{why}");
     let freed_answer = &from_core[5];
-    assert!(freed_answer.contains(" is 16 bytes inside a 48-byte block"), "{freed_answer}");
-    assert!(freed_answer.contains(" in release_site at "), "{freed_answer}");
-    assert!(freed_answer.contains(" in freed_site at "), "{freed_answer}");
+    assert!(
+        freed_answer.contains(" is 16 bytes inside a 48-byte block"),
+        "{freed_answer}"
+    );
+    assert!(
+        freed_answer.contains(" in release_site at "),
+        "{freed_answer}"
+    );
+    assert!(
+        freed_answer.contains(" in freed_site at "),
+        "{freed_answer}"
+    );
     let leaks = &from_core[3];
     assert!(leaks.contains("50000 bytes in 50 blocks"), "{leaks}");
     assert!(leaks.contains(" in leak_site at "), "{leaks}");
@@ -391,7 +405,12 @@ fn assert_one_line_error(out: &Output, expect: &str) {
         out.command,
         out.stderr
     );
-    assert!(out.stdout.is_empty(), "`{}` printed:\n{}", out.command, out.stdout);
+    assert!(
+        out.stdout.is_empty(),
+        "`{}` printed:\n{}",
+        out.command,
+        out.stdout
+    );
 }
 
 /// Every way a target can be wrong is one line saying so, and a non-zero exit. (A layout
@@ -414,7 +433,12 @@ fn bad_targets_are_one_line_errors() {
     let binary = mem_trace_binary().to_str().expect("utf-8 path");
     let mut as_nobody = Command::new("setpriv");
     as_nobody
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", binary])
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            binary,
+        ])
         .args(["top", &sleeper_pid]);
     let out = run_with_timeout(
         as_nobody,
@@ -430,7 +454,14 @@ fn bad_targets_are_one_line_errors() {
         let mut c = Command::new("gdb");
         c.args(["-nx", "-batch", "-p", &sleeper_pid, "-ex"])
             .arg(format!("gcore {}", core.display()));
-        run_with_timeout(c, &dir.join("gcore-sleep"), true, None, Duration::from_secs(90), "gcore")
+        run_with_timeout(
+            c,
+            &dir.join("gcore-sleep"),
+            true,
+            None,
+            Duration::from_secs(90),
+            "gcore",
+        )
     };
     let _ = sleeper.kill();
     let _ = sleeper.wait();
@@ -466,7 +497,11 @@ fn flame_graph_and_dhat_of_a_running_process() {
     let folded_path = format!("{dir}/live.folded");
     let svg_path = format!("{dir}/live.svg");
     let json_path = format!("{dir}/live.dhat.json");
-    answer(&fixture, "folded", &["flamegraph", &pid, "--folded", "-o", &folded_path]);
+    answer(
+        &fixture,
+        "folded",
+        &["flamegraph", &pid, "--folded", "-o", &folded_path],
+    );
     answer(&fixture, "svg", &["flamegraph", &pid, "-o", &svg_path]);
     answer(&fixture, "dhat", &["dhat", &pid, "-o", &json_path]);
     let top = answer(&fixture, "top-all", &["top", &pid, "1000"]);
@@ -482,7 +517,12 @@ fn flame_graph_and_dhat_of_a_running_process() {
         .filter_map(|l| l.strip_prefix("# "))
         .map(|l| {
             let bytes = l.split_once(": ").expect("# N: B bytes").1;
-            bytes.split(' ').next().unwrap().parse::<u64>().expect("bytes")
+            bytes
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .expect("bytes")
         })
         .sum();
     assert_eq!(total, ranked, "folded:\n{folded}\ntop:\n{top}");
@@ -490,7 +530,10 @@ fn flame_graph_and_dhat_of_a_running_process() {
         .lines()
         .find(|l| l.contains("hold_site"))
         .unwrap_or_else(|| panic!("no hold_site in\n{folded}"));
-    assert!(hold.starts_with("_start;") || hold.contains(";main;"), "{hold}");
+    assert!(
+        hold.starts_with("_start;") || hold.contains(";main;"),
+        "{hold}"
+    );
     assert_eq!(value(hold), 16_777_216, "{hold}");
 
     let svg = std::fs::read_to_string(&svg_path).expect("svg");

@@ -23,14 +23,15 @@ pub fn top(args: &TopArgs) -> Result<()> {
     let options = TopOptions {
         count: usize::try_from(args.count).unwrap_or(usize::MAX),
         by: answer_by(args.by),
-        thread: args
-            .thread
-            .map(|t| u32::try_from(t).unwrap_or(u32::MAX)),
+        thread: args.thread.map(|t| u32::try_from(t).unwrap_or(u32::MAX)),
         frames: answer::all_if_zero(args.stacks.frames),
     };
-    answer_with(&args.target.open()?, &args.stacks, "reading the counters", |t, l| {
-        answer::top(t, l, &options)
-    })
+    answer_with(
+        &args.target.open()?,
+        &args.stacks,
+        "reading the counters",
+        |t, l| answer::top(t, l, &options),
+    )
 }
 
 /// `mem-trace peaks TARGET [-n N] [-f N] [-r]`.
@@ -39,9 +40,12 @@ pub fn peaks(args: &PeaksArgs) -> Result<()> {
         count: usize::try_from(args.count).unwrap_or(usize::MAX),
         frames: answer::all_if_zero(args.stacks.frames),
     };
-    answer_with(&args.target.open()?, &args.stacks, "reading the peaks", |t, l| {
-        answer::peaks(t, l, &options)
-    })
+    answer_with(
+        &args.target.open()?,
+        &args.stacks,
+        "reading the peaks",
+        |t, l| answer::peaks(t, l, &options),
+    )
 }
 
 /// `mem-trace leaks TARGET [-n N] [--no-reachable] [-f N] [-r]`.
@@ -73,9 +77,12 @@ pub fn why(args: &WhyArgs) -> Result<()> {
         frames: 0,
         raw: args.raw,
     };
-    answer_with(&args.target.open()?, &stacks, "finding the block", |t, l| {
-        answer::why(t, l, args.address, &options)
-    })
+    answer_with(
+        &args.target.open()?,
+        &stacks,
+        "finding the block",
+        |t, l| answer::why(t, l, args.address, &options),
+    )
 }
 
 /// `mem-trace history TARGET ADDR [-n N] [--no-stacks] [-r]`.
@@ -88,9 +95,12 @@ pub fn history(args: &HistoryArgs) -> Result<()> {
         frames: args.frames,
         raw: args.raw,
     };
-    answer_with(&args.target.open()?, &stacks, "reading the history", |t, l| {
-        answer::history(t, l, args.address, &options)
-    })
+    answer_with(
+        &args.target.open()?,
+        &stacks,
+        "reading the history",
+        |t, l| answer::history(t, l, args.address, &options),
+    )
 }
 
 /// `mem-trace info TARGET`.

@@ -38,6 +38,7 @@ fn this_process() -> (Vec<Module>, Vec<Mapping>) {
             // A PIE's first segment is linked at 0: its bias is where it is mapped.
             let md = module.get_or_insert(Module {
                 path: exe.clone(),
+                file: Some(exe.clone()),
                 start: lo,
                 end: hi,
                 bias: lo - m.offset,
@@ -79,6 +80,7 @@ fn data_roots_are_the_writable_sections_and_never_the_tracers() {
 fn a_module_whose_file_is_gone_counts_with_its_writable_mappings() {
     let gone = Module {
         path: "/nonexistent/libgone.so".into(),
+        file: None,
         start: 0x1000,
         end: 0x5000,
         bias: 0x1000,
