@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::mtrace::with_entry_script;
+use common::mtrace::{with_entry_script, without_gdb_thread};
 use common::{c_fixture, profiler_library, run_with_timeout, script, Fixture, GDB_TIMEOUT};
 use mem_trace_read::answer::{
     self, frame, profile::By, Frame, HistoryOptions, LeakTarget, LeaksOptions, Lookups,
@@ -362,18 +362,6 @@ fn without_library_locations(line: &str, modules: &[Module], program: &Path) -> 
     match line.find(" at ") {
         Some(at) if elsewhere => line[..at].to_string(),
         _ => line.to_string(),
-    }
-}
-
-/// A gdb line without what only gdb knows: `, gdb thread N`.
-fn without_gdb_thread(line: &str) -> String {
-    match line.find(", gdb thread ") {
-        Some(at) => {
-            let rest = &line[at + ", gdb thread ".len()..];
-            let digits = rest.chars().take_while(char::is_ascii_digit).count();
-            format!("{}{}", &line[..at], &rest[digits..])
-        }
-        None => line.to_string(),
     }
 }
 

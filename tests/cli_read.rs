@@ -15,7 +15,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use common::mtrace::{gdb, with_entry_script};
+use common::mtrace::{gdb, with_entry_script, without_gdb_thread};
 use common::{c_fixture, mem_trace_binary, profiler_library, run_with_timeout, Fixture, Output};
 
 fn cli_target() -> Fixture {
@@ -255,18 +255,6 @@ fn section<'a>(gdb_output: &'a str, name: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// What only gdb says: its own thread numbers.
-fn without_gdb_threads(line: &str) -> String {
-    match line.find(", gdb thread ") {
-        Some(at) => {
-            let rest = &line[at + ", gdb thread ".len()..];
-            let digits = rest.chars().take_while(char::is_ascii_digit).count();
-            format!("{}{}", &line[..at], &rest[digits..])
-        }
-        None => line.to_string(),
-    }
-}
-
 /// A line as both sides must agree on it. Frames in the fixture's own source are compared
 /// whole; in other files (glibc's) without their `at file:line`: where several line-table rows
 /// share an address gdb takes the first and the `addr2line` crate the last, and gdb joins
@@ -274,7 +262,7 @@ fn without_gdb_threads(line: &str) -> String {
 /// the crate does not (`./libio/genops.c`) — the same frame, function and address, spelt by
 /// two DWARF readers.
 fn comparable(line: &str, src: &str) -> String {
-    let line = without_gdb_threads(line);
+    let line = without_gdb_thread(line);
     match line.split_once(" at ") {
         Some((frame, file)) if line.trim_start().starts_with('#') && !file.starts_with(src) => {
             frame.to_string()

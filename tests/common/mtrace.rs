@@ -51,3 +51,16 @@ pub fn gdb(fixture: &Fixture, script: &str) -> GdbRun {
     );
     run
 }
+
+/// A gdb command's line without what only gdb knows (`, gdb thread N`), to compare it with the
+/// `mem-trace` command's line for the same facts.
+pub fn without_gdb_thread(line: &str) -> String {
+    match line.find(", gdb thread ") {
+        Some(at) => {
+            let rest = &line[at + ", gdb thread ".len()..];
+            let digits = rest.chars().take_while(char::is_ascii_digit).count();
+            format!("{}{}", &line[..at], &rest[digits..])
+        }
+        None => line.to_string(),
+    }
+}
