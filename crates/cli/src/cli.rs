@@ -53,6 +53,17 @@ pub enum Command {
     Flamegraph(FlamegraphArgs),
     /// Write DHAT's JSON, for valgrind's viewer (dh_view.html).
     Dhat(DhatArgs),
+    /// Print a shell completion script (e.g. `mem-trace completions bash >
+    /// /etc/bash_completion.d/mem-trace`).
+    Completions(CompletionsArgs),
+}
+
+/// `mem-trace completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `mem-trace run`.
@@ -369,6 +380,32 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn completions_know_every_subcommand() {
+        let mut script = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Cli::command(),
+            "mem-trace",
+            &mut script,
+        );
+        let script = String::from_utf8(script).expect("utf-8");
+        for sub in [
+            "run",
+            "top",
+            "peaks",
+            "leaks",
+            "why",
+            "history",
+            "info",
+            "flamegraph",
+            "dhat",
+        ] {
+            assert!(script.contains(sub), "no {sub} in the bash completion");
+        }
+        assert!(script.contains("--by"), "no --by in the bash completion");
     }
 
     #[test]

@@ -218,7 +218,10 @@ fn frame(out: &mut Vec<String>, f: &Frame) {
 /// `mem-trace dhat TARGET -o FILE`.
 pub fn command(args: &DhatArgs) -> Result<()> {
     let target = args.target.open()?;
-    let profile = stacks::read(&target, None)?;
+    let progress = crate::progress::Progress::start("reading and symbolizing the stacks");
+    let profile = stacks::read(&target, None);
+    progress.finish();
+    let profile = profile?;
     // A running process's /proc/PID/cmdline, a core's NT_PRPSINFO (cut to 79 bytes by the
     // kernel) and its main thread's id.
     let cmd = target

@@ -38,7 +38,10 @@ pub fn command(args: &FlamegraphArgs) -> Result<()> {
         return Err(thread_needs_live(args.by));
     }
     let target = target_args.open()?;
-    let profile = stacks::read(&target, args.thread)?;
+    let progress = crate::progress::Progress::start("reading and symbolizing the stacks");
+    let profile = stacks::read(&target, args.thread);
+    progress.finish();
+    let profile = profile?;
     let folded = folded_lines(&profile.stacks, args.by);
     if args.folded {
         return write_to(&args.output, |w| w.write_all(folded.as_bytes()));

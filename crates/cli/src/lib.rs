@@ -41,5 +41,10 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Why(a) => readers::why(&a).map(|()| 0),
         Command::History(a) => readers::history(&a).map(|()| 0),
         Command::Info(a) => readers::info(&a).map(|()| 0),
+        Command::Completions(a) => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(a.shell, &mut command, "mem-trace", &mut std::io::stdout());
+            Ok(0)
+        }
     }
 }

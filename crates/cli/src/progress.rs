@@ -20,7 +20,7 @@ impl Progress {
     pub fn start(what: &str) -> Progress {
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
         bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg} ({elapsed}, {pos} addresses symbolized)")
+            ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         bar.set_message(what.to_string());
@@ -39,11 +39,6 @@ impl Progress {
             bar,
             done: Some(done),
         }
-    }
-
-    /// One more unit of work done (an address symbolized).
-    pub fn tick(&self) {
-        self.bar.inc(1);
     }
 
     /// The work is done: the spinner, if shown, is cleared before the answer is printed.

@@ -144,7 +144,6 @@ fn answer_with<'t>(
         if stacks.raw {
             return frame::unsymbolized(pc);
         }
-        progress.tick();
         let module = symbols.module_of(pc.wrapping_sub(1));
         let path = module.map(|m| m.path.to_string_lossy().into_owned());
         let main = module.is_some_and(|m| target.is_executable(m));
