@@ -26,8 +26,23 @@ pub use near::{Match, Relation, DEFAULT_MAX_GAP};
 const MAX_CAPACITY: u64 = 1 << 32;
 /// The most frames a reader accepts in one stack record.
 const MAX_FRAMES: u64 = 4096;
-/// The words of a slot array read at once (64Ki slots, 1.5 MiB).
+/// Words read at once from a long array (a slot array: 64Ki slots; the history ring), 1.5 MiB.
 const SLOT_READ_WORDS: usize = 3 << 16;
+
+/// `total` words at `addr`, read [`SLOT_READ_WORDS`] at a time, so that the memory allocated
+/// grows only with what was really read.
+fn read_words_in_pieces(
+    mem: &(impl Memory + ?Sized),
+    addr: u64,
+    total: usize,
+) -> Result<Vec<u64>, Unreadable> {
+    let mut words = Vec::new();
+    while words.len() < total {
+        let n = (total - words.len()).min(SLOT_READ_WORDS);
+        words.extend(read_words(mem, addr + 8 * words.len() as u64, n)?);
+    }
+    Ok(words)
+}
 /// How many times `find_containing` reads a changing slot again before it gives up.
 const FIND_TRIES: u32 = 8;
 
@@ -217,12 +232,7 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         let first = array + core::mem::size_of::<SlotArray>() as u64;
         // In pieces: a corrupt capacity then costs what the memory really holds before the
         // first unreadable piece, not an allocation of 2^32 slots up front.
-        let total = head.capacity as usize * 3;
-        let mut words = Vec::new();
-        while words.len() < total {
-            let n = (total - words.len()).min(SLOT_READ_WORDS);
-            words.extend(read_words(self.mem, first + 8 * words.len() as u64, n)?);
-        }
+        let words = read_words_in_pieces(self.mem, first, head.capacity as usize * 3)?;
         Ok(Some((first, words)))
     }
 
@@ -397,7 +407,9 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         }
         let n = h.written.into_inner().min(cap) as usize;
         let per = core::mem::size_of::<FreedRecord>() / 8;
-        let words = read_words(self.mem, ring, n * per)?;
+        // In pieces, as a slot array: a corrupt count costs an error at the first unreadable
+        // piece, not an allocation of the whole ring it claims up front.
+        let words = read_words_in_pieces(self.mem, ring, n * per)?;
         let mut found: Vec<Freed> = words
             .chunks_exact(per)
             .filter(|r| r[0] != 0)

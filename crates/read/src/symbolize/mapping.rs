@@ -23,8 +23,12 @@ impl Mapping {
         cpath.extend_from_slice(path);
         cpath.push(0);
         let fd = loop {
+            // O_NONBLOCK: a path that names a FIFO (a core's NT_FILE names whatever was mapped)
+            // must not block the open; the fstat below then refuses anything not a regular
+            // file, and reads from a mapping do not care about the flag.
+            let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK;
             // SAFETY: `cpath` is NUL-terminated and outlives the call.
-            let fd = unsafe { libc::open(cpath.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            let fd = unsafe { libc::open(cpath.as_ptr().cast(), flags) };
             if fd >= 0 {
                 break fd;
             }

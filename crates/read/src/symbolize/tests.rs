@@ -227,6 +227,18 @@ fn errors_not_panics() {
         sym.symbolize(&dir, 0x1500, &mut out),
         Err(SymError::NotAFile)
     );
+    // A FIFO is refused at once, not waited on for a writer.
+    let fifo = std::env::temp_dir().join(format!("mem-trace-fifo-{}", std::process::id()));
+    let fifo_c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_c.as_ptr(), 0o600) }, 0);
+    let fifo_module = ModuleRef {
+        path: fifo.to_str().unwrap().as_bytes(),
+        ..m
+    };
+    let answer = sym.symbolize(&fifo_module, 0x1500, &mut out);
+    let _ = std::fs::remove_file(&fifo);
+    assert_eq!(answer, Err(SymError::NotAFile));
     let nul = ModuleRef {
         path: b"/tmp/a\0b",
         ..m
