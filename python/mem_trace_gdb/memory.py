@@ -14,6 +14,7 @@ import re
 import gdb
 
 from .layout import Inaccessible, MemTraceError, NotLoaded, Tracer
+from .layout.contract import FLAG_INITIALISED
 
 HEADER_SYMBOL = "MEM_TRACE_HEADER"
 
@@ -117,8 +118,46 @@ def header_address() -> int:
     raise NotLoaded(PRELOAD_HINT)
 
 
+_VARIABLE_LINE = re.compile(r"^\s*(0x[0-9a-fA-F]+)\s+" + HEADER_SYMBOL + r"\s*$")
+# Where `flags` sits in the header (docs/LAYOUT.md "Header").
+_FLAGS_OFFSET = 80
+
+
+def header_addresses() -> list:
+    """Every MEM_TRACE_HEADER gdb knows, in its order (empty when it lists none).
+
+    A process can hold two: a Rust program linking the `Traced` allocator wrapper defines
+    one in its executable, and run under the preload it has the library's too; the wrapper
+    then hands its records to the preload and leaves its own header uninitialised.
+    """
+    try:
+        text = gdb.execute(f"info variables ^{HEADER_SYMBOL}$", to_string=True)
+    except gdb.error:
+        return []
+    found = []
+    for line in text.splitlines():
+        m = _VARIABLE_LINE.match(line)
+        if m:
+            found.append(int(m.group(1), 16))
+    return found
+
+
+def _initialised(reader: InferiorReader, addr: int) -> bool:
+    try:
+        flags = int.from_bytes(reader.read(addr + _FLAGS_OFFSET, 8), "little")
+    except MemTraceError:
+        return False
+    return bool(flags & FLAG_INITIALISED)
+
+
 def open_tracer() -> Tracer:
-    """A fresh decoder over the selected inferior (header validated)."""
+    """A fresh decoder over the selected inferior (header validated): of several headers,
+    the initialised one."""
     inferior = require_process()
+    reader = InferiorReader(inferior)
     address = header_address()
-    return Tracer.open(InferiorReader(inferior), address)
+    if not _initialised(reader, address):
+        address = next(
+            (a for a in header_addresses() if _initialised(reader, a)), address
+        )
+    return Tracer.open(reader, address)

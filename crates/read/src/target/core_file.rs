@@ -214,7 +214,7 @@ pub(super) fn open(path: &Path, exe: Option<&Path>) -> Result<Target, TargetErro
     let name = format!("core file {} ({exe_name})", path.display());
     let pid = notes.threads.first().map(|t| t.tid as i32);
     Ok(Target {
-        header: resolved.header(&name)?,
+        header: resolved.header(&name, &memory)?,
         modules: resolved.modules,
         mappings,
         threads: notes.threads,

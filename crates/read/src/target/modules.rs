@@ -13,7 +13,7 @@
 //! that page), so the file to read symbols from can be checked against what ran.
 
 use super::{Mapping, Module, TargetError};
-use crate::memory::Memory;
+use crate::memory::{read_plain, Memory};
 use crate::symbolize::mapping::Mapping as FileMap;
 use crate::symbolize::SymError;
 use object::elf::{FileHeader64, ProgramHeader64, EM_X86_64, PT_LOAD, PT_NOTE};
@@ -207,7 +207,8 @@ pub(super) enum Policy {
 /// The modules with their files chosen, and the header's address.
 pub(super) struct Resolved {
     pub(super) modules: Vec<Module>,
-    pub(super) header: Option<u64>,
+    /// Every `MEM_TRACE_HEADER` found, the library's first.
+    pub(super) headers: Vec<u64>,
     /// Why a module named like the library has no file, to say instead of "not loaded".
     pub(super) problem: Option<TargetError>,
 }
@@ -279,7 +280,7 @@ pub(super) fn resolve(
     headers.sort_by_key(|&(library, _)| !library);
     Ok(Resolved {
         modules,
-        header: headers.first().map(|&(_, addr)| addr),
+        headers: headers.into_iter().map(|(_, addr)| addr).collect(),
         problem,
     })
 }
@@ -293,8 +294,26 @@ fn is_library(module: &Module) -> bool {
 
 impl Resolved {
     /// The header's address, or why there is none.
-    pub(super) fn header(&mut self, target: &str) -> Result<u64, TargetError> {
-        match (self.header, self.problem.take()) {
+    ///
+    /// A process can hold two: a Rust program that links the `Traced` allocator wrapper
+    /// defines one in its executable, and run under the preload it has the library's too. The
+    /// wrapper then hands its records to the preload and leaves its own header uninitialised,
+    /// so the initialised one (header flag bit 0, read from `mem`) is the one with the tables;
+    /// when none is, the first (the library's before an executable's).
+    pub(super) fn header(
+        &mut self,
+        target: &str,
+        mem: &(impl Memory + ?Sized),
+    ) -> Result<u64, TargetError> {
+        let initialised = |&addr: &u64| {
+            let at = addr + core::mem::offset_of!(mem_trace_format::Header, flags) as u64;
+            read_plain::<u64>(mem, at).is_ok_and(|f| f & mem_trace_format::FLAG_INITIALISED != 0)
+        };
+        let chosen = match self.headers.iter().find(|a| initialised(a)) {
+            Some(&addr) => Some(addr),
+            None => self.headers.first().copied(),
+        };
+        match (chosen, self.problem.take()) {
             (Some(addr), _) => Ok(addr),
             (None, Some(problem)) => Err(problem),
             (None, None) => Err(TargetError::NotLoaded {

@@ -53,7 +53,7 @@ pub(super) fn open(pid: i32) -> Result<Target, TargetError> {
     };
     let mut resolved = modules::resolve(found, candidates, Policy::Lenient)?;
     Ok(Target {
-        header: resolved.header(&name)?,
+        header: resolved.header(&name, &memory)?,
         modules: resolved.modules,
         threads: threads(&proc),
         mappings,
