@@ -37,9 +37,13 @@ mod gdb_script;
 pub mod glibc;
 #[cfg(feature = "tracer")]
 mod hooks;
+#[cfg(feature = "profiler")]
+mod profile;
 #[cfg(feature = "global-alloc")]
 mod traced;
 
+#[cfg(feature = "profiler")]
+pub use profile::{peaks, report, report_to_file, reset_peaks, Peaks, ThreadPeak};
 #[cfg(feature = "global-alloc")]
 pub use traced::Traced;
 // Not named `print_trace`: a module of the same name as the exported function is a debug-info
@@ -73,12 +77,6 @@ pub extern "C" fn print_trace(addr: usize) {
 #[cfg(feature = "profiler")]
 #[no_mangle]
 pub extern "C" fn mem_trace_reset_peaks() {
-    mem_trace_core::profile::peaks::reset()
-}
-
-/// [`mem_trace_reset_peaks`] for Rust programs that link this crate.
-#[cfg(feature = "profiler")]
-pub fn reset_peaks() {
     mem_trace_core::profile::peaks::reset()
 }
 
