@@ -111,6 +111,7 @@ fn start<A: 'static>() -> u8 {
             FORWARD
         }
         None => {
+            mem_trace_core::capture::modules::tracer_in_program();
             record::on_load();
             // SAFETY: registers a plain function of this crate, which is never unloaded.
             unsafe { libc::atexit(on_exit) };
@@ -134,6 +135,11 @@ fn preload() -> Option<*mut Entries> {
     // SAFETY: the exported table of a loaded library, which starts with its version.
     (!p.is_null() && unsafe { (*p).version } == entries::VERSION).then_some(p)
 }
+
+/// Keeps `print_trace` in the program for gdb to call: nothing else refers to it, and the
+/// linker drops what nothing refers to.
+#[used]
+static PRINT_TRACE: extern "C" fn(usize) = crate::print_trace;
 
 extern "C" fn on_exit() {
     record::on_unload()
@@ -178,7 +184,10 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Traced<A> {
             return unsafe { Arena.dealloc(p, layout) };
         }
         let release = match route::<A>() {
-            Route::Own(g) => record::free_unheld(&g, p.cast()) != Disposition::Reject,
+            Route::Own(g) => {
+                let _start = record::start_here(&g);
+                record::free_unheld(&g, p.cast()) != Disposition::Reject
+            }
             // SAFETY: the preload's entry, with a block of the program.
             Route::Forward(e) => unsafe { (e.free)(p.cast()) },
             Route::Tracer | Route::Plain => true,
@@ -197,6 +206,7 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Traced<A> {
         }
         match route::<A>() {
             Route::Own(g) => {
+                let _start = record::start_here(&g);
                 let old = record::take(&g, p.cast());
                 // SAFETY: forwarded contract.
                 let q = unsafe { self.inner.realloc(p, layout, new_size) };
@@ -224,7 +234,10 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Traced<A> {
 #[inline(always)]
 fn allocated(route: Route, p: *mut u8, size: usize) {
     match route {
-        Route::Own(g) => record::allocated(&g, p.cast::<c_void>(), size),
+        Route::Own(g) => {
+            let _start = record::start_here(&g);
+            record::allocated(&g, p.cast::<c_void>(), size)
+        }
         Route::Forward(e) if !p.is_null() => {
             // SAFETY: the preload's entry, with a block the inner allocator just returned.
             unsafe { (e.allocated)(p.cast(), size) }

@@ -48,6 +48,25 @@ pub fn allocated(g: &Guard, p: *mut c_void, size: usize) {
     }
 }
 
+/// Where the stacks the caller records start: its own frame, read where this is inlined, and
+/// not the tracer's frames below it. For an allocator wrapper linked into the program
+/// (`capture::modules::tracer_in_program`); dropping it undoes it.
+pub struct StartHere<'g>(&'g Guard);
+
+/// Stacks recorded while the result lives start at the caller's frame (see [`StartHere`]).
+#[inline(always)]
+pub fn start_here(g: &Guard) -> StartHere<'_> {
+    capture::start_at(&g.state().capture, capture::registers());
+    StartHere(g)
+}
+
+impl Drop for StartHere<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        capture::start_here(&self.0.state().capture);
+    }
+}
+
 /// Captures and interns the calling thread's stack (0 when capture is off or failed).
 #[inline(always)]
 fn stack_here(state: &ThreadState) -> u32 {
