@@ -22,16 +22,30 @@
 //! - `gdb_script`: the gdb commands, embedded for auto-loading.
 //!
 //! Feature `tracer` (default) makes this build the preload: the hooks, the global allocator and
-//! the ELF constructor. Blocks allocated before the library is initialised are not recorded,
+//! the ELF constructor. Feature `global-alloc` (with `default-features = false`) gives
+//! [`Traced`] instead, a `GlobalAlloc` wrapper that records into the same tables from inside a
+//! Rust program, which then defines its own `MEM_TRACE_HEADER`. Blocks allocated before the library is initialised are not recorded,
 //! and freeing them is harmless; initialisation happens at the first hooked call, before `main`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(any(feature = "tracer", feature = "global-alloc"))]
+mod entries;
 mod gdb_script;
+#[cfg(feature = "tracer")]
 pub mod glibc;
 #[cfg(feature = "tracer")]
 mod hooks;
+#[cfg(feature = "profiler")]
+mod profile;
+#[cfg(feature = "global-alloc")]
+mod traced;
+
+#[cfg(feature = "profiler")]
+pub use profile::{peaks, report, report_to_file, reset_peaks, Peaks, ThreadPeak};
+#[cfg(feature = "global-alloc")]
+pub use traced::Traced;
 // Not named `print_trace`: a module of the same name as the exported function is a debug-info
 // namespace that stops gdb from calling it (see `print_trace` below).
 mod print;
@@ -63,12 +77,6 @@ pub extern "C" fn print_trace(addr: usize) {
 #[cfg(feature = "profiler")]
 #[no_mangle]
 pub extern "C" fn mem_trace_reset_peaks() {
-    mem_trace_core::profile::peaks::reset()
-}
-
-/// [`mem_trace_reset_peaks`] for Rust programs that link this crate.
-#[cfg(feature = "profiler")]
-pub fn reset_peaks() {
     mem_trace_core::profile::peaks::reset()
 }
 

@@ -96,16 +96,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     }
     // SAFETY: forwarded contract.
     let q = unsafe { glibc::__libc_realloc(p, size) };
-    match (q.is_null(), old) {
-        (false, Some(old)) if q != p => record::moved(&g, old, q, size),
-        (false, Some(old)) => record::resized(&g, old, q, size),
-        (false, None) => record::allocated(&g, q, size),
-        // realloc(p, 0) freed the block.
-        (true, Some(old)) if size == 0 => record::freed_by_realloc(&g, old),
-        // Failed to grow: the old block is untouched and still the program's.
-        (true, Some(old)) => record::restore(&g, old),
-        (true, None) => {}
-    }
+    record::reallocated(&g, old, p, q, size);
     q
 }
 

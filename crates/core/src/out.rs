@@ -17,8 +17,13 @@ pub struct Out {
 impl Out {
     /// A buffer for standard error.
     pub fn stderr() -> Self {
+        Self::borrowing(2)
+    }
+
+    /// A buffer for a file descriptor someone else closes.
+    pub fn borrowing(fd: i32) -> Self {
         Out {
-            fd: 2,
+            fd,
             owned: false,
             len: 0,
             buf: [0; 2048],

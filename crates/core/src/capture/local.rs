@@ -16,6 +16,9 @@ pub struct Local {
     /// fresh 1 KiB array would be zeroed on every allocation (measured: ~7% of churn's time).
     /// Only `record` uses it, and captures never nest (the reentrancy guard is held).
     pub frames: UnsafeCell<[u64; MAX_FRAMES]>,
+    /// Registers the next capture starts from instead of its own (0: none), set by an
+    /// allocator wrapper whose frames lie in the program's own module (`record::start_here`).
+    pub(super) start: Cell<(u64, u64, u64)>,
 }
 
 impl Local {
@@ -26,6 +29,7 @@ impl Local {
             cache: Cell::new(core::ptr::null_mut()),
             closed: Cell::new(false),
             frames: UnsafeCell::new([0; MAX_FRAMES]),
+            start: Cell::new((0, 0, 0)),
         }
     }
 }

@@ -89,7 +89,7 @@ use stack::Stack;
 
 /// The three registers an unwind starts from, read at one point of one function.
 #[inline(always)]
-fn registers() -> (u64, u64, u64) {
+pub(crate) fn registers() -> (u64, u64, u64) {
     let (pc, sp, bp): (u64, u64, u64);
     // SAFETY: reads rip, rsp and rbp into registers; touches no memory.
     unsafe {
@@ -130,11 +130,29 @@ pub(crate) struct Captured {
 /// python3).
 #[inline(never)]
 pub(crate) fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
-    let w = capture_with(local, out, registers(), true);
+    let regs = match local.start.get() {
+        (0, _, _) => registers(),
+        start => start,
+    };
+    let w = capture_with(local, out, regs, true);
     Captured {
         frames: w.frames,
         id: w.id,
     }
+}
+
+/// Makes the thread's captures start from `regs` (read by the caller at its own entry) until
+/// [`start_here`]: for an allocator wrapper linked into the program, whose frames cannot be
+/// told from the program's by module.
+#[inline(always)]
+pub(crate) fn start_at(local: &Local, regs: (u64, u64, u64)) {
+    local.start.set(regs);
+}
+
+/// Captures start from where they are made again.
+#[inline(always)]
+pub(crate) fn start_here(local: &Local) {
+    local.start.set((0, 0, 0));
 }
 
 /// Notes that the frames of the capture just made by [`capture_interned`] (into a buffer of

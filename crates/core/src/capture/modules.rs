@@ -14,7 +14,7 @@
 
 use crate::sync::SpinLock;
 use core::ops::Range;
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 
@@ -63,6 +63,17 @@ impl ModuleSet {
 }
 
 static CURRENT: AtomicPtr<ModuleSet> = AtomicPtr::new(core::ptr::null_mut());
+/// Set when the tracer is linked into the program itself (an allocator wrapper): its module
+/// is then the program's, whose frames are all kept, and the wrapper says where a walk starts
+/// instead (`record::start_here`).
+static IN_PROGRAM: AtomicBool = AtomicBool::new(false);
+
+/// Notes that the tracer is linked into the program (see [`IN_PROGRAM`]); before the first
+/// capture.
+pub fn tracer_in_program() {
+    IN_PROGRAM.store(true, Ordering::Relaxed);
+}
+
 /// Bumped when a module is known to be gone (`dlclose`); a set of an older generation is
 /// rebuilt before use.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -202,7 +213,7 @@ fn build(generation: u64) -> ModuleSet {
     let mut own = 0..0;
     for (i, r) in raw.0.iter().enumerate() {
         let Some(exec) = exec_range(r) else { continue };
-        if exec.contains(&own_pc) {
+        if exec.contains(&own_pc) && !IN_PROGRAM.load(Ordering::Relaxed) {
             own = exec.clone();
         }
         let path = if i == 0 && r.name.is_empty() {

@@ -130,16 +130,35 @@ pub(crate) fn exiting() {
             return;
         }
         reporter::stop();
-        // The scan reads this thread's stack from here up: the frames of `exit` and of the
-        // program, not the scan's own (below this one, and full of block addresses).
-        let marker = 0u64;
-        let sp = core::hint::black_box(&marker) as *const u64 as u64;
-        let was_busy = crate::guard::set_busy(true);
-        let printing = reporter::printing_within_a_second();
-        report::write(report::Kind::Exit, Some(sp), printing.as_ref());
-        drop(printing);
-        crate::guard::set_busy(was_busy);
+        full_report(report::Kind::Exit, None);
     }
+}
+
+/// A full report, with the leak check, written now to the descriptor `fd` (not closed), for a
+/// program that asks for one (`mem_trace::report`). Waits up to a second for the right to
+/// symbolize (a report or `print_trace` in progress), then writes frames raw.
+#[cfg(feature = "profiler")]
+pub fn report_to(fd: i32) {
+    full_report(
+        report::Kind::Requested,
+        Some(crate::out::Out::borrowing(fd)),
+    );
+}
+
+/// A full report from a program thread, whose stack the leak scan reads from the caller's
+/// frame up.
+#[cfg(feature = "profiler")]
+#[inline(never)]
+fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
+    // The scan reads this thread's stack from here up: the frames of the caller and of the
+    // program, not the scan's own (below this one, and full of block addresses).
+    let marker = 0u64;
+    let sp = core::hint::black_box(&marker) as *const u64 as u64;
+    let was_busy = crate::guard::set_busy(true);
+    let printing = reporter::printing_within_a_second();
+    report::write(kind, Some(sp), printing.as_ref(), to);
+    drop(printing);
+    crate::guard::set_busy(was_busy);
 }
 
 /// Counts a block just recorded (its [`tick`] gave `live`, the global live bytes after it):

@@ -39,6 +39,8 @@ pub(crate) enum Kind {
     Snapshot,
     /// At exit: everything, with the leak check (`MEM_TRACE_LEAKS`).
     Exit,
+    /// Asked for by the program (`mem_trace::report`): everything, to where it said.
+    Requested,
 }
 
 impl Kind {
@@ -47,13 +49,15 @@ impl Kind {
             Kind::Periodic => "periodic",
             Kind::Snapshot => "snapshot",
             Kind::Exit => "at exit",
+            Kind::Requested => "requested",
         }
     }
 }
 
 /// Writes one report. `own_sp`: the calling thread's stack pointer when it is a program thread
-/// (at exit), for the leak scan's roots. `printing`: the right to symbolize, if had.
-pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>) {
+/// (at exit), for the leak scan's roots. `printing`: the right to symbolize, if had. `to`:
+/// where the program asked for it, else where `MEM_TRACE_OUT` says (`output`).
+pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>, to: Option<Out>) {
     let n = PROFILE.reports.fetch_add(1, Relaxed) + 1;
     let h = header();
     let (live_blocks, _) = table::totals();
@@ -74,7 +78,10 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
     let leaks = if full { leaks::check(own_sp) } else { None };
     let groups = leaks.as_ref().and_then(|l| group(&l.blocks));
 
-    let (mut out, path) = output::open();
+    let (mut out, path) = match to {
+        Some(out) => (out, None),
+        None => output::open(),
+    };
     // With a report file, its folded stacks go beside it (then drawn as a flame graph).
     let mut folded = path.as_ref().and_then(|p| output::sibling(p, "folded"));
     let mut stacks_out = match printing {

@@ -181,7 +181,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
 
 fn write(kind: Kind) {
     let printing = printing_within_a_second();
-    report::write(kind, None, printing.as_ref());
+    report::write(kind, None, printing.as_ref(), None);
 }
 
 fn now_ms() -> u64 {

@@ -48,6 +48,25 @@ pub fn allocated(g: &Guard, p: *mut c_void, size: usize) {
     }
 }
 
+/// Where the stacks the caller records start: its own frame, read where this is inlined, and
+/// not the tracer's frames below it. For an allocator wrapper linked into the program
+/// (`capture::modules::tracer_in_program`); dropping it undoes it.
+pub struct StartHere<'g>(&'g Guard);
+
+/// Stacks recorded while the result lives start at the caller's frame (see [`StartHere`]).
+#[inline(always)]
+pub fn start_here(g: &Guard) -> StartHere<'_> {
+    capture::start_at(&g.state().capture, capture::registers());
+    StartHere(g)
+}
+
+impl Drop for StartHere<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        capture::start_here(&self.0.state().capture);
+    }
+}
+
 /// Captures and interns the calling thread's stack (0 when capture is off or failed).
 #[inline(always)]
 fn stack_here(state: &ThreadState) -> u32 {
@@ -122,23 +141,12 @@ pub fn take(g: &Guard, p: *mut c_void) -> Option<Block> {
 /// or never (a double or invalid free). Blocks the quarantine lets go meanwhile go back
 /// through `real`.
 pub fn free<R: RealAlloc>(g: &Guard, p: *mut c_void, real: &R) -> Disposition {
-    if !is_ready() {
-        return Disposition::Release;
-    }
-    let state = g.state();
-    // The stack first, so that the table line (prefetched here) loads meanwhile; on a double
-    // or invalid free, rare, it is captured for nothing.
-    table::prefetch(p as u64, 0);
-    let free_stack = free_stack_here(state);
-    let Some(block) = take(g, p) else {
-        return match unknown_pointer(state, p as u64, Op::Free) {
-            true => Disposition::Release,
-            false => Disposition::Reject,
-        };
+    let block = match forget_freed(g, p) {
+        Ok(block) => block,
+        Err(disposition) => return disposition,
     };
-    remember_free(state, block, free_stack, false);
     let mut released = quarantine::released();
-    if !quarantine::hold(&state.quarantine, block.addr, block.size, &mut released) {
+    if !quarantine::hold(&g.state().quarantine, block.addr, block.size, &mut released) {
         return Disposition::Release;
     }
     for &a in released.addrs() {
@@ -148,10 +156,56 @@ pub fn free<R: RealAlloc>(g: &Guard, p: *mut c_void, real: &R) -> Disposition {
     Disposition::Held
 }
 
+/// [`free`] for an allocator that needs a block's layout to free it (a Rust `GlobalAlloc`),
+/// which the quarantine cannot keep: the block is forgotten and remembered as freed, and the
+/// caller releases it at once (`Release`) or, for a double or invalid free, never (`Reject`).
+pub fn free_unheld(g: &Guard, p: *mut c_void) -> Disposition {
+    match forget_freed(g, p) {
+        Ok(_) => Disposition::Release,
+        Err(disposition) => disposition,
+    }
+}
+
+/// The common part of the two frees: the live block `p` was, now in the freed history, or
+/// what to do with a pointer that is no live block.
+fn forget_freed(g: &Guard, p: *mut c_void) -> Result<Block, Disposition> {
+    if !is_ready() {
+        return Err(Disposition::Release);
+    }
+    let state = g.state();
+    // The stack first, so that the table line (prefetched here) loads meanwhile; on a double
+    // or invalid free, rare, it is captured for nothing.
+    table::prefetch(p as u64, 0);
+    let free_stack = free_stack_here(state);
+    let Some(block) = take(g, p) else {
+        return Err(match unknown_pointer(state, p as u64, Op::Free) {
+            true => Disposition::Release,
+            false => Disposition::Reject,
+        });
+    };
+    remember_free(state, block, free_stack, false);
+    Ok(block)
+}
+
 /// A block of `size` bytes the quarantine recycles, or null (see `quarantine::reuse`).
 #[inline(always)]
 pub fn reuse(g: &Guard, size: usize) -> *mut c_void {
     quarantine::reuse(&g.state().quarantine, size)
+}
+
+/// Records what the real `realloc` of `p` did: `old` is what [`take`] returned for `p` before
+/// it, `q` the result for `size` bytes (null: failed, or `size` 0 freed the block).
+pub fn reallocated(g: &Guard, old: Option<Block>, p: *mut c_void, q: *mut c_void, size: usize) {
+    match (q.is_null(), old) {
+        (false, Some(old)) if q != p => moved(g, old, q, size),
+        (false, Some(old)) => resized(g, old, q, size),
+        (false, None) => allocated(g, q, size),
+        // realloc(p, 0) freed the block.
+        (true, Some(old)) if size == 0 => freed_by_realloc(g, old),
+        // Failed to grow: the old block is untouched and still the program's.
+        (true, Some(old)) => restore(g, old),
+        (true, None) => {}
+    }
 }
 
 /// Notes that `realloc(p, 0)` freed `block`.

@@ -23,6 +23,8 @@
 //!   `print_trace` returns; frees into it are no-ops. That keeps `print_trace` from waiting on
 //!   a class lock held by a thread gdb has stopped.
 
+mod pages;
+
 use crate::sync::SpinLock;
 use core::alloc::{GlobalAlloc, Layout};
 use core::cell::Cell;
@@ -107,6 +109,11 @@ fn map(len: usize) -> *mut u8 {
     if p == libc::MAP_FAILED {
         return ptr::null_mut();
     }
+    if !pages::mark(p.cast(), len, true) {
+        // SAFETY: the mapping just made, which nothing refers to.
+        unsafe { libc::munmap(p, len) };
+        return ptr::null_mut();
+    }
     note_mapped(len);
     p.cast()
 }
@@ -117,6 +124,7 @@ fn map(len: usize) -> *mut u8 {
 unsafe fn unmap(p: *mut u8, len: usize) {
     // SAFETY: guaranteed by the caller.
     unsafe { libc::munmap(p.cast(), len) };
+    pages::mark(p, len, false);
     MAPPED.fetch_sub(len, Ordering::Relaxed);
 }
 
@@ -183,6 +191,13 @@ fn alloc_large(layout: Layout) -> *mut u8 {
         }
     }
     start as *mut u8
+}
+
+/// Whether `p` is a block of the arena (its chunks, large blocks or scratch region) rather
+/// than of the program's allocator: for a global allocator that serves the tracer from the
+/// arena and the program from another allocator. Never locks, never allocates.
+pub fn owns(p: *const u8) -> bool {
+    scratch_contains(p as *mut u8) || pages::marked(p)
 }
 
 /// A block for `layout` from the arena; null when no memory is left.
@@ -464,6 +479,25 @@ mod tests {
             let q = a.alloc(l);
             assert_eq!(p, q, "a freed small block is handed out again");
             a.dealloc(q, l);
+        }
+    }
+
+    #[test]
+    fn owns_its_blocks_and_no_others() {
+        let a = Arena;
+        let heap = Box::new([0u8; 64]);
+        assert!(!owns(heap.as_ptr()), "a block of the test's own allocator");
+        for size in [24, 5000, 3 << 20] {
+            let l = Layout::from_size_align(size, 8).unwrap();
+            // SAFETY: valid layout; freed with the same layout.
+            unsafe {
+                let p = a.alloc(l);
+                assert!(owns(p) && owns(p.add(size - 1)), "size {size}");
+                a.dealloc(p, l);
+                if size > SMALL_MAX {
+                    assert!(!owns(p), "an unmapped large block, size {size}");
+                }
+            }
         }
     }
 

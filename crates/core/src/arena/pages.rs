@@ -1,0 +1,117 @@
+//! Which pages the arena has mapped, so that a global allocator wrapping another one (the
+//! root crate's `Traced`) can tell the arena's blocks from its inner allocator's on `dealloc`,
+//! given only the pointer.
+//!
+//! A two-level bitmap over the 48-bit address space, one bit a page: a static directory of
+//! leaves, each leaf a lazily mapped bitmap covering 64 GiB (2 MiB of bits, `MAP_NORESERVE`:
+//! the kernel backs only the words that were written). Lookups take no lock and never
+//! allocate, so they are safe in `dealloc` at any time, `print_trace` included.
+
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+const PAGE_BITS: u32 = 12;
+const ADDR_BITS: u32 = 48;
+/// Pages per leaf, as a power of two.
+const LEAF_BITS: u32 = 24;
+const LEAF_WORDS: usize = (1 << LEAF_BITS) / 64;
+const LEAVES: usize = 1 << (ADDR_BITS - PAGE_BITS - LEAF_BITS);
+
+static DIRECTORY: [AtomicPtr<AtomicU64>; LEAVES] =
+    [const { AtomicPtr::new(ptr::null_mut()) }; LEAVES];
+
+/// The leaf and bit of a page, or `None` for an address outside the 48-bit space.
+fn place(page: usize) -> Option<(usize, usize)> {
+    let leaf = page >> LEAF_BITS;
+    (leaf < LEAVES).then_some((leaf, page & ((1 << LEAF_BITS) - 1)))
+}
+
+/// The leaf `index`, mapped first when `create` and there is none; `None` if absent.
+fn leaf(index: usize, create: bool) -> Option<&'static [AtomicU64]> {
+    let slot = &DIRECTORY[index];
+    let mut p = slot.load(Ordering::Acquire);
+    if p.is_null() && create {
+        let len = LEAF_WORDS * 8;
+        // SAFETY: an anonymous private reservation at a kernel-chosen address.
+        let fresh = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if fresh == libc::MAP_FAILED {
+            return None;
+        }
+        p = match slot.compare_exchange(
+            ptr::null_mut(),
+            fresh.cast(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => fresh.cast(),
+            Err(existing) => {
+                // SAFETY: our own mapping, never published.
+                unsafe { libc::munmap(fresh, len) };
+                existing
+            }
+        };
+    }
+    // SAFETY: a published leaf is a zero-initialised mapping of LEAF_WORDS words, never
+    // unmapped; AtomicU64 has the layout of u64.
+    (!p.is_null()).then(|| unsafe { core::slice::from_raw_parts(p, LEAF_WORDS) })
+}
+
+/// Marks (or unmarks) the pages of `start..start+len` as the arena's. Marking fails only when
+/// a leaf cannot be mapped; the caller then gives the memory back instead of using it.
+pub(super) fn mark(start: *mut u8, len: usize, owned: bool) -> bool {
+    let first = start as usize >> PAGE_BITS;
+    let last = (start as usize + len).div_ceil(1 << PAGE_BITS);
+    for page in first..last {
+        let Some((l, bit)) = place(page) else {
+            return false;
+        };
+        let Some(words) = leaf(l, owned) else {
+            return !owned;
+        };
+        let mask = 1u64 << (bit % 64);
+        match owned {
+            true => words[bit / 64].fetch_or(mask, Ordering::Release),
+            false => words[bit / 64].fetch_and(!mask, Ordering::Release),
+        };
+    }
+    true
+}
+
+/// Whether `p` lies in a page the arena mapped and still holds.
+pub(super) fn marked(p: *const u8) -> bool {
+    let Some((l, bit)) = place(p as usize >> PAGE_BITS) else {
+        return false;
+    };
+    leaf(l, false).is_some_and(|w| w[bit / 64].load(Ordering::Acquire) & (1 << (bit % 64)) != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_are_per_page_and_undone() {
+        let mut buf = vec![0u8; 5 << PAGE_BITS];
+        let base = ((buf.as_mut_ptr() as usize).div_ceil(4096) * 4096) as *mut u8;
+        assert!(!marked(base));
+        assert!(mark(base, 2 << PAGE_BITS, true));
+        assert!(marked(base));
+        // SAFETY: within `buf` (5 pages, so one page past the aligned base + 2 fits).
+        unsafe {
+            assert!(marked(base.add((2 << PAGE_BITS) - 1)));
+            assert!(!marked(base.add(2 << PAGE_BITS)));
+        }
+        assert!(mark(base, 2 << PAGE_BITS, false));
+        assert!(!marked(base));
+        assert!(!marked(usize::MAX as *const u8));
+    }
+}

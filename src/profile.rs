@@ -1,0 +1,100 @@
+//! The profiler for Rust programs that link this crate: the peaks as numbers, the reset that
+//! starts a phase, and the full report on demand. They read the tables of the copy of the
+//! tracer linked into the caller: the preload's from a program run under it, a `Traced`
+//! program's own otherwise.
+
+use mem_trace_core::store::header::header;
+use mem_trace_core::store::threads;
+use std::io::{self, Read, Seek, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Live bytes and their high-water marks since start or the last [`reset_peaks`], counted by
+/// the profiler on every allocation and free.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peaks {
+    /// The highest live bytes of the whole process.
+    pub global: u64,
+    /// The live bytes now.
+    pub live: u64,
+    /// Every thread that allocated, in the order they first did.
+    pub threads: Vec<ThreadPeak>,
+}
+
+/// One thread's share of [`Peaks`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadPeak {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// The thread's name when it first allocated.
+    pub name: String,
+    /// The highest live bytes of the blocks this thread allocated.
+    pub peak: u64,
+    /// The live bytes of the blocks it allocated (wherever they were freed).
+    pub live: u64,
+    /// Whether the thread has exited.
+    pub exited: bool,
+}
+
+/// The peaks now (see [`Peaks`]).
+pub fn peaks() -> Peaks {
+    let h = header();
+    let mut threads = Vec::new();
+    threads::for_each(|t| {
+        let name = t.name.split(|&b| b == 0).next().unwrap_or_default();
+        threads.push(ThreadPeak {
+            tid: t.tid.load(Relaxed),
+            name: String::from_utf8_lossy(name).into_owned(),
+            peak: t.peak_bytes.load(Relaxed),
+            live: t.live_bytes(),
+            exited: t.flags.load(Relaxed) & mem_trace_core::format::THREAD_EXITED != 0,
+        })
+    });
+    Peaks {
+        global: h.peak_bytes.load(Relaxed),
+        live: live(h.live_bytes.load(Relaxed)),
+        threads,
+    }
+}
+
+/// A live count read while a free races its allocation may be negative for an instant.
+fn live(bytes: u64) -> u64 {
+    if (bytes as i64) < 0 {
+        0
+    } else {
+        bytes
+    }
+}
+
+/// Starts a new phase: every peak (global, per thread, and the stacks held at the global
+/// peak) becomes what is live now, so the next report's peaks are the new phase's own.
+pub fn reset_peaks() {
+    mem_trace_core::profile::peaks::reset()
+}
+
+/// Writes the profiler's full report — the top stacks, the peaks and the stacks held at the
+/// global peak, the leak check so far — to `out`, as the snapshot signal writes it.
+pub fn report(out: &mut impl Write) -> io::Result<()> {
+    // The report is written by the tracer straight to a descriptor, never through a Rust
+    // writer (it may not allocate from the program's heap): an anonymous file in between.
+    // SAFETY: a NUL-terminated name; the flags are valid.
+    let fd = unsafe { libc::memfd_create(c"mem-trace-report".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just made, owned by nobody else.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    mem_trace_core::profile::report_to(file.as_raw_fd());
+    file.rewind()?;
+    let mut text = Vec::new();
+    file.read_to_end(&mut text)?;
+    out.write_all(&text)
+}
+
+/// [`report`] into the file at `path`, created or truncated.
+pub fn report_to_file(path: impl AsRef<Path>) -> io::Result<()> {
+    let file = std::fs::File::create(path)?;
+    mem_trace_core::profile::report_to(file.as_raw_fd());
+    Ok(())
+}
