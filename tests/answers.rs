@@ -438,8 +438,9 @@ fn answers_equal_the_gdb_commands_on_the_same_process() {
         report("leaks")
     );
 
-    // A scan that does not stop the process scans its threads' whole stacks instead: here it
-    // finds them all (and the stack glibc keeps of the exited thread), and classifies alike.
+    // A scan that does not stop the process scans its live threads' whole stacks instead
+    // (found by their guard page and control block): here it finds them all, and classifies
+    // alike.
     let running = &ours["leaks-running"];
     let stacks: usize = running[0]
         .split(" thread stack")

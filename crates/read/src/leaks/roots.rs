@@ -212,9 +212,11 @@ fn thread_roots<M: Memory + ?Sized>(
     }
     if unknown {
         let tids: Vec<u32> = threads.iter().map(|t| t.tid).filter(|&t| t != 0).collect();
-        for m in mappings {
+        for (i, m) in mappings.iter().enumerate() {
             let taken = stacks.iter().any(|r| m.start < r.hi && r.lo < m.end);
-            if !taken && (m.name == "[stack]" || is_thread_stack(mem, m, blocks, &tids)) {
+            let guarded = i > 0 && is_guard_below(&mappings[i - 1], m);
+            if !taken && (m.name == "[stack]" || guarded && is_thread_stack(mem, m, blocks, &tids))
+            {
                 stacks.push(Root::range(m.start, m.end));
             }
         }
@@ -231,6 +233,15 @@ fn probe_end<M: Memory + ?Sized>(mem: &M, sp: u64) -> u64 {
         page += PAGE;
     }
     page.max(sp)
+}
+
+/// Whether `below` is the guard glibc puts right under a thread's stack: an inaccessible
+/// mapping that ends where the stack starts. The tracer's own memory and the program's other
+/// anonymous mappings have none, so a word pattern in them that happens to look like a thread
+/// control block (seen: a chunk of the tracer's arena) is not taken for a stack. A stack the
+/// program mapped itself without a guard is not scanned (as one it placed anywhere else).
+fn is_guard_below(below: &Mapping, stack: &Mapping) -> bool {
+    below.end == stack.start && !below.read && !below.write && !below.exec
 }
 
 /// A live glibc thread's stack: private anonymous read-write memory without live blocks, whose

@@ -182,9 +182,11 @@ fn a_running_process_scans_its_stack_mappings_whole() {
     let heap = img.map(0x8000);
     let plain = img.map(0x8000);
     let exited = img.map(0x8000);
+    let unguarded = img.map(0x8000);
     // A thread control block near the top of the thread's stack, one in the heap, one of a
-    // thread that exited (its stack kept for reuse, its id cleared).
-    for (base, tid) in [(thread, 2u32), (heap, 2), (exited, 0)] {
+    // thread that exited (its stack kept for reuse, its id cleared), and one in memory with no
+    // guard page below it (a look-alike in some other anonymous mapping).
+    for (base, tid) in [(thread, 2u32), (heap, 2), (exited, 0), (unguarded, 2)] {
         let tcb = base + 0x7000;
         img.write_u64(tcb, tcb);
         img.write_u64(tcb + 16, tcb);
@@ -193,12 +195,19 @@ fn a_running_process_scans_its_stack_mappings_whole() {
     // An 8-byte-aligned but not 64-byte-aligned look-alike is not one.
     img.write_u64(plain + 0x7008, plain + 0x7008);
     img.write_u64(plain + 0x7018, plain + 0x7008);
+    // glibc's guard page right below each stack, so only the other checks reject the others.
+    let guard = |base: u64| mapping(base - 0x1000, base, "---", "");
     let mappings = [
         mapping(main, main + 0x2000, "rw-", "[stack]"),
+        guard(thread),
         mapping(thread, thread + 0x8000, "rw-", ""),
+        guard(heap),
         mapping(heap, heap + 0x8000, "rw-", ""),
+        guard(plain),
         mapping(plain, plain + 0x8000, "rw-", ""),
+        guard(exited),
         mapping(exited, exited + 0x8000, "rw-", ""),
+        mapping(unguarded, unguarded + 0x8000, "rw-", ""),
     ];
     let threads = [
         ThreadState {
