@@ -110,7 +110,8 @@ fn spawn() -> bool {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
         libc::pthread_attr_init(&mut attr);
         libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-        let mut t: libc::pthread_t = 0;
+        // Zeroed rather than 0: an integer in glibc, a pointer in musl.
+        let mut t: libc::pthread_t = core::mem::zeroed();
         let rc = libc::pthread_create(&mut t, &attr, run, core::ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
