@@ -137,8 +137,8 @@ fn program_point(s: &Stack, fs: Vec<usize>) -> ProgramPoint {
     let c = &s.counts;
     let (gb, gbk) = (c.peak_bytes, c.peak_blocks);
     let (eb, ebk) = (
-        stacks::positive(c.live_bytes),
-        stacks::positive(c.live_blocks),
+        mem_trace_format::non_negative(c.live_bytes),
+        mem_trace_format::non_negative(c.live_blocks),
     );
     let (mb, mbk) = max_lower_bound(c);
     ProgramPoint {
@@ -159,8 +159,8 @@ fn program_point(s: &Stack, fs: Vec<usize>) -> ProgramPoint {
 /// big, and was live once), whichever is the most bytes.
 fn max_lower_bound(c: &mem_trace_format::Counts) -> (u64, u64) {
     let now = (
-        stacks::positive(c.live_bytes),
-        stacks::positive(c.live_blocks),
+        mem_trace_format::non_negative(c.live_bytes),
+        mem_trace_format::non_negative(c.live_blocks),
     );
     let one_block = match c.total_blocks {
         0 => (0, 0),

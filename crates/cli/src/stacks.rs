@@ -9,7 +9,7 @@
 
 use crate::cli::By;
 use crate::error::{Error, Result};
-use mem_trace_format::{Counts, SHARD_COUNT};
+use mem_trace_format::{non_negative as positive, Counts, SHARD_COUNT};
 use mem_trace_read::layout::Tables;
 use mem_trace_read::memory::Memory;
 use mem_trace_read::symbolize::SymFrame;
@@ -65,15 +65,6 @@ impl Stack {
     /// Its frames as a folded line names them, innermost first.
     pub fn folded(&self) -> impl DoubleEndedIterator<Item = FoldedFrame<'_>> {
         self.frames.iter().flat_map(Frame::folded)
-    }
-}
-
-/// A count a racing update made negative for an instant reads as 0 (as the reports read it).
-pub fn positive(n: u64) -> u64 {
-    if (n as i64) < 0 {
-        0
-    } else {
-        n
     }
 }
 

@@ -34,7 +34,8 @@ pub use packing::{
     pack_seq_id, pack_size_thread, unpack_seq_id, unpack_size_thread, LOW40, SIZE_BITS,
 };
 pub use profile::{
-    at_peak, Counts, Profile, StackCounters, COUNTER_CACHE, COUNTER_CHUNKS, COUNTER_CHUNK_BITS,
+    at_peak, non_negative, Counts, Profile, StackCounters, COUNTER_CACHE, COUNTER_CHUNKS,
+    COUNTER_CHUNK_BITS,
 };
 pub use stacks::{StackStore, MAX_STACK_ID, STACK_CHUNKS, STACK_CHUNK_BITS};
 pub use table::{

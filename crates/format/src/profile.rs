@@ -75,6 +75,16 @@ pub fn at_peak(c: &StackCounters, peak_seq: u64) -> (u64, u64) {
     }
 }
 
+/// A count summed with wrapping arithmetic, read as signed and clamped at 0: a reader that does
+/// not stop the writer (or a sum of deltas caught mid-move) may see it negative for an instant.
+pub fn non_negative(n: u64) -> u64 {
+    if (n as i64) < 0 {
+        0
+    } else {
+        n
+    }
+}
+
 /// A stack's counts as readers sum them: its shared record plus every thread's cache record
 /// for it, with wrapping arithmetic (a cache record's deltas may be negative).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -41,15 +41,11 @@ impl ThreadRecord {
     /// "Thread table"). A reader racing a free may see the difference negative for an
     /// instant: that reads as 0.
     pub fn live_bytes(&self) -> u64 {
-        let live = self
-            .own_live
-            .load(Relaxed)
-            .wrapping_sub(self.freed_elsewhere.load(Relaxed));
-        if (live as i64) < 0 {
-            0
-        } else {
-            live
-        }
+        crate::non_negative(
+            self.own_live
+                .load(Relaxed)
+                .wrapping_sub(self.freed_elsewhere.load(Relaxed)),
+        )
     }
 }
 

@@ -44,14 +44,7 @@ pub(crate) fn all() -> Option<ArenaVec<Counts>> {
     Some(v)
 }
 
-/// A count a racing update made negative for an instant reads as 0.
-pub(crate) fn positive(n: u64) -> u64 {
-    if (n as i64) < 0 {
-        0
-    } else {
-        n
-    }
-}
+pub(crate) use mem_trace_format::non_negative as positive;
 
 /// What `by` ranks on.
 pub(crate) fn key(c: &Counts, by: RankBy) -> u64 {

@@ -22,7 +22,7 @@ use super::AnswerError;
 use crate::layout::{Tables, Thread};
 use crate::memory::Memory;
 use crate::profile::Peaks;
-use mem_trace_format::Counts;
+use mem_trace_format::{non_negative as positive, Counts};
 use std::collections::BTreeMap;
 
 /// How the commands spell their frame limit, named when a stack is cut.
@@ -78,16 +78,6 @@ pub struct Ranked {
     pub blocks: u64,
     /// Its live bytes now.
     pub live_bytes: u64,
-}
-
-/// A wrapping sum read as signed, clamped at 0: a reader that does not stop the process may
-/// catch a record mid-move and see a negative total.
-fn positive(n: u64) -> u64 {
-    if (n as i64) < 0 {
-        0
-    } else {
-        n
-    }
 }
 
 /// Biggest first; ties: more blocks (more bytes under `--by blocks`), then the older stack.
