@@ -137,15 +137,22 @@ pub enum By {
     Peak,
 }
 
+impl From<By> for mem_trace_read::answer::profile::By {
+    fn from(by: By) -> Self {
+        use mem_trace_read::answer::profile::By as Answer;
+        match by {
+            By::Live => Answer::Live,
+            By::Allocated => Answer::Allocated,
+            By::Blocks => Answer::Blocks,
+            By::Peak => Answer::Peak,
+        }
+    }
+}
+
 impl By {
     /// The count in words, as the gdb commands say it.
     pub fn what(self) -> &'static str {
-        match self {
-            By::Live => "live bytes",
-            By::Allocated => "bytes ever allocated",
-            By::Blocks => "live blocks",
-            By::Peak => "bytes at the peak",
-        }
+        mem_trace_read::answer::profile::By::from(self).title()
     }
 
     /// The unit of the count.

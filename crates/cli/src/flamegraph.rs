@@ -34,8 +34,9 @@ pub fn command(args: &FlamegraphArgs) -> Result<()> {
             "no TARGET: name a PID or a core file, or --from-folded FILE",
         ));
     };
-    if args.thread.is_some() && !matches!(args.by, By::Live | By::Blocks) {
-        return Err(thread_needs_live(args.by));
+    if args.thread.is_some() {
+        mem_trace_read::answer::profile::thread_counts_by(args.by.into())
+            .map_err(|e| Error::new(e.to_string()))?;
     }
     let target = target_args.open()?;
     let progress = crate::progress::Progress::start("reading and symbolizing the stacks");
@@ -58,15 +59,6 @@ pub fn command(args: &FlamegraphArgs) -> Result<()> {
         title.push_str(&format!(", thread {t}"));
     }
     write_to(&args.output, |w| svg(&folded, &title, args.by, w))
-}
-
-/// The line for `--thread` with a count the live-block table does not have.
-pub fn thread_needs_live(by: By) -> Error {
-    Error::new(format!(
-        "--thread counts the live blocks of the live-block table, which knows nothing of {} per \
-         thread: use --by live or --by blocks",
-        by.what()
-    ))
 }
 
 /// The folded lines of every stack with a nonzero `by`, biggest first.

@@ -6,11 +6,11 @@
 //! by the decoder, and when allocations happened during the read, a note on stderr says how
 //! many, so the answer is known for what it is (a snapshot over the read's duration).
 
-use crate::cli::{By, HistoryArgs, InfoArgs, LeaksArgs, PeaksArgs, StackOptions, TopArgs, WhyArgs};
+use crate::cli::{HistoryArgs, InfoArgs, LeaksArgs, PeaksArgs, StackOptions, TopArgs, WhyArgs};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 use mem_trace_read::answer::{
-    self, frame, profile, AnswerError, Frame, HistoryOptions, LeakTarget, LeaksOptions, Lookups,
+    self, frame, AnswerError, Frame, HistoryOptions, LeakTarget, LeaksOptions, Lookups,
     PeaksOptions, TopOptions, WhyOptions,
 };
 use mem_trace_read::layout::Tables;
@@ -22,7 +22,7 @@ use std::io::Write;
 pub fn top(args: &TopArgs) -> Result<()> {
     let options = TopOptions {
         count: usize::try_from(args.count).unwrap_or(usize::MAX),
-        by: answer_by(args.by),
+        by: args.by.into(),
         thread: args.thread.map(|t| u32::try_from(t).unwrap_or(u32::MAX)),
         frames: answer::all_if_zero(args.stacks.frames),
     };
@@ -113,16 +113,6 @@ pub fn info(args: &InfoArgs) -> Result<()> {
     answer_with(&target, &stacks, "reading the tables", |t, _| {
         answer::info(t, target.header())
     })
-}
-
-/// The ranking `--by` of the answers, from the command line's.
-fn answer_by(by: By) -> profile::By {
-    match by {
-        By::Live => profile::By::Live,
-        By::Allocated => profile::By::Allocated,
-        By::Blocks => profile::By::Blocks,
-        By::Peak => profile::By::Peak,
-    }
 }
 
 /// Opens `target`'s tables, gives `read` them and a frame lookup (symbolized over the

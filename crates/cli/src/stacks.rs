@@ -9,9 +9,9 @@
 
 use crate::cli::By;
 use crate::error::{Error, Result};
-use mem_trace_format::{non_negative as positive, Counts, SHARD_COUNT};
+use mem_trace_format::{non_negative as positive, Counts};
+use mem_trace_read::answer::{profile, AnswerError};
 use mem_trace_read::layout::Tables;
-use mem_trace_read::memory::Memory;
 use mem_trace_read::symbolize::SymFrame;
 use mem_trace_read::target::Target;
 use mem_trace_read::text::FoldedFrame;
@@ -89,34 +89,33 @@ pub struct Profile {
     pub peak_seq: u64,
 }
 
-/// The line for a library without the profiler's counters.
-pub fn not_profiler() -> Error {
-    Error::new(
-        "this libmem_trace.so was built without the `profiler` feature (header flag bit 1 is \
-         clear), so it keeps no per-stack counters or peaks: build it with `cargo build \
-         --release --features profiler` and run the program under that library",
-    )
-}
-
 /// Reads `target`'s stacks with their counts (only the live blocks of thread index `thread`
 /// when given) and symbolizes them.
 pub fn read(target: &Target, thread: Option<u64>) -> Result<Profile> {
     let layout = |e: mem_trace_read::layout::Error| Error::new(format!("{}: {e}", target.name()));
+    let answer = |e: AnswerError| Error::new(format!("{}: {e}", target.name()));
     let tables = Tables::open(target.memory(), target.header()).map_err(layout)?;
-    let Some(peaks) = tables.peaks().map_err(layout)? else {
-        return Err(not_profiler());
-    };
+    let peaks = profile::require_profiler(&tables).map_err(answer)?;
     let counts = match thread {
         None => tables
             .stack_counts()
             .map_err(layout)?
-            .ok_or_else(not_profiler)?,
-        Some(t) => thread_counts(&tables, t).map_err(|e| match e {
-            ThreadError::Layout(e) => layout(e),
-            ThreadError::Unknown(n) => Error::new(format!(
-                "no thread {t}: the tracer has seen threads 1..{n} (mem-trace peaks lists them)"
-            )),
-        })?,
+            .ok_or(AnswerError::NotProfiler)
+            .map_err(answer)?,
+        Some(t) => {
+            let index = u32::try_from(t).unwrap_or(u32::MAX);
+            let live = profile::thread_live(&tables, index).map_err(answer)?;
+            live.into_iter()
+                .map(|(stack, bytes, blocks)| {
+                    let counts = Counts {
+                        live_bytes: bytes,
+                        live_blocks: blocks,
+                        ..Counts::default()
+                    };
+                    (stack, counts)
+                })
+                .collect::<BTreeMap<u32, Counts>>()
+        }
     };
     let mut symbolizer = Symbols::new(target);
     let mut stacks = Vec::new();
@@ -143,34 +142,6 @@ pub fn read(target: &Target, thread: Option<u64>) -> Result<Profile> {
             .load(core::sync::atomic::Ordering::Relaxed),
         peak_seq: peaks.peak_seq,
     })
-}
-
-enum ThreadError {
-    Layout(mem_trace_read::layout::Error),
-    /// No such thread; the number of threads the tracer has seen.
-    Unknown(u64),
-}
-
-/// The live bytes and blocks per stack of the blocks thread `t` allocated.
-fn thread_counts<M: Memory + ?Sized>(
-    tables: &Tables<'_, M>,
-    t: u64,
-) -> std::result::Result<BTreeMap<u32, Counts>, ThreadError> {
-    let n = tables.thread_count().map_err(ThreadError::Layout)?;
-    if t > n {
-        return Err(ThreadError::Unknown(n));
-    }
-    let mut counts: BTreeMap<u32, Counts> = BTreeMap::new();
-    for shard in 0..SHARD_COUNT {
-        for b in tables.shard_blocks(shard).map_err(ThreadError::Layout)? {
-            if u64::from(b.thread) == t {
-                let c = counts.entry(b.stack).or_default();
-                c.live_bytes += b.size;
-                c.live_blocks += 1;
-            }
-        }
-    }
-    Ok(counts)
 }
 
 /// Symbolizes return addresses over the target's modules (through the readers' one

@@ -114,7 +114,7 @@ pub fn rank(counts: &BTreeMap<u32, Counts>, by: By) -> Vec<Ranked> {
 }
 
 /// The global figures every profile answer starts with; [`NOT_PROFILER`] without them.
-fn require_profiler<M: Memory + ?Sized>(tables: &Tables<'_, M>) -> Result<Peaks, AnswerError> {
+pub fn require_profiler<M: Memory + ?Sized>(tables: &Tables<'_, M>) -> Result<Peaks, AnswerError> {
     tables.peaks()?.ok_or(AnswerError::NotProfiler)
 }
 
@@ -146,12 +146,8 @@ impl TopFacts {
         by: By,
         thread: Option<u32>,
     ) -> Result<TopFacts, AnswerError> {
-        if thread.is_some() && !matches!(by, By::Live | By::Blocks) {
-            return Err(AnswerError::Usage(format!(
-                "--thread counts the live blocks of the live-block table, which knows nothing \
-                 of {} per thread: use --by live or --by blocks",
-                by.title()
-            )));
+        if thread.is_some() {
+            thread_counts_by(by)?;
         }
         let peaks = require_profiler(tables)?;
         let live_blocks = tables.totals()?.blocks;
@@ -167,15 +163,7 @@ impl TopFacts {
                 thread_blocks: 0,
             });
         };
-        let count = tables.thread_count()?;
-        if index == 0 || u64::from(index) > count {
-            return Err(AnswerError::Usage(format!(
-                "no thread {index}: the tracer has seen threads 1..{count} (mtrace-peaks lists them)"
-            )));
-        }
-        let blocks = tables.blocks()?;
-        let mine = blocks.iter().filter(|b| b.thread == index);
-        let mut ranked: Vec<Ranked> = sum_by_stack(mine.map(|b| (b.stack, b.size)))
+        let mut ranked: Vec<Ranked> = thread_live(tables, index)?
             .into_iter()
             .map(|(stack, bytes, blocks)| Ranked {
                 stack,
@@ -195,6 +183,36 @@ impl TopFacts {
             thread: Some(index),
         })
     }
+}
+
+/// Whether a per-thread ranking can count `by`: the live-block table it reads knows live
+/// blocks only, so `--thread` works with [`By::Live`] and [`By::Blocks`].
+pub fn thread_counts_by(by: By) -> Result<(), AnswerError> {
+    match by {
+        By::Live | By::Blocks => Ok(()),
+        By::Allocated | By::Peak => Err(AnswerError::Usage(format!(
+            "--thread counts the live blocks of the live-block table, which knows nothing of {} \
+             per thread: use --by live or --by blocks",
+            by.title()
+        ))),
+    }
+}
+
+/// The live blocks thread `index` allocated, summed per stack as `(stack, bytes, blocks)`,
+/// biggest first, from the live-block table (the counters are per stack, not per thread).
+pub fn thread_live<M: Memory + ?Sized>(
+    tables: &Tables<'_, M>,
+    index: u32,
+) -> Result<Vec<(u32, u64, u64)>, AnswerError> {
+    let count = tables.thread_count()?;
+    if index == 0 || u64::from(index) > count {
+        return Err(AnswerError::Usage(format!(
+            "no thread {index}: the tracer has seen threads 1..{count} (mtrace-peaks lists them)"
+        )));
+    }
+    let blocks = tables.blocks()?;
+    let mine = blocks.iter().filter(|b| b.thread == index);
+    Ok(sum_by_stack(mine.map(|b| (b.stack, b.size))))
 }
 
 /// `phase 1 (no reset)`: the phase is one more than the resets so far.
