@@ -18,6 +18,15 @@ use std::time::{Duration, Instant};
 use common::mtrace::{gdb, with_entry_script, without_gdb_thread};
 use common::{c_fixture, mem_trace_binary, profiler_library, run_with_timeout, Fixture, Output};
 
+/// The tests of this file take turns: the speed test compares a program's rate of work in
+/// windows with and without reads, and a neighbour writing a core or driving Chromium on one
+/// of the machine's two cores meanwhile would load one window and not the other (seen once).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn cli_target() -> Fixture {
     with_entry_script(c_fixture("cli_target.c", &["-pthread"]))
 }
@@ -202,6 +211,7 @@ fn repeat_for(seconds: f64, mut f: impl FnMut()) -> usize {
 /// of batches within 10%, the median of three windows of each), because nothing stops it.
 #[test]
 fn top_of_a_running_process_keeps_it_at_full_speed() {
+    let _turn = one_at_a_time();
     let fixture = cli_target();
     let mut run = Running::start(&fixture, "steady");
     let pid = run.pid().to_string();
@@ -276,6 +286,7 @@ fn comparable(line: &str, src: &str) -> String {
 /// the gdb commands on that core give the same answers again.
 #[test]
 fn a_process_and_its_core_answer_as_the_gdb_commands() {
+    let _turn = one_at_a_time();
     let fixture = cli_target();
     let mut run = Running::start(&fixture, "wait");
     let pid = run.pid().to_string();
@@ -406,6 +417,7 @@ fn assert_one_line_error(out: &Output, expect: &str) {
 /// produced in tests/target.rs, which checks the same messages the command prints.)
 #[test]
 fn bad_targets_are_one_line_errors() {
+    let _turn = one_at_a_time();
     let fixture = cli_target();
     let dir = &fixture.dir;
     let err = |label: &str, args: &[&str], expect: &str| {
@@ -477,6 +489,7 @@ fn bad_targets_are_one_line_errors() {
 /// bytes, function and `file:line`.
 #[test]
 fn flame_graph_and_dhat_of_a_running_process() {
+    let _turn = one_at_a_time();
     let fixture = cli_target();
     let mut run = Running::start(&fixture, "wait");
     let pid = run.pid().to_string();
