@@ -16,20 +16,17 @@ mod common;
 use std::collections::HashMap;
 use std::fs;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::mtrace::{with_entry_script, without_gdb_thread};
+use common::mtrace::{comparable_with_gdb, with_entry_script};
 use common::{c_fixture, profiler_library, run_with_timeout, script, Fixture, GDB_TIMEOUT};
 use mem_trace_read::answer::{
-    self, frame, profile::By, Frame, HistoryOptions, LeakTarget, LeaksOptions, Lookups,
-    PeaksOptions, TopOptions, WhyOptions,
+    self, frame, profile::By, HistoryOptions, LeakTarget, LeaksOptions, Lookups, PeaksOptions,
+    TopOptions, WhyOptions,
 };
 use mem_trace_read::layout::Tables;
-use mem_trace_read::memory::Process;
-use mem_trace_read::symbolize::{ModuleRef, Symbolizer};
-use mem_trace_read::target::{Mapping, Module, ThreadState};
+use mem_trace_read::target::{Source, Symbols, Target, ThreadState};
 
 /// The fixture running under the profiler build; killed when dropped.
 struct Running(Child);
@@ -192,72 +189,13 @@ fn ask_gdb(fixture: &Fixture, pid: u32) -> FromGdb {
     }
 }
 
-/// The process's mappings and loaded files, from `/proc/PID/maps`. A module's bias is where
-/// its offset-0 mapping starts: right for the fixture (a PIE) and shared objects, whose first
-/// segment is linked at 0.
-fn maps(pid: u32) -> (Vec<Module>, Vec<Mapping>) {
-    let text = fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
-    let mut mappings = Vec::new();
-    let mut modules: Vec<Module> = Vec::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let (lo, hi) = f[0].split_once('-').expect("a range");
-        let (start, end) = (hex(lo), hex(hi));
-        let perms = f[1].as_bytes();
-        let name = f.get(5).copied().unwrap_or("").to_string();
-        let offset = hex(f[2]);
-        if name.starts_with('/') {
-            match modules.iter_mut().find(|m| m.path == Path::new(&name)) {
-                Some(m) => m.end = m.end.max(end),
-                None => modules.push(Module {
-                    path: PathBuf::from(&name),
-                    file: Some(PathBuf::from(&name)),
-                    start,
-                    end,
-                    bias: start - offset,
-                }),
-            }
-        }
-        mappings.push(Mapping {
-            start,
-            end,
-            read: perms[0] == b'r',
-            write: perms[1] == b'w',
-            exec: perms[2] == b'x',
-            offset,
-            name,
-        });
-    }
-    (modules, mappings)
-}
-
-/// The same answers from outside, by section name.
-fn answers(
-    pid: u32,
-    gdb: &FromGdb,
-    modules: &[Module],
-    mappings: &[Mapping],
-) -> HashMap<String, Vec<String>> {
-    let mem = Process::new(pid as i32);
-    let tables = Tables::open(&mem, gdb.header).expect("the tables");
-    let exe = fs::read_link(format!("/proc/{pid}/exe")).expect("the executable");
-    let mut symbolizer = Symbolizer::new();
-    let mut symbolize = |pc: u64| -> Vec<Frame> {
-        let probe = pc.wrapping_sub(1);
-        let Some(m) = modules.iter().find(|m| m.start <= probe && probe < m.end) else {
-            return vec![Frame::unknown(pc, None, false)];
-        };
-        let path = m.path.to_string_lossy();
-        let module = ModuleRef {
-            path: path.as_bytes(),
-            bias: m.bias,
-            start: m.start,
-            end: m.end,
-        };
-        let mut out = Vec::new();
-        let found = symbolizer.symbolize(&module, probe, &mut out);
-        frame::frames(pc, found.map(|()| &out[..]), Some(&path), m.path == exe)
-    };
+/// The same answers from outside, by section name, over the process opened as the `mem-trace`
+/// command opens it (its modules, mappings and symbolizer; the header is gdb's).
+fn answers(target: &Target, gdb: &FromGdb) -> HashMap<String, Vec<String>> {
+    let tables = Tables::open(target.memory(), gdb.header).expect("the tables");
+    let (modules, mappings) = (target.modules(), target.mappings());
+    let mut symbols = Symbols::new(target);
+    let mut symbolize = |pc: u64| frame::target_frames(&mut symbols, pc);
     let mut lookups = Lookups::new(&tables, &mut symbolize);
     let l = &mut lookups;
     let t = &tables;
@@ -340,39 +278,15 @@ fn answers(
     .collect()
 }
 
-/// A frame line (`    #3 0x7f... in f at file:line`) of an address in a module other than
-/// `program` without its source location: gdb and the symbolizer (addr2line) read glibc's line
-/// table differently. Where several rows share an address (DWARF 5 "views"), gdb takes the
-/// first, addr2line the last (`libioP.h:947` against `genops.c:347` for the same address), and
-/// gdb joins a relative directory to a relative file name that addr2line joins without
-/// repeating it (`./nptl/./nptl/allocatestack.c` against `./nptl/allocatestack.c`). The
-/// function, inlining and return address must still agree.
-fn without_library_locations(line: &str, modules: &[Module], program: &Path) -> String {
-    let pc = line
-        .trim_start()
-        .strip_prefix('#')
-        .and_then(|rest| rest.split_once(" 0x"))
-        .and_then(|(_, rest)| u64::from_str_radix(rest.split(' ').next()?, 16).ok());
-    let elsewhere = pc.is_some_and(|pc| {
-        modules
-            .iter()
-            .find(|m| m.start < pc && pc <= m.end)
-            .is_some_and(|m| m.path != program)
-    });
-    match line.find(" at ") {
-        Some(at) if elsewhere => line[..at].to_string(),
-        _ => line.to_string(),
-    }
-}
-
 #[test]
 fn answers_equal_the_gdb_commands_on_the_same_process() {
     let fixture = with_entry_script(c_fixture("profile_sites.c", &[]));
     let running = start(&fixture);
     let pid = running.0.id();
     let gdb = ask_gdb(&fixture, pid);
-    let (modules, mappings) = maps(pid);
-    let ours = answers(pid, &gdb, &modules, &mappings);
+    let target = Target::open(&Source::Pid(pid as i32)).expect("the process as a target");
+    let ours = answers(&target, &gdb);
+    let modules = target.modules();
     drop(running);
 
     let src = fixture.src.display().to_string();
@@ -473,7 +387,7 @@ fn answers_equal_the_gdb_commands_on_the_same_process() {
         "{} is not among the modules: its frames would not be compared whole",
         fixture.bin.display()
     );
-    let same = |line: &str| without_library_locations(line, &modules, &fixture.bin);
+    let same = |line: &str| comparable_with_gdb(line, &src);
     let mut names: Vec<&String> = ours.keys().filter(|k| *k != "leaks-running").collect();
     names.sort();
     for name in names {
@@ -482,7 +396,7 @@ fn answers_equal_the_gdb_commands_on_the_same_process() {
             .get(name)
             .unwrap_or_else(|| panic!("no section {name} in gdb's output\n{}", gdb.output))
             .iter()
-            .map(|l| same(&without_gdb_thread(l)))
+            .map(|l| same(l))
             .collect();
         let ours: Vec<String> = ours[name].iter().map(|l| same(l)).collect();
         assert_eq!(ours, theirs, "{name}\n{}", report(name));

@@ -15,7 +15,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use common::mtrace::{gdb, with_entry_script, without_gdb_thread};
+use common::mtrace::{comparable_with_gdb, gdb, with_entry_script};
 use common::{c_fixture, mem_trace_binary, profiler_library, run_with_timeout, Fixture, Output};
 
 /// The tests of this file take turns: the speed test compares a program's rate of work in
@@ -265,22 +265,6 @@ fn section<'a>(gdb_output: &'a str, name: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// A line as both sides must agree on it. Frames in the fixture's own source are compared
-/// whole; in other files (glibc's) without their `at file:line`: where several line-table rows
-/// share an address gdb takes the first and the `addr2line` crate the last, and gdb joins
-/// glibc's relative directory to its relative file name (`./libio/./libio/genops.c`) where
-/// the crate does not (`./libio/genops.c`) — the same frame, function and address, spelt by
-/// two DWARF readers.
-fn comparable(line: &str, src: &str) -> String {
-    let line = without_gdb_thread(line);
-    match line.split_once(" at ") {
-        Some((frame, file)) if line.trim_start().starts_with('#') && !file.starts_with(src) => {
-            frame.to_string()
-        }
-        _ => line,
-    }
-}
-
 /// The same program read running (by pid) and from its core (written by gdb's `gcore`,
 /// which stops it only while it writes) gives the same answers for every subcommand, and
 /// the gdb commands on that core give the same answers again.
@@ -353,10 +337,13 @@ fn a_process_and_its_core_answer_as_the_gdb_commands() {
             "`mem-trace {name}`: the process and its core differ"
         );
         let src = fixture.src.to_str().expect("utf-8 path");
-        let ours: Vec<String> = from_core.lines().map(|l| comparable(l, src)).collect();
+        let ours: Vec<String> = from_core
+            .lines()
+            .map(|l| comparable_with_gdb(l, src))
+            .collect();
         let theirs: Vec<String> = section(&gdb_run.output, name)
             .into_iter()
-            .map(|l| comparable(l, src))
+            .map(|l| comparable_with_gdb(l, src))
             .collect();
         assert_eq!(
             ours,

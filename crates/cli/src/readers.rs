@@ -134,11 +134,7 @@ fn answer_with<'t>(
         if stacks.raw {
             return frame::unsymbolized(pc);
         }
-        let module = symbols.module_of(pc.wrapping_sub(1));
-        let path = module.map(|m| m.path.to_string_lossy().into_owned());
-        let main = module.is_some_and(|m| target.is_executable(m));
-        let found = symbols.frames(pc);
-        frame::frames(pc, found.as_deref(), path.as_deref(), main)
+        frame::target_frames(&mut symbols, pc)
     };
     let before = events(target);
     let lines = {

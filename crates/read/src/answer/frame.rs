@@ -124,6 +124,16 @@ pub fn frames<E>(
     }
 }
 
+/// The frames of return address `pc` in `symbols`' target: [`frames`] over its symbolizer,
+/// naming the module, and telling the executable from shared objects as gdb does.
+pub fn target_frames(symbols: &mut crate::target::Symbols<'_>, pc: u64) -> Vec<Frame> {
+    let module = symbols.module_of(pc.wrapping_sub(1));
+    let path = module.map(|m| m.path.to_string_lossy().into_owned());
+    let main = module.is_some_and(|m| symbols.target().is_executable(m));
+    let found = symbols.frames(pc);
+    frames(pc, found.as_deref(), path.as_deref(), main)
+}
+
 /// The symbolizer of `--raw`: the return address alone, no lookup.
 pub fn unsymbolized(pc: u64) -> Vec<Frame> {
     vec![Frame::raw(pc)]

@@ -50,6 +50,11 @@ impl<'t> Symbols<'t> {
         Ok(frames)
     }
 
+    /// The target it symbolizes for.
+    pub fn target(&self) -> &'t Target {
+        self.target
+    }
+
     /// The module that holds `addr`, to name an address no symbol covers
     /// (`module+0xoffset`).
     pub fn module_of(&self, addr: u64) -> Option<&'t Module> {
