@@ -13,9 +13,9 @@ use mem_trace_format::{non_negative as positive, Counts};
 use mem_trace_read::answer::{profile, AnswerError};
 use mem_trace_read::layout::Tables;
 use mem_trace_read::symbolize::SymFrame;
-use mem_trace_read::target::Target;
+use mem_trace_read::target::{Symbols, Target};
 use mem_trace_read::text::FoldedFrame;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
 
 /// One return address of a stack, symbolized.
@@ -117,7 +117,7 @@ pub fn read(target: &Target, thread: Option<u64>) -> Result<Profile> {
                 .collect::<BTreeMap<u32, Counts>>()
         }
     };
-    let mut symbolizer = Symbols::new(target);
+    let mut symbols = Symbols::new(target);
     let mut stacks = Vec::new();
     for (id, c) in counts {
         if c == Counts::default() {
@@ -127,7 +127,7 @@ pub fn read(target: &Target, thread: Option<u64>) -> Result<Profile> {
             0 => Vec::new(),
             _ => tables.stack(id).map_err(layout)?.unwrap_or_default(),
         };
-        let frames = ras.iter().map(|&ra| symbolizer.frame(ra)).collect();
+        let frames = ras.iter().map(|&ra| frame(&mut symbols, ra)).collect();
         stacks.push(Stack {
             id,
             counts: c,
@@ -144,35 +144,15 @@ pub fn read(target: &Target, thread: Option<u64>) -> Result<Profile> {
     })
 }
 
-/// Symbolizes return addresses over the target's modules (through the readers' one
-/// symbolizer, which reads each module from the file checked against its loaded build id),
-/// each address once.
-struct Symbols<'t> {
-    symbols: mem_trace_read::target::Symbols<'t>,
-    cache: HashMap<u64, Frame>,
-}
-
-impl<'t> Symbols<'t> {
-    fn new(target: &'t Target) -> Self {
-        Symbols {
-            symbols: mem_trace_read::target::Symbols::new(target),
-            cache: HashMap::new(),
-        }
-    }
-
-    fn frame(&mut self, ra: u64) -> Frame {
-        if let Some(f) = self.cache.get(&ra) {
-            return f.clone();
-        }
-        // The module of the call instruction, one byte before where the call returns.
-        let module = self.symbols.module_of(ra.saturating_sub(1));
-        let f = Frame {
-            ra,
-            symbols: self.symbols.frames(ra).unwrap_or_default(),
-            module: module.map(|m| (m.path.as_os_str().as_bytes().to_vec(), m.bias)),
-        };
-        self.cache.insert(ra, f.clone());
-        f
+/// Return address `ra` symbolized through the readers' one symbolizer (which caches each
+/// address, and reads each module from the file checked against its loaded build id).
+fn frame(symbols: &mut Symbols<'_>, ra: u64) -> Frame {
+    // The module of the call instruction, one byte before where the call returns.
+    let module = symbols.module_of(ra.saturating_sub(1));
+    Frame {
+        ra,
+        symbols: symbols.frames(ra).unwrap_or_default(),
+        module: module.map(|m| (m.path.as_os_str().as_bytes().to_vec(), m.bias)),
     }
 }
 
