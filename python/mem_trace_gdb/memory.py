@@ -14,7 +14,6 @@ import re
 import gdb
 
 from .layout import Inaccessible, MemTraceError, NotLoaded, Tracer
-from .layout.contract import FLAG_INITIALISED
 
 HEADER_SYMBOL = "MEM_TRACE_HEADER"
 
@@ -119,8 +118,6 @@ def header_address() -> int:
 
 
 _VARIABLE_LINE = re.compile(r"^\s*(0x[0-9a-fA-F]+)\s+" + HEADER_SYMBOL + r"\s*$")
-# Where `flags` sits in the header (docs/LAYOUT.md "Header").
-_FLAGS_OFFSET = 80
 
 
 def header_addresses() -> list:
@@ -142,22 +139,18 @@ def header_addresses() -> list:
     return found
 
 
-def _initialised(reader: InferiorReader, addr: int) -> bool:
-    try:
-        flags = int.from_bytes(reader.read(addr + _FLAGS_OFFSET, 8), "little")
-    except MemTraceError:
-        return False
-    return bool(flags & FLAG_INITIALISED)
-
-
 def open_tracer() -> Tracer:
     """A fresh decoder over the selected inferior (header validated): of several headers,
     the initialised one."""
-    inferior = require_process()
-    reader = InferiorReader(inferior)
-    address = header_address()
-    if not _initialised(reader, address):
-        address = next(
-            (a for a in header_addresses() if _initialised(reader, a)), address
-        )
-    return Tracer.open(reader, address)
+    reader = InferiorReader(require_process())
+    tracer = Tracer.open(reader, header_address())
+    if tracer.header.initialised:
+        return tracer
+    for address in header_addresses():
+        try:
+            other = Tracer.open(reader, address)
+        except MemTraceError:
+            continue
+        if other.header.initialised:
+            return other
+    return tracer
