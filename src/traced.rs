@@ -16,6 +16,13 @@
 //! needs a block's layout to free it, which the quarantine does not keep. So there is no
 //! quarantine and no recycling, and a use after free is seen by the freed-block history only.
 //!
+//! Stacks start at the program's call into the allocator. The wrapper is in the program's own
+//! module, so its frames cannot be skipped by module as the preload's are: instead each
+//! method, inlined into the `__rust_alloc` shim that `#[global_allocator]` generates, reads
+//! the registers where it records (`record::start_here`), and the walk skips the frame at
+//! that pc. The shim stays a function of its own even under fat LTO (checked by the jemalloc
+//! fixture, built with it), so the next frame is the program's.
+//!
 //! Under `LD_PRELOAD=libmem_trace.so` the preload owns the process's tables: a
 //! `Traced<System>` records nothing (`System` calls `malloc`, which the preload records), and a
 //! `Traced` over another allocator hands its records to the preload (`entries`). This

@@ -145,6 +145,20 @@ fn why_and_print_trace(name: &str) {
         "{}",
         out.describe()
     );
+    // The stack starts at the program's call into the allocator: none of the wrapper's
+    // frames (read where `__rust_alloc` calls it), no `__rust_alloc`.
+    let first = why
+        .lines()
+        .find(|l| l.trim_start().starts_with("#0 "))
+        .unwrap_or_else(|| panic!("no frames\n{}", out.describe()));
+    assert!(
+        first.contains(" alloc::alloc::alloc "),
+        "{}",
+        out.describe()
+    );
+    for own in ["mem_trace::", "mem_trace_core::", "__rust_alloc"] {
+        assert!(!text.contains(own), "{own} in\n{}", out.describe());
+    }
     let print = text.split("=== print").nth(1).unwrap_or(text);
     assert!(print.contains("Len: 2664"), "{}", out.describe());
     assert!(

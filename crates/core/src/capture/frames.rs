@@ -27,8 +27,12 @@ pub(super) struct How {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Own {
     /// Skip the leading ones; stop at the next (our thread-start trampoline: beyond it lie
-    /// `start_thread` and `clone`).
-    Skip,
+    /// `start_thread` and `clone`). `entry`, when not 0, is the pc where an allocator wrapper
+    /// linked into the program read the registers the walk starts from: that frame is the
+    /// wrapper's (or the `#[global_allocator]` shim it is inlined into), in the program's own
+    /// module, so it is told by its pc rather than by module. A return address never equals
+    /// it (it follows no call), so only a walk's first step can be skipped for it.
+    Skip { entry: u64 },
     /// Keep them (unit tests, where the test binary is "our own code").
     #[cfg_attr(not(test), allow(dead_code))]
     Keep,
@@ -38,8 +42,10 @@ pub(super) enum Own {
 /// stop (the buffer is full, or our trampoline is reached).
 #[inline(always)]
 pub(super) fn record(set: &ModuleSet, own: Own, pc: u64, out: &mut [u64], n: &mut usize) -> bool {
-    if own == Own::Skip && set.is_own(pc) {
-        return *n == 0;
+    if let Own::Skip { entry } = own {
+        if set.is_own(pc) || pc == entry {
+            return *n == 0;
+        }
     }
     out[*n] = pc;
     *n += 1;

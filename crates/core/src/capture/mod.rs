@@ -110,7 +110,7 @@ pub(crate) fn registers() -> (u64, u64, u64) {
 /// 0 when the stack cannot be walked safely (unknown bounds, an alternate signal stack).
 #[inline(never)]
 pub fn capture(local: &Local, out: &mut [u64]) -> usize {
-    capture_with(local, out, registers(), false).frames
+    capture_with(local, out, registers(), Own::Skip { entry: 0 }, false).frames
 }
 
 /// A capture for interning: either frames in `out`, or the stack id they were given last
@@ -130,11 +130,12 @@ pub(crate) struct Captured {
 /// python3).
 #[inline(never)]
 pub(crate) fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
-    let regs = match local.start.get() {
-        (0, _, _) => registers(),
-        start => start,
+    // From a wrapper's registers, its own frame (at their pc) is skipped like the tracer's.
+    let (regs, entry) = match local.start.get() {
+        (0, _, _) => (registers(), 0),
+        start => (start, start.0),
     };
-    let w = capture_with(local, out, regs, true);
+    let w = capture_with(local, out, regs, Own::Skip { entry }, true);
     Captured {
         frames: w.frames,
         id: w.id,
@@ -168,7 +169,13 @@ pub(crate) fn remember_id(local: &Local, id: u32, len: usize) {
 }
 
 #[inline(always)]
-fn capture_with(local: &Local, out: &mut [u64], regs: (u64, u64, u64), want_id: bool) -> Walk {
+fn capture_with(
+    local: &Local,
+    out: &mut [u64],
+    regs: (u64, u64, u64),
+    own: Own,
+    want_id: bool,
+) -> Walk {
     let hi = local.bounds.hi.get();
     if hi == 0 || regs.1 < local.bounds.lo.get() || regs.1 >= hi {
         return Walk::default();
@@ -176,12 +183,16 @@ fn capture_with(local: &Local, out: &mut [u64], regs: (u64, u64, u64), want_id: 
     let Some(set) = modules::current() else {
         return Walk::default();
     };
-    let fp = config::UNWIND_FP.load(Ordering::Relaxed);
-    let w = walk(set, local, regs, out, fp, want_id);
+    let how = How {
+        own,
+        fp: config::UNWIND_FP.load(Ordering::Relaxed),
+        want_id,
+    };
+    let w = walk(set, local, regs, out, how);
     if w.outside {
         // Code outside every known module: a library loaded since the set was built?
         if let Some(newer) = modules::refresh_if_changed(set) {
-            return walk(newer, local, regs, out, fp, want_id);
+            return walk(newer, local, regs, out, how);
         }
     }
     w
@@ -189,27 +200,13 @@ fn capture_with(local: &Local, out: &mut [u64], regs: (u64, u64, u64), want_id: 
 
 /// Walks from `regs` with the thread's rule cache, or with framehop alone once the thread is
 /// exiting (its cache is gone).
-fn walk(
-    set: &ModuleSet,
-    local: &Local,
-    regs: (u64, u64, u64),
-    out: &mut [u64],
-    fp: bool,
-    want_id: bool,
-) -> Walk {
+fn walk(set: &ModuleSet, local: &Local, regs: (u64, u64, u64), out: &mut [u64], how: How) -> Walk {
     let stack = Stack {
         lo: regs.1,
         hi: local.bounds.hi.get(),
     };
     match cache_for(local) {
-        Some(cache) => {
-            let how = How {
-                own: Own::Skip,
-                fp,
-                want_id,
-            };
-            cache.walk(set, stack, regs, out, how)
-        }
-        None => walk_framehop(set, stack, regs, out, Own::Skip, &mut CacheX86_64::new()),
+        Some(cache) => cache.walk(set, stack, regs, out, how),
+        None => walk_framehop(set, stack, regs, out, how.own, &mut CacheX86_64::new()),
     }
 }
