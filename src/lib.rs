@@ -30,7 +30,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-#[cfg(any(feature = "tracer", feature = "global-alloc"))]
+#[cfg(any(feature = "tracer", feature = "global-alloc", feature = "profiler"))]
 mod entries;
 mod gdb_script;
 #[cfg(feature = "tracer")]
@@ -52,6 +52,15 @@ mod print;
 
 mem_trace_core::define_header!();
 
+/// The preload's header, under a name only the preload exports. A Rust program that links
+/// the `Traced` wrapper defines a `MEM_TRACE_HEADER` of its own, which it leaves
+/// uninitialised under the preload; debuggers resolve that name to the executable's, and find
+/// the preload's tables through this pointer (docs/LAYOUT.md, "Finding the header").
+#[cfg(feature = "tracer")]
+#[no_mangle]
+#[used]
+pub static MEM_TRACE_PRELOAD_HEADER: &mem_trace_core::format::Header = &MEM_TRACE_HEADER;
+
 /// The tracer's own allocations come from anonymous mappings, never from the hooked `malloc`.
 #[cfg(feature = "tracer")]
 #[global_allocator]
@@ -65,8 +74,15 @@ static ALLOCATOR: mem_trace_core::arena::Arena = mem_trace_core::arena::Arena;
 /// debug-info path, and a body with closures or nested items makes rustc emit a debug-info
 /// namespace of the same name, after which gdb fails to call it (docs/FINDINGS.md, "gdb
 /// calling an exported function").
+///
+/// In a program that links the `Traced` wrapper and runs under the preload, the preload's
+/// tables are the process's, and its `print_trace` answers.
 #[no_mangle]
 pub extern "C" fn print_trace(addr: usize) {
+    #[cfg(any(feature = "global-alloc", feature = "profiler"))]
+    if let Some(e) = entries::preload_if_known() {
+        return (e.print_trace)(addr);
+    }
     print::print_trace(addr)
 }
 
@@ -77,7 +93,14 @@ pub extern "C" fn print_trace(addr: usize) {
 #[cfg(feature = "profiler")]
 #[no_mangle]
 pub extern "C" fn mem_trace_reset_peaks() {
-    mem_trace_core::profile::peaks::reset()
+    match entries::preload_if_known() {
+        Some(e) => {
+            if let Some(reset) = e.reset_peaks {
+                reset()
+            }
+        }
+        None => mem_trace_core::profile::peaks::reset(),
+    }
 }
 
 /// Initialises before `main` even if nothing allocated yet, and registers the fork handlers.

@@ -1,8 +1,9 @@
 //! The profiler for Rust programs that link this crate: the peaks as numbers, the reset that
-//! starts a phase, and the full report on demand. They read the tables of the copy of the
-//! tracer linked into the caller: the preload's from a program run under it, a `Traced`
-//! program's own otherwise.
+//! starts a phase, and the full report on demand. They answer from the process's tables: the
+//! preload's when the program runs under it (asked through its entries, since the copy of
+//! the tracer linked into the program then records nothing), the program's own otherwise.
 
+use crate::entries::{self, PeaksC, ThreadPeakC};
 use mem_trace_core::store::header::header;
 use mem_trace_core::store::threads;
 use std::io::{self, Read, Seek, Write};
@@ -37,8 +38,49 @@ pub struct ThreadPeak {
     pub exited: bool,
 }
 
-/// The peaks now (see [`Peaks`]).
+/// The peaks now (see [`Peaks`]). Under a preload that is not the profiler build, all 0.
 pub fn peaks() -> Peaks {
+    let Some(e) = entries::preload() else {
+        return own_peaks();
+    };
+    let Some(ask) = e.peaks else {
+        return Peaks {
+            global: 0,
+            live: 0,
+            threads: Vec::new(),
+        };
+    };
+    let mut global = PeaksC::default();
+    let mut threads = vec![ThreadPeakC::default(); 16];
+    loop {
+        // SAFETY: the preload's entry, with room for `threads.len()` threads.
+        let n = unsafe { ask(&mut global, threads.as_mut_ptr(), threads.len()) };
+        if n <= threads.len() {
+            threads.truncate(n);
+            break;
+        }
+        // Threads started between the calls: ask again with room for them.
+        threads.resize(n + 16, ThreadPeakC::default());
+    }
+    Peaks {
+        global: global.global,
+        live: global.live,
+        threads: threads
+            .iter()
+            .map(|t| ThreadPeak {
+                tid: t.tid,
+                name: String::from_utf8_lossy(t.name.split(|&b| b == 0).next().unwrap_or_default())
+                    .into_owned(),
+                peak: t.peak,
+                live: t.live,
+                exited: t.exited != 0,
+            })
+            .collect(),
+    }
+}
+
+/// The peaks in this copy of the tracer's tables.
+pub(crate) fn own_peaks() -> Peaks {
     let h = header();
     let mut threads = Vec::new();
     threads::for_each(|t| {
@@ -70,8 +112,27 @@ fn live(bytes: u64) -> u64 {
 /// Starts a new phase: every peak (global, per thread, and the stacks held at the global
 /// peak) becomes what is live now, so the next report's peaks are the new phase's own.
 pub fn reset_peaks() {
-    mem_trace_core::profile::peaks::reset()
+    // Looked up here, so that the entry gdb calls knows whether the preload holds the tables.
+    entries::preload();
+    crate::mem_trace_reset_peaks()
 }
+
+/// Writes the report to `fd`, from the process's tables; an error when the preload that
+/// holds them is not the profiler build.
+fn report_to(fd: i32) -> io::Result<()> {
+    match entries::preload() {
+        Some(e) => match e.report_to {
+            Some(report) => report(fd),
+            None => return Err(io::Error::other(NOT_PROFILER)),
+        },
+        None => mem_trace_core::profile::report_to(fd),
+    }
+    Ok(())
+}
+
+/// Why there is no report under a preload without the profiler.
+const NOT_PROFILER: &str = "the preloaded libmem_trace.so is not the profiler build, which \
+     reports need (cargo build --release --features profiler)";
 
 /// Writes the profiler's full report — the top stacks, the peaks and the stacks held at the
 /// global peak, the leak check so far — to `out`, as the snapshot signal writes it.
@@ -85,7 +146,7 @@ pub fn report(out: &mut impl Write) -> io::Result<()> {
     }
     // SAFETY: a descriptor just made, owned by nobody else.
     let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-    mem_trace_core::profile::report_to(file.as_raw_fd());
+    report_to(file.as_raw_fd())?;
     file.rewind()?;
     let mut text = Vec::new();
     file.read_to_end(&mut text)?;
@@ -95,6 +156,5 @@ pub fn report(out: &mut impl Write) -> io::Result<()> {
 /// [`report`] into the file at `path`, created or truncated.
 pub fn report_to_file(path: impl AsRef<Path>) -> io::Result<()> {
     let file = std::fs::File::create(path)?;
-    mem_trace_core::profile::report_to(file.as_raw_fd());
-    Ok(())
+    report_to(file.as_raw_fd())
 }

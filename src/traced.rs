@@ -24,11 +24,12 @@
 //! fixture, built with it), so the next frame is the program's.
 //!
 //! Under `LD_PRELOAD=libmem_trace.so` the preload owns the process's tables: a
-//! `Traced<System>` records nothing (`System` calls `malloc`, which the preload records), and a
-//! `Traced` over another allocator hands its records to the preload (`entries`). This
-//! program's own header then stays uninitialised, and readers take the preload's.
+//! `Traced<System>` records nothing (`System` calls `malloc`, which the preload records; the
+//! wrapper only tells it where the stack starts), and a `Traced` over another allocator hands
+//! its records to the preload (`entries`). This program's own header then stays
+//! uninitialised, and readers take the preload's (`MEM_TRACE_PRELOAD_HEADER`).
 
-use crate::entries::{self, Entries, Taken};
+use crate::entries::{self, Entries, Start, Taken};
 use core::alloc::{GlobalAlloc, Layout};
 use core::any::TypeId;
 use core::ffi::c_void;
@@ -77,6 +78,9 @@ enum Route {
     Own(Guard),
     /// The program's, recorded by the preload through its entries.
     Forward(&'static Entries),
+    /// The program's, recorded by the preload's hooks when `System` calls `malloc`; the
+    /// preload is told where their stacks start.
+    Seen(&'static Entries),
     /// The program's, not recorded here.
     Plain,
 }
@@ -89,12 +93,12 @@ fn route<A: 'static>() -> Route {
         UNKNOWN => start::<A>(),
         m => m,
     };
+    // SAFETY: stored before the mode was published; the preload is never unloaded.
+    let preload = || unsafe { &*PRELOAD.load(Ordering::Relaxed) };
     match mode {
         OWN => Route::Own(g),
-        FORWARD => {
-            // SAFETY: stored before FORWARD was published; the preload is never unloaded.
-            Route::Forward(unsafe { &*PRELOAD.load(Ordering::Relaxed) })
-        }
+        FORWARD => Route::Forward(preload()),
+        PRELOAD_SEES => Route::Seen(preload()),
         _ => Route::Plain,
     }
 }
@@ -111,11 +115,13 @@ fn start<A: 'static>() -> u8 {
     {
         return MODE.load(Ordering::Acquire);
     }
-    let mode = match preload() {
-        Some(_) if TypeId::of::<A>() == TypeId::of::<System>() => PRELOAD_SEES,
+    let mode = match entries::preload() {
         Some(e) => {
-            PRELOAD.store(e, Ordering::Relaxed);
-            FORWARD
+            PRELOAD.store(e as *const Entries as *mut Entries, Ordering::Relaxed);
+            match TypeId::of::<A>() == TypeId::of::<System>() {
+                true => PRELOAD_SEES,
+                false => FORWARD,
+            }
         }
         None => {
             mem_trace_core::capture::modules::tracer_in_program();
@@ -127,20 +133,6 @@ fn start<A: 'static>() -> u8 {
     };
     MODE.store(mode, Ordering::Release);
     mode
-}
-
-/// The preload's entries, if `libmem_trace.so` is loaded and speaks this version.
-fn preload() -> Option<*mut Entries> {
-    // SAFETY: dlsym with a NUL-terminated name (null when absent, as in a static binary).
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, entries::SYMBOL.as_ptr()) } as *mut Entries;
-    // A build with the preload's features too finds its own table: that is not a preload.
-    #[cfg(feature = "tracer")]
-    let p = match core::ptr::eq(p, crate::entries::preload_table()) {
-        true => core::ptr::null_mut(),
-        false => p,
-    };
-    // SAFETY: the exported table of a loaded library, which starts with its version.
-    (!p.is_null() && unsafe { (*p).version } == entries::VERSION).then_some(p)
 }
 
 /// Keeps `print_trace` in the program for gdb to call: nothing else refers to it, and the
@@ -161,6 +153,8 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Traced<A> {
         match route::<A>() {
             // SAFETY: forwarded contract.
             Route::Tracer => unsafe { Arena.alloc(layout) },
+            // SAFETY: forwarded contract.
+            Route::Seen(e) => seen(e, || unsafe { self.inner.alloc(layout) }),
             route => {
                 // SAFETY: forwarded contract.
                 let p = unsafe { self.inner.alloc(layout) };
@@ -175,6 +169,8 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Traced<A> {
         match route::<A>() {
             // SAFETY: forwarded contract.
             Route::Tracer => unsafe { Arena.alloc_zeroed(layout) },
+            // SAFETY: forwarded contract.
+            Route::Seen(e) => seen(e, || unsafe { self.inner.alloc_zeroed(layout) }),
             route => {
                 // SAFETY: forwarded contract.
                 let p = unsafe { self.inner.alloc_zeroed(layout) };
@@ -196,7 +192,11 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Traced<A> {
                 record::free_unheld(&g, p.cast()) != Disposition::Reject
             }
             // SAFETY: the preload's entry, with a block of the program.
-            Route::Forward(e) => unsafe { (e.free)(p.cast()) },
+            Route::Forward(e) => unsafe { (e.free)(p.cast(), Start::here()) },
+            Route::Seen(e) => {
+                // SAFETY: forwarded contract.
+                return seen(e, || unsafe { self.inner.dealloc(p, layout) });
+            }
             Route::Tracer | Route::Plain => true,
         };
         if release {
@@ -228,13 +228,28 @@ unsafe impl<A: GlobalAlloc + 'static> GlobalAlloc for Traced<A> {
                 let q = unsafe { self.inner.realloc(p, layout, new_size) };
                 let old: *const Taken = if had { &taken } else { core::ptr::null() };
                 // SAFETY: the preload's entry; `old` is null or what `take` wrote.
-                unsafe { (e.reallocated)(old, p.cast(), q.cast(), new_size) };
+                unsafe { (e.reallocated)(old, p.cast(), q.cast(), new_size, Start::here()) };
                 q
             }
+            // SAFETY: forwarded contract.
+            Route::Seen(e) => seen(e, || unsafe { self.inner.realloc(p, layout, new_size) }),
             // SAFETY: forwarded contract.
             Route::Tracer | Route::Plain => unsafe { self.inner.realloc(p, layout, new_size) },
         }
     }
+}
+
+/// Runs `f`, a call into `System` and so into the preload's hooks, with the stacks they
+/// record starting here (where the wrapper is inlined), not in `__rust_alloc`.
+#[inline(always)]
+fn seen<R>(e: &Entries, f: impl FnOnce() -> R) -> R {
+    let start = Start::here();
+    // SAFETY: the preload's entry, with our own `Start`.
+    unsafe { (e.start)(&start) };
+    let r = f();
+    // SAFETY: the preload's entry; null goes back to capturing where it is.
+    unsafe { (e.start)(core::ptr::null()) };
+    r
 }
 
 /// Records a block the inner allocator just returned.
@@ -247,7 +262,7 @@ fn allocated(route: Route, p: *mut u8, size: usize) {
         }
         Route::Forward(e) if !p.is_null() => {
             // SAFETY: the preload's entry, with a block the inner allocator just returned.
-            unsafe { (e.allocated)(p.cast(), size) }
+            unsafe { (e.allocated)(p.cast(), size, Start::here()) }
         }
         _ => {}
     }

@@ -117,26 +117,24 @@ def header_address() -> int:
     raise NotLoaded(PRELOAD_HINT)
 
 
-_VARIABLE_LINE = re.compile(r"^\s*(0x[0-9a-fA-F]+)\s+" + HEADER_SYMBOL + r"\s*$")
+PRELOAD_POINTER = "MEM_TRACE_PRELOAD_HEADER"
 
 
-def header_addresses() -> list:
-    """Every MEM_TRACE_HEADER gdb knows, in its order (empty when it lists none).
+def preload_header_address():
+    """The preload library's header, through the pointer only it exports, or None.
 
-    A process can hold two: a Rust program linking the `Traced` allocator wrapper defines
-    one in its executable, and run under the preload it has the library's too; the wrapper
-    then hands its records to the preload and leaves its own header uninitialised.
+    A process can hold two headers: a Rust program linking the `Traced` allocator wrapper
+    defines one in its executable, and run under the preload it has the library's too; the
+    wrapper then hands its records to the preload and leaves its own header uninitialised.
+    gdb resolves `MEM_TRACE_HEADER` to the executable's, so the library's is found through a
+    symbol of its own.
     """
     try:
-        text = gdb.execute(f"info variables ^{HEADER_SYMBOL}$", to_string=True)
+        with _language_c():
+            value = gdb.parse_and_eval(f"*(unsigned long *)&{PRELOAD_POINTER}")
+        return int(value) or None
     except gdb.error:
-        return []
-    found = []
-    for line in text.splitlines():
-        m = _VARIABLE_LINE.match(line)
-        if m:
-            found.append(int(m.group(1), 16))
-    return found
+        return None
 
 
 def open_tracer() -> Tracer:
@@ -146,11 +144,11 @@ def open_tracer() -> Tracer:
     tracer = Tracer.open(reader, header_address())
     if tracer.header.initialised:
         return tracer
-    for address in header_addresses():
-        try:
-            other = Tracer.open(reader, address)
-        except MemTraceError:
-            continue
-        if other.header.initialised:
-            return other
-    return tracer
+    address = preload_header_address()
+    if address is None or address == tracer.header.address:
+        return tracer
+    try:
+        other = Tracer.open(reader, address)
+    except MemTraceError:
+        return tracer
+    return other if other.header.initialised else tracer

@@ -27,11 +27,6 @@ impl Stack {
     }
 }
 
-extern "C" {
-    /// Set by the dynamic loader to the initial stack pointer of the main thread.
-    static __libc_stack_end: *mut libc::c_void;
-}
-
 /// A thread's stack bounds, `[lo, hi)`; `hi == 0` while unknown.
 #[derive(Default)]
 pub struct Bounds {
@@ -60,33 +55,19 @@ impl Bounds {
     /// Sets the current thread's stack bounds from pthread's attributes (threads other than the
     /// main one; glibc answers those without reading /proc or allocating under its lock).
     pub fn set_from_pthread(&self) {
-        // SAFETY: attr is initialised by pthread_getattr_np before use and destroyed after.
-        unsafe {
-            let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-            if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-                return;
-            }
-            let mut addr: *mut libc::c_void = core::ptr::null_mut();
-            let mut size: libc::size_t = 0;
-            if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 {
-                self.lo.set(addr as u64);
-                self.hi.set(addr as u64 + size as u64);
-            }
-            libc::pthread_attr_destroy(&mut attr);
+        if let Some((lo, hi)) = pthread_stack() {
+            self.lo.set(lo);
+            self.hi.set(hi);
         }
     }
 
-    /// Sets the main thread's stack bounds without `pthread_getattr_np`, which for the main thread
-    /// reads `/proc/self/maps` with `malloc` under a glibc lock (and deadlocked a Rust program's
-    /// start-up when called from a hook).
+    /// Sets the main thread's stack bounds: from its top (`main_top`) down by the stack's
+    /// size limit, to which the main stack grows on demand.
     pub fn set_main(&self) {
-        // SAFETY: a plain read of a loader-initialised variable.
-        let end = unsafe { __libc_stack_end } as u64;
-        if end == 0 {
+        let hi = main_top();
+        if hi == 0 {
             return;
         }
-        // Everything from the initial stack pointer to the end of its page is mapped.
-        let hi = (end + 8 + 4095) & !4095;
         let mut lim: libc::rlimit = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
@@ -101,4 +82,46 @@ impl Bounds {
         self.lo.set(hi.saturating_sub(size));
         self.hi.set(hi);
     }
+}
+
+/// The calling thread's stack, `(lo, hi)`, from pthread's attributes.
+fn pthread_stack() -> Option<(u64, u64)> {
+    // SAFETY: attr is initialised by pthread_getattr_np before use and destroyed after.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let got = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        got.then_some((addr as u64, addr as u64 + size as u64))
+    }
+}
+
+/// The top of the main thread's stack (0: unknown), without glibc's `pthread_getattr_np`,
+/// which for the main thread reads `/proc/self/maps` with `malloc` under a glibc lock (and
+/// deadlocked a Rust program's start-up when called from a hook).
+#[cfg(not(target_env = "musl"))]
+fn main_top() -> u64 {
+    extern "C" {
+        /// Set by the dynamic loader to the initial stack pointer of the main thread.
+        static __libc_stack_end: *mut libc::c_void;
+    }
+    // SAFETY: a plain read of a loader-initialised variable.
+    let end = unsafe { __libc_stack_end } as u64;
+    match end {
+        0 => 0,
+        // Everything from the initial stack pointer to the end of its page is mapped.
+        _ => (end + 8 + 4095) & !4095,
+    }
+}
+
+/// The top of the main thread's stack (0: unknown). musl has no `__libc_stack_end`; its
+/// `pthread_getattr_np` answers for the main thread from where the auxiliary vector lies,
+/// probing the mapping with `mremap`: no `malloc`, no lock.
+#[cfg(target_env = "musl")]
+fn main_top() -> u64 {
+    pthread_stack().map_or(0, |(_, hi)| hi)
 }

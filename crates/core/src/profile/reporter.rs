@@ -78,7 +78,7 @@ pub(crate) fn printing_within_a_second() -> Option<Printing> {
 
 fn sleep_ms(ms: u64) {
     let ts = libc::timespec {
-        tv_sec: (ms / 1000) as libc::time_t,
+        tv_sec: (ms / 1000) as _,
         tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
     };
     // SAFETY: sleeps; `ts` is a valid duration.

@@ -56,14 +56,39 @@ pub struct StartHere<'g>(&'g Guard);
 /// Stacks recorded while the result lives start at the caller's frame (see [`StartHere`]).
 #[inline(always)]
 pub fn start_here(g: &Guard) -> StartHere<'_> {
-    capture::start_at(&g.state().capture, capture::registers());
+    start_at(g, registers())
+}
+
+/// The registers a stack starts from (pc, sp, rbp), read where this is inlined.
+#[inline(always)]
+pub fn registers() -> (u64, u64, u64) {
+    capture::registers()
+}
+
+/// Like [`start_here`], from registers the caller read (see [`registers`]): for a wrapper
+/// that hands its records to another copy of the tracer, which then starts where the
+/// wrapper read them, in the same thread.
+#[inline(always)]
+pub fn start_at(g: &Guard, regs: (u64, u64, u64)) -> StartHere<'_> {
+    set_start(g, Some(regs));
     StartHere(g)
+}
+
+/// Where this thread's stacks start until changed again: at `regs` (see [`start_at`]), or,
+/// with `None`, where they are captured. For a caller that cannot hold a [`StartHere`]
+/// across the calls it covers.
+#[inline(always)]
+pub fn set_start(g: &Guard, regs: Option<(u64, u64, u64)>) {
+    match regs {
+        Some(regs) => capture::start_at(&g.state().capture, regs),
+        None => capture::start_here(&g.state().capture),
+    }
 }
 
 impl Drop for StartHere<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        capture::start_here(&self.0.state().capture);
+        set_start(self.0, None);
     }
 }
 

@@ -168,7 +168,7 @@ pub(super) fn gnu_build_id(bytes: &[u8], align: u64) -> Option<Vec<u8>> {
 /// What the file on disk says.
 struct OnDisk {
     build_id: Option<Vec<u8>>,
-    /// The stated value of `MEM_TRACE_HEADER` when the file exports it.
+    /// The stated value of `MEM_TRACE_HEADER` when the file defines it.
     header: Option<u64>,
 }
 
@@ -179,8 +179,11 @@ fn read_file(path: &Path) -> Result<OnDisk, std::io::Error> {
     })?;
     let elf = object::read::elf::ElfFile64::<LE>::parse(map.as_slice())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+    // The library exports it; an executable linking the `Traced` wrapper defines it without
+    // exporting it (nothing links against an executable), so its symbol table is read too.
     let header = elf
         .dynamic_symbols()
+        .chain(elf.symbols())
         .find(|s| !s.is_undefined() && s.name_bytes() == Ok(HEADER_SYMBOL.as_bytes()))
         .map(|s| s.address());
     Ok(OnDisk {
