@@ -233,7 +233,7 @@ fn write_peaks(out: &mut Out, w: &mut StackWriter<'_>, at_peak: &[Ranked]) -> fm
         };
         writeln!(
             out,
-            "   thread {i} (tid {}, \"{}\"): peak {} bytes, live {} bytes, allocated {} bytes{}",
+            "   thread {i} (tid {}, {}): peak {} bytes, live {} bytes, allocated {} bytes{}",
             t.tid.load(Relaxed),
             ThreadName(&t.name),
             t.peak_bytes.load(Relaxed),
@@ -347,18 +347,14 @@ fn write_leaks(
     Ok(())
 }
 
-/// A thread's name as the gdb commands show it: what a terminal would act on (a newline
-/// forging a line of the report, an escape sequence) escaped, printable text as it is. The
+/// A thread's name as the gdb commands and `mem-trace` show it (`read::text::Quoted`). The
 /// name is whatever the program set with `prctl`, up to 16 bytes, NUL-padded.
 struct ThreadName<'a>(&'a [u8; 16]);
 
 impl fmt::Display for ThreadName<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = &self.0[..self.0.iter().position(|&b| b == 0).unwrap_or(16)];
-        match core::str::from_utf8(name) {
-            Ok(s) => write!(f, "{}", s.escape_debug()),
-            Err(_) => write!(f, "{}", name.escape_ascii()),
-        }
+        write!(f, "{}", mem_trace_read::text::QuotedBytes(name))
     }
 }
 
@@ -387,13 +383,13 @@ mod tests {
     fn thread_names_cannot_forge_lines_or_drive_the_terminal() {
         let mut name = [0u8; 16];
         name[..14].copy_from_slice(b"x\n\x1b[31mRED\r\"ab");
-        assert_eq!(ThreadName(&name).to_string(), "x\\n\\u{1b}[31mRED\\r\\\"ab");
+        assert_eq!(ThreadName(&name).to_string(), r#""x\n\x1b[31mRED\r\"ab""#);
         let mut bytes = [0u8; 16];
         bytes[..3].copy_from_slice(b"a\xff\n");
-        assert_eq!(ThreadName(&bytes).to_string(), "a\\xff\\n");
+        assert_eq!(ThreadName(&bytes).to_string(), "\"a\u{fffd}\\n\"");
         let mut plain = [0u8; 16];
         plain[..7].copy_from_slice("worker1".as_bytes());
-        assert_eq!(ThreadName(&plain).to_string(), "worker1");
+        assert_eq!(ThreadName(&plain).to_string(), "\"worker1\"");
     }
 
     #[test]

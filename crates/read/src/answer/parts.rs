@@ -7,6 +7,7 @@
 use super::frame::Frame;
 use crate::layout::{Error, History, Tables, Thread};
 use crate::memory::Memory;
+use crate::text::Quoted;
 use mem_trace_format::{Block, LOW40};
 use std::collections::HashMap;
 
@@ -113,60 +114,9 @@ pub(super) fn thread_text(index: u32) -> String {
     }
 }
 
-/// `text` in double quotes, with what a terminal would act on or hide escaped, as Python's
-/// `quoted` does: a thread name is whatever bytes the process wrote, and a newline would
-/// forge a line of the answer, an escape sequence would drive the terminal, a quote would end
-/// the name early. Python escapes every character `str.isprintable()` rejects; without
-/// Unicode's tables, this escapes controls, separators other than the space, format
-/// characters and private use ones, and keeps unassigned code points (Python escapes those).
+/// `text` in double quotes, escaped as Python's `quoted` does (see [`Quoted`]).
 pub(super) fn quoted(text: &str) -> String {
-    let mut out = String::from("\"");
-    for ch in text.chars() {
-        match ch {
-            '\\' => out += "\\\\",
-            '"' => out += "\\\"",
-            '\n' => out += "\\n",
-            '\r' => out += "\\r",
-            '\t' => out += "\\t",
-            c if printable(c) => out.push(c),
-            c if (c as u32) < 0x100 => out += &format!("\\x{:02x}", c as u32),
-            c if (c as u32) < 0x10000 => out += &format!("\\u{:04x}", c as u32),
-            c => out += &format!("\\U{:08x}", c as u32),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Python's `str.isprintable()`, but for unassigned code points (see [`quoted`]).
-fn printable(c: char) -> bool {
-    const FORMAT: &[(u32, u32)] = &[
-        (0xAD, 0xAD),
-        (0x600, 0x605),
-        (0x61C, 0x61C),
-        (0x6DD, 0x6DD),
-        (0x70F, 0x70F),
-        (0x890, 0x891),
-        (0x8E2, 0x8E2),
-        (0x180E, 0x180E),
-        (0x200B, 0x200F),
-        (0x202A, 0x202E),
-        (0x2060, 0x2064),
-        (0x2066, 0x206F),
-        (0xFEFF, 0xFEFF),
-        (0xFFF9, 0xFFFB),
-        (0x110BD, 0x110BD),
-        (0x110CD, 0x110CD),
-        (0x13430, 0x1343F),
-        (0x1BCA0, 0x1BCA3),
-        (0x1D173, 0x1D17A),
-        (0xE0001, 0xE0001),
-        (0xE0020, 0xE007F),
-    ];
-    const PRIVATE: &[(u32, u32)] = &[(0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD)];
-    let code = c as u32;
-    let within = |ranges: &[(u32, u32)]| ranges.iter().any(|&(lo, hi)| lo <= code && code <= hi);
-    c == ' ' || !(c.is_control() || c.is_whitespace() || within(FORMAT) || within(PRIVATE))
+    Quoted(text).to_string()
 }
 
 /// `, tid 4242 "prog"` and `, exited` when the thread record is readable. (gdb's answer adds
