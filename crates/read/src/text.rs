@@ -126,6 +126,84 @@ impl<W: Write> Write for FoldedName<'_, W> {
     }
 }
 
+/// Text the traced process wrote (a thread's name), in double quotes, with what a terminal
+/// would act on or hide escaped, as the gdb side's `quoted` does: a newline would forge a line
+/// of the answer, an escape sequence would drive the terminal, a quote would end the name
+/// early. Python escapes every character `str.isprintable()` rejects; without Unicode's
+/// tables, this escapes controls, separators other than the space, format characters and
+/// private use ones, and keeps unassigned code points (Python escapes those). Writes without
+/// allocating, so the in-process reports use it too.
+pub struct Quoted<'a>(pub &'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_quoted(f, self.0.chars())
+    }
+}
+
+/// Bytes the traced process wrote, decoded as `String::from_utf8_lossy` does (each invalid
+/// sequence one U+FFFD, as the readers decode a thread's name), then shown as [`Quoted`].
+pub struct QuotedBytes<'a>(pub &'a [u8]);
+
+impl fmt::Display for QuotedBytes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let chars = self.0.utf8_chunks().flat_map(|chunk| {
+            let bad = (!chunk.invalid().is_empty()).then_some(char::REPLACEMENT_CHARACTER);
+            chunk.valid().chars().chain(bad)
+        });
+        write_quoted(f, chars)
+    }
+}
+
+fn write_quoted(f: &mut impl Write, chars: impl Iterator<Item = char>) -> fmt::Result {
+    f.write_char('"')?;
+    for ch in chars {
+        match ch {
+            '\\' => f.write_str("\\\\")?,
+            '"' => f.write_str("\\\"")?,
+            '\n' => f.write_str("\\n")?,
+            '\r' => f.write_str("\\r")?,
+            '\t' => f.write_str("\\t")?,
+            c if printable(c) => f.write_char(c)?,
+            c if (c as u32) < 0x100 => write!(f, "\\x{:02x}", c as u32)?,
+            c if (c as u32) < 0x10000 => write!(f, "\\u{:04x}", c as u32)?,
+            c => write!(f, "\\U{:08x}", c as u32)?,
+        }
+    }
+    f.write_char('"')
+}
+
+/// Python's `str.isprintable()`, but for unassigned code points (see [`Quoted`]).
+fn printable(c: char) -> bool {
+    const FORMAT: &[(u32, u32)] = &[
+        (0xAD, 0xAD),
+        (0x600, 0x605),
+        (0x61C, 0x61C),
+        (0x6DD, 0x6DD),
+        (0x70F, 0x70F),
+        (0x890, 0x891),
+        (0x8E2, 0x8E2),
+        (0x180E, 0x180E),
+        (0x200B, 0x200F),
+        (0x202A, 0x202E),
+        (0x2060, 0x2064),
+        (0x2066, 0x206F),
+        (0xFEFF, 0xFEFF),
+        (0xFFF9, 0xFFFB),
+        (0x110BD, 0x110BD),
+        (0x110CD, 0x110CD),
+        (0x13430, 0x1343F),
+        (0x1BCA0, 0x1BCA3),
+        (0x1D173, 0x1D17A),
+        (0xE0001, 0xE0001),
+        (0xE0020, 0xE007F),
+    ];
+    const PRIVATE: &[(u32, u32)] = &[(0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD)];
+    let code = c as u32;
+    let within = |ranges: &[(u32, u32)]| ranges.iter().any(|&(lo, hi)| lo <= code && code <= hi);
+    c == ' ' || !(c.is_control() || c.is_whitespace() || within(FORMAT) || within(PRIVATE))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,82 +307,4 @@ mod tests {
              a b c:d 0\n"
         );
     }
-}
-
-/// Text the traced process wrote (a thread's name), in double quotes, with what a terminal
-/// would act on or hide escaped, as the gdb side's `quoted` does: a newline would forge a line
-/// of the answer, an escape sequence would drive the terminal, a quote would end the name
-/// early. Python escapes every character `str.isprintable()` rejects; without Unicode's
-/// tables, this escapes controls, separators other than the space, format characters and
-/// private use ones, and keeps unassigned code points (Python escapes those). Writes without
-/// allocating, so the in-process reports use it too.
-pub struct Quoted<'a>(pub &'a str);
-
-impl fmt::Display for Quoted<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_quoted(f, self.0.chars())
-    }
-}
-
-/// Bytes the traced process wrote, decoded as `String::from_utf8_lossy` does (each invalid
-/// sequence one U+FFFD, as the readers decode a thread's name), then shown as [`Quoted`].
-pub struct QuotedBytes<'a>(pub &'a [u8]);
-
-impl fmt::Display for QuotedBytes<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let chars = self.0.utf8_chunks().flat_map(|chunk| {
-            let bad = (!chunk.invalid().is_empty()).then_some(char::REPLACEMENT_CHARACTER);
-            chunk.valid().chars().chain(bad)
-        });
-        write_quoted(f, chars)
-    }
-}
-
-fn write_quoted(f: &mut impl Write, chars: impl Iterator<Item = char>) -> fmt::Result {
-    f.write_char('"')?;
-    for ch in chars {
-        match ch {
-            '\\' => f.write_str("\\\\")?,
-            '"' => f.write_str("\\\"")?,
-            '\n' => f.write_str("\\n")?,
-            '\r' => f.write_str("\\r")?,
-            '\t' => f.write_str("\\t")?,
-            c if printable(c) => f.write_char(c)?,
-            c if (c as u32) < 0x100 => write!(f, "\\x{:02x}", c as u32)?,
-            c if (c as u32) < 0x10000 => write!(f, "\\u{:04x}", c as u32)?,
-            c => write!(f, "\\U{:08x}", c as u32)?,
-        }
-    }
-    f.write_char('"')
-}
-
-/// Python's `str.isprintable()`, but for unassigned code points (see [`Quoted`]).
-fn printable(c: char) -> bool {
-    const FORMAT: &[(u32, u32)] = &[
-        (0xAD, 0xAD),
-        (0x600, 0x605),
-        (0x61C, 0x61C),
-        (0x6DD, 0x6DD),
-        (0x70F, 0x70F),
-        (0x890, 0x891),
-        (0x8E2, 0x8E2),
-        (0x180E, 0x180E),
-        (0x200B, 0x200F),
-        (0x202A, 0x202E),
-        (0x2060, 0x2064),
-        (0x2066, 0x206F),
-        (0xFEFF, 0xFEFF),
-        (0xFFF9, 0xFFFB),
-        (0x110BD, 0x110BD),
-        (0x110CD, 0x110CD),
-        (0x13430, 0x1343F),
-        (0x1BCA0, 0x1BCA3),
-        (0x1D173, 0x1D17A),
-        (0xE0001, 0xE0001),
-        (0xE0020, 0xE007F),
-    ];
-    const PRIVATE: &[(u32, u32)] = &[(0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD)];
-    let code = c as u32;
-    let within = |ranges: &[(u32, u32)]| ranges.iter().any(|&(lo, hi)| lo <= code && code <= hi);
-    c == ' ' || !(c.is_control() || c.is_whitespace() || within(FORMAT) || within(PRIVATE))
 }
