@@ -152,6 +152,14 @@ fn error_no_expression() {
     gdb(&why_c(), "no-argument");
 }
 
+/// `-n` means what it means in `mtrace-history` and the other commands: a negative count is
+/// a usage error (it used to print no frames), and so is a negative `--gap`.
+#[test]
+fn error_negative_counts() {
+    gdb(&why_c(), "negative-frames");
+    gdb(&why_c(), "negative-gap");
+}
+
 #[test]
 fn help_prints_usage() {
     gdb(&why_c(), "help");

@@ -163,7 +163,8 @@ class BaseTests(unittest.TestCase):
                            "mtrace-history: the following arguments are required: EXPR "
                            "(see 'mtrace-history -h')")
         self.assertOneLine(lambda: history.invoke("-n -1 p", False),
-                           "mtrace-history: -n -1: the number of frames cannot be negative")
+                           "mtrace-history: -n -1: the number of frames cannot be negative "
+                           "(see 'mtrace-history -h')")
         self.assertOneLine(lambda: history.invoke("-n x p", False),
                            "mtrace-history: argument -n/--frames: invalid int value: 'x' "
                            "(see 'mtrace-history -h')")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 
-from .errors import UsageError
 
 DEFAULT_FRAMES = 8
 """Frames per stack when the user does not say."""
@@ -19,7 +18,8 @@ class FrameCount(argparse.Action):
 
     def __call__(self, parser, namespace, value, option_string=None):
         if value < 0:
-            raise UsageError(f"{option_string} {value}: the number of frames cannot be negative")
+            # Through the parser, which adds where to look, as for every other usage error.
+            parser.error(f"{option_string} {value}: the number of frames cannot be negative")
         setattr(namespace, self.dest, value)
 
 

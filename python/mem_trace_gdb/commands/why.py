@@ -11,7 +11,7 @@ from .. import layout, memory
 from ..text import why
 from .base import ArgparsedCommand, ArgumentParser, Expression
 from .lookups import lookups
-from .options import add_raw
+from .options import FrameCount, add_raw, non_negative
 
 parser = ArgumentParser(
     prog="mtrace-why",
@@ -33,9 +33,11 @@ parser = ArgumentParser(
         "  mtrace-why -n 5 $rdi"
     ),
 )
-parser.add_argument("-n", "--max-frames", type=int, default=None, metavar="N",
-                    help="print at most N frames of each stack")
-parser.add_argument("--gap", type=int, default=layout.DEFAULT_MAX_GAP, metavar="BYTES",
+# All frames unless asked: this is the one answer about one block. `-n` is otherwise the
+# frames option every command shares (a negative count is refused, 0 means all).
+parser.add_argument("-n", "--max-frames", type=int, action=FrameCount, default=0, metavar="N",
+                    help="print at most N frames of each stack (default and 0: all)")
+parser.add_argument("--gap", type=non_negative, default=layout.DEFAULT_MAX_GAP, metavar="BYTES",
                     help="how far outside a block to still name it (default %(default)s, 0: off)")
 add_raw(parser)
 parser.add_argument("address", type=Expression, metavar="EXPR", help="the address to explain")
@@ -47,5 +49,5 @@ class WhyCommand(ArgparsedCommand):
 
     def run(self, args):
         tracer = memory.open_tracer()
-        facts = why.WhyFacts.read(tracer, args.address, max(0, args.gap))
-        return why.lines(facts, lookups(tracer, args.raw), args.max_frames)
+        facts = why.WhyFacts.read(tracer, args.address, args.gap)
+        return why.lines(facts, lookups(tracer, args.raw), args.max_frames or None)
