@@ -261,3 +261,12 @@ fn bad_quarantine_value_is_one_line_and_the_default_is_used() {
     fixture_run(&fixture, "default").run();
     fixture_run(&fixture, "bad-quarantine").run();
 }
+
+/// One rule for every value: a sign is refused like any bad value, `1T` is a size, and an
+/// empty value is an unset variable (no line on stderr).
+#[test]
+fn values_follow_one_rule() {
+    let fixture = dangling();
+    fixture_run(&fixture, "signed").run();
+    fixture_run(&fixture, "terabyte").run();
+}

@@ -145,7 +145,12 @@ pub(crate) struct Rejected {
 }
 
 /// Parses the configuration from a variable lookup.
+///
+/// The same rules hold for every variable: an empty value is as if the variable were unset
+/// (`MEM_TRACE_STATS= prog` is the shell's way to clear it), a number is decimal digits only
+/// (no sign, no spaces inside), sizes take `K`, `M`, `G` and `T`.
 pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Rejected>) {
+    let get = |name: &str| get(name).filter(|v| !v.trim().is_empty());
     let mut c = Config::default();
     let mut bad = Vec::new();
     let mut reject = |var, value: String, expected| {
@@ -156,8 +161,8 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
         })
     };
     if let Some(v) = get("MEM_TRACE_FRAMES") {
-        match v.trim().parse::<usize>() {
-            Ok(n) if (1..=MAX_FRAMES).contains(&n) => c.frames = n,
+        match number(&v) {
+            Some(n) if (1..=MAX_FRAMES as u64).contains(&n) => c.frames = n as usize,
             _ => reject("MEM_TRACE_FRAMES", v, "a whole number from 1 to 128"),
         }
     }
@@ -172,7 +177,7 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
     if let Some(v) = get("MEM_TRACE_STATS") {
         match v.trim() {
             "1" | "yes" | "true" => c.stats = true,
-            "0" | "no" | "false" | "" => c.stats = false,
+            "0" | "no" | "false" => c.stats = false,
             _ => reject("MEM_TRACE_STATS", v, "0 or 1"),
         }
     }
@@ -188,7 +193,7 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
             _ => reject(
                 "MEM_TRACE_QUARANTINE",
                 v,
-                "a size in bytes, optionally with K, M or G (0 disables)",
+                "a size in bytes, optionally with K, M, G or T, at most 1T (0 disables)",
             ),
         }
     }
@@ -227,8 +232,8 @@ fn parse_profile(
         }
     }
     if let Some(v) = get("MEM_TRACE_PROFILE_TOP") {
-        match v.trim().parse::<usize>() {
-            Ok(n) if (1..=10_000).contains(&n) => c.profile_top = n,
+        match number(&v) {
+            Some(n) if (1..=10_000).contains(&n) => c.profile_top = n as usize,
             _ => reject(
                 "MEM_TRACE_PROFILE_TOP",
                 v,
@@ -262,10 +267,7 @@ fn parse_profile(
         }
     }
     if let Some(v) = get("MEM_TRACE_OUT") {
-        match v.trim() {
-            "" => reject("MEM_TRACE_OUT", v, "a directory"),
-            dir => c.out_dir = Some(dir.to_string()),
-        }
+        c.out_dir = Some(v.trim().to_string());
     }
 }
 
@@ -323,7 +325,8 @@ const SIGNALS: &[(&str, i32)] = &[
 /// for `0` (no signal).
 fn parse_signal(v: &str) -> Option<i32> {
     let t = v.trim().to_ascii_uppercase();
-    if let Ok(n) = t.parse::<i32>() {
+    if let Some(n) = number(&t) {
+        let n = i32::try_from(n).ok()?;
         let allowed = n == 0 || SIGNALS.iter().any(|&(_, s)| s == n) || (34..=64).contains(&n);
         return allowed.then_some(n);
     }
@@ -331,7 +334,7 @@ fn parse_signal(v: &str) -> Option<i32> {
     if let Some(rt) = name.strip_prefix("RTMIN") {
         // glibc reserves the first two real-time signals: SIGRTMIN is 34 for programs.
         let off: i32 = match rt.strip_prefix('+') {
-            Some(n) => n.parse().ok()?,
+            Some(n) => i32::try_from(number(n)?).ok()?,
             None if rt.is_empty() => 0,
             None => return None,
         };
@@ -340,7 +343,18 @@ fn parse_signal(v: &str) -> Option<i32> {
     SIGNALS.iter().find(|&&(n, _)| n == name).map(|&(_, s)| s)
 }
 
-/// `4096`, `64K`, `4M`, `1G` (binary units, case-insensitive, optional trailing `B`/`iB`).
+/// Decimal digits (surrounding spaces allowed), as a number; `None` for anything else,
+/// including a sign: `str::parse` takes `+5`, which made some variables take it and others not.
+fn number(v: &str) -> Option<u64> {
+    let t = v.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    t.parse().ok()
+}
+
+/// `4096`, `64K`, `4M`, `1G`, `1T` (binary units, case-insensitive, optional trailing
+/// `B`/`iB`).
 fn parse_size(v: &str) -> Option<u64> {
     let t = v.trim();
     let t = t
@@ -352,9 +366,10 @@ fn parse_size(v: &str) -> Option<u64> {
         'k' | 'K' => (&t[..t.len() - 1], 10),
         'm' | 'M' => (&t[..t.len() - 1], 20),
         'g' | 'G' => (&t[..t.len() - 1], 30),
+        't' | 'T' => (&t[..t.len() - 1], 40),
         _ => (t, 0),
     };
-    let n: u64 = digits.trim().parse().ok()?;
+    let n = number(digits)?;
     n.checked_mul(1 << shift)
 }
 
@@ -558,7 +573,6 @@ mod tests {
             ("MEM_TRACE_PROFILE_BY", "size"),
             ("MEM_TRACE_LEAKS", "2"),
             ("MEM_TRACE_SNAPSHOT_SIGNAL", "SIGKILL"),
-            ("MEM_TRACE_OUT", " "),
         ]));
         assert_eq!(c, Config::default());
         let names: Vec<_> = bad.iter().map(|r| r.var).collect();
@@ -570,7 +584,6 @@ mod tests {
                 "MEM_TRACE_PROFILE_BY",
                 "MEM_TRACE_LEAKS",
                 "MEM_TRACE_SNAPSHOT_SIGNAL",
-                "MEM_TRACE_OUT"
             ]
         );
         assert!(!is_directory("/nonexistent/mem-trace"));
@@ -608,5 +621,66 @@ mod tests {
         );
         assert_eq!(parse(env(&[("MEM_TRACE_FRAMES", "0")])).1.len(), 1);
         assert_eq!(parse(env(&[("MEM_TRACE_FRAMES", "129")])).1.len(), 1);
+    }
+
+    /// One rule for numbers in every variable: digits only, so a sign is refused everywhere
+    /// (some took `+5`, one did not).
+    #[test]
+    fn signs_are_refused_by_every_number() {
+        for var in [
+            "MEM_TRACE_FRAMES",
+            "MEM_TRACE_FREED",
+            "MEM_TRACE_QUARANTINE",
+            "MEM_TRACE_PROFILE_TOP",
+            "MEM_TRACE_PROFILE_INTERVAL",
+            "MEM_TRACE_SNAPSHOT_SIGNAL",
+        ] {
+            for v in ["+5", "-5", "5 5", "0x10"] {
+                let (c, bad) = parse(env(&[(var, v)]));
+                assert_eq!(c, Config::default(), "{var}={v}");
+                assert_eq!(bad.len(), 1, "{var}={v}: {bad:?}");
+            }
+        }
+        assert_eq!(parse_signal("SIGRTMIN+2"), Some(36));
+        assert_eq!(parse_signal("SIGRTMIN++2"), None);
+    }
+
+    /// An empty value is an unset variable, for every variable (some took it as a value,
+    /// others refused it).
+    #[test]
+    fn empty_values_are_unset() {
+        for var in [
+            "MEM_TRACE_FRAMES",
+            "MEM_TRACE_UNWIND",
+            "MEM_TRACE_STATS",
+            "MEM_TRACE_FREED",
+            "MEM_TRACE_QUARANTINE",
+            "MEM_TRACE_FREE_STACKS",
+            "MEM_TRACE_ON_ERROR",
+            "MEM_TRACE_PROFILE_INTERVAL",
+            "MEM_TRACE_PROFILE_TOP",
+            "MEM_TRACE_PROFILE_BY",
+            "MEM_TRACE_LEAKS",
+            "MEM_TRACE_SNAPSHOT_SIGNAL",
+            "MEM_TRACE_OUT",
+        ] {
+            for v in ["", "  "] {
+                let (c, bad) = parse(env(&[(var, v)]));
+                assert_eq!(c, Config::default(), "{var}={v:?}");
+                assert!(bad.is_empty(), "{var}={v:?}: {bad:?}");
+            }
+        }
+    }
+
+    /// Sizes go up to what `MEM_TRACE_QUARANTINE` allows, in its own unit (`1024G` was taken
+    /// and `1T` refused).
+    #[test]
+    fn sizes_take_terabytes() {
+        for v in ["1T", "1t", "1TiB", "1024G"] {
+            let (c, bad) = parse(env(&[("MEM_TRACE_QUARANTINE", v)]));
+            assert!(bad.is_empty(), "{v}: {bad:?}");
+            assert_eq!(c.quarantine, 1 << 40, "{v}");
+        }
+        assert_eq!(parse(env(&[("MEM_TRACE_QUARANTINE", "2T")])).1.len(), 1);
     }
 }
