@@ -10,7 +10,8 @@
 //! - the module list is the unwinder's immutable snapshot, not `dl_iterate_phdr`;
 //! - symbolization allocates from the arena's scratch region, which takes no lock, and maps
 //!   files itself (`report::frames`);
-//! - a second concurrent call says it is busy and returns instead of waiting.
+//! - a concurrent call from another thread says it is busy and returns instead of waiting;
+//!   one on the same thread (gdb stopped the first at a breakpoint, or abandoned it) goes on.
 
 use core::fmt::{self, Write};
 use mem_trace_core::guard;
@@ -22,12 +23,15 @@ use mem_trace_core::store::{stacks, threads};
 /// Prints what mem-trace knows about the block containing `addr` to standard error.
 pub fn print_trace(addr: usize) {
     let mut out = Out::stderr();
-    let Some(printing) = Printing::begin() else {
-        let _ = writeln!(
-            out,
-            "mem-trace: busy: print_trace is already running in another thread; try again"
-        );
-        return;
+    let printing = match Printing::begin() {
+        Ok(printing) => printing,
+        Err(holder) => {
+            let _ = writeln!(
+                out,
+                "mem-trace: busy: print_trace is running in thread {holder}, or gdb stopped it there; try again once it returns"
+            );
+            return;
+        }
     };
     // Anything this thread allocates while printing must not be recorded (and cannot be: a
     // hook stopped mid-way on this thread may hold a lock). Restore the previous state after,

@@ -33,3 +33,17 @@ fn rust_blocks_are_traced_from_a_rust_frame() {
 fn the_c_language_fallback_works_from_a_rust_frame() {
     run_gdb_script(&rust_fixture("rust_frames.rs"), "print-trace-c");
 }
+
+/// A `print_trace` that gdb stopped inside (a breakpoint on its `write`) is abandoned; the
+/// next one on the same thread answers in full instead of saying another thread is busy.
+#[test]
+fn a_call_abandoned_at_a_breakpoint_does_not_block_the_next() {
+    run_gdb_script(&c_fixture("print_limits.c", &[]), "abandoned");
+}
+
+/// Under an address-space limit that refuses the 1 GiB scratch reservation, a smaller one
+/// serves: frames are still symbolized.
+#[test]
+fn symbolizes_under_an_address_space_limit() {
+    run_gdb_script(&c_fixture("print_limits.c", &[]), "limited");
+}

@@ -357,11 +357,15 @@ pub(crate) fn unlock_all() {
 
 // ---- scratch region ----------------------------------------------------------------------
 
-/// Virtual size reserved for the scratch region: symbolizing a large binary's DWARF parses
-/// tens of MB; the reservation costs nothing until touched (`MAP_NORESERVE`).
-const SCRATCH_LEN: usize = 1 << 30;
+/// Virtual sizes tried, largest first, for the scratch region: symbolizing a large binary's
+/// DWARF parses tens of MB, and the reservation costs nothing until touched
+/// (`MAP_NORESERVE`); but under an address-space limit (`ulimit -v`) a smaller one is better
+/// than none, which would leave `print_trace` with raw addresses.
+const SCRATCH_LENS: [usize; 4] = [1 << 30, 1 << 28, 1 << 26, 1 << 24];
 
 static SCRATCH_BASE: AtomicUsize = AtomicUsize::new(0);
+/// The size reserved at `SCRATCH_BASE`.
+static SCRATCH_LEN: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// Whether this thread's global-allocator requests go to the scratch region. A `const`
@@ -378,7 +382,7 @@ static SCRATCH_USED: AtomicUsize = AtomicUsize::new(0);
 
 fn scratch_contains(p: *mut u8) -> bool {
     let base = SCRATCH_BASE.load(Ordering::Relaxed);
-    base != 0 && (p as usize) >= base && (p as usize) < base + SCRATCH_LEN
+    base != 0 && (p as usize) >= base && (p as usize) < base + SCRATCH_LEN.load(Ordering::Relaxed)
 }
 
 fn scratch_alloc(layout: Layout) -> *mut u8 {
@@ -389,7 +393,7 @@ fn scratch_alloc(layout: Layout) -> *mut u8 {
     let used = SCRATCH_USED.load(Ordering::Relaxed);
     let start = round_up(base + used, layout.align().max(16));
     let end = start + layout.size();
-    if end > base + SCRATCH_LEN {
+    if end > base + SCRATCH_LEN.load(Ordering::Relaxed) {
         return ptr::null_mut();
     }
     SCRATCH_USED.store(end - base, Ordering::Relaxed);
@@ -398,45 +402,63 @@ fn scratch_alloc(layout: Layout) -> *mut u8 {
 
 /// While alive, the current thread's Rust allocations come from the scratch region.
 ///
-/// Only one scope may exist at a time in the process; `print_trace` ensures that with its own
-/// busy flag. Everything allocated inside the scope must be dropped before the scope ends.
-pub(crate) struct ScratchScope(());
+/// Only one thread may use the region at a time; `print_trace` ensures that with its own
+/// busy flag. Scopes on that thread nest (gdb may stop one `print_trace` and call another):
+/// each gives back only what was allocated since it began. Everything allocated inside a
+/// scope must be dropped before the scope ends.
+pub(crate) struct ScratchScope {
+    /// The region's use when the scope began, restored when it ends.
+    outer_used: usize,
+    /// Whether the thread was in scratch mode already.
+    was_in: bool,
+}
 
 impl ScratchScope {
     /// Enters scratch mode, reserving the region on first use. `None` if it cannot be reserved.
     pub fn enter() -> Option<Self> {
         if SCRATCH_BASE.load(Ordering::Relaxed) == 0 {
-            // SAFETY: an anonymous private reservation at a kernel-chosen address.
-            let p = unsafe {
-                libc::mmap(
-                    ptr::null_mut(),
-                    SCRATCH_LEN,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return None;
-            }
+            let (p, len) = SCRATCH_LENS.iter().find_map(|&len| {
+                // SAFETY: an anonymous private reservation at a kernel-chosen address.
+                let p = unsafe {
+                    libc::mmap(
+                        ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                        -1,
+                        0,
+                    )
+                };
+                (p != libc::MAP_FAILED).then_some((p, len))
+            })?;
+            SCRATCH_LEN.store(len, Ordering::Relaxed);
             SCRATCH_BASE.store(p as usize, Ordering::Relaxed);
         }
-        IN_SCRATCH.with(|s| s.set(true));
-        Some(ScratchScope(()))
+        let was_in = IN_SCRATCH.with(|s| s.replace(true));
+        Some(ScratchScope {
+            outer_used: SCRATCH_USED.load(Ordering::Relaxed),
+            was_in,
+        })
     }
 }
 
 impl Drop for ScratchScope {
     fn drop(&mut self) {
-        IN_SCRATCH.with(|s| s.set(false));
+        IN_SCRATCH.with(|s| s.set(self.was_in));
         let base = SCRATCH_BASE.load(Ordering::Relaxed);
-        let used = round_up(SCRATCH_USED.swap(0, Ordering::Relaxed), PAGE);
-        if used > 0 {
+        let used = round_up(SCRATCH_USED.swap(self.outer_used, Ordering::Relaxed), PAGE);
+        let kept = round_up(self.outer_used, PAGE);
+        if used > kept {
             // Give the touched pages back so repeated print_trace calls do not pin memory.
-            // SAFETY: the pages belong to the scratch reservation and nothing refers to them
-            // any more (the scope's contract).
-            unsafe { libc::madvise(base as *mut libc::c_void, used, libc::MADV_DONTNEED) };
+            // SAFETY: the pages belong to the scratch reservation, above what an outer scope
+            // still uses, and nothing refers to them any more (the scope's contract).
+            unsafe {
+                libc::madvise(
+                    (base + kept) as *mut libc::c_void,
+                    used - kept,
+                    libc::MADV_DONTNEED,
+                )
+            };
         }
     }
 }

@@ -68,7 +68,7 @@ pub(crate) fn stop() {
 /// to finish with it; `None` after that (frames are then written raw).
 pub(crate) fn printing_within_a_second() -> Option<Printing> {
     for _ in 0..1000 {
-        if let Some(p) = Printing::begin() {
+        if let Ok(p) = Printing::begin() {
             return Some(p);
         }
         sleep_ms(1);

@@ -5,26 +5,39 @@
 //! every other thread anywhere: so its allocations come from the arena's scratch region, which
 //! takes no lock (docs/FINDINGS.md, "Calling into a stopped process"). The region serves one
 //! user at a time; [`Printing`] is that right. Without it, or without memory, frames are
-//! written raw, as `module+offset`, after a `busy` line saying why.
+//! written raw, as `module+offset`, after a line saying why.
 
 use crate::arena::ScratchScope;
 use crate::capture::modules::{self, ModuleSet};
 use crate::out::Out;
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicU32, Ordering};
 use mem_trace_read::symbolize::{ModuleRef, SymFrame, Symbolizer};
 use mem_trace_read::text;
 
-/// Held while one thread symbolizes (the scratch region is single-user).
-static PRINTING: AtomicBool = AtomicBool::new(false);
+/// The kernel id of the thread that holds the right to symbolize (the scratch region is
+/// single-user); 0 when free.
+static PRINTING: AtomicU32 = AtomicU32::new(0);
 
 /// The right to symbolize in process; released on drop.
-pub struct Printing(());
+pub struct Printing {
+    /// Taken again by the thread that held it (see [`Printing::begin`]): the outer holder
+    /// releases it.
+    nested: bool,
+}
 
 impl Printing {
-    /// Takes the right, or `None` while another thread holds it (never waits).
-    pub fn begin() -> Option<Printing> {
-        (!PRINTING.swap(true, Ordering::Acquire)).then_some(Printing(()))
+    /// Takes the right, or says which thread holds it (never waits). The thread that holds
+    /// it may take it again: gdb can stop a `print_trace` at a breakpoint and call another on
+    /// the same thread, and a call it abandons never returns to give the right back.
+    pub fn begin() -> Result<Printing, u32> {
+        // SAFETY: gettid takes no argument and cannot fail.
+        let me = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        match PRINTING.compare_exchange(0, me, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => Ok(Printing { nested: false }),
+            Err(holder) if holder == me => Ok(Printing { nested: true }),
+            Err(holder) => Err(holder),
+        }
     }
 
     /// Numbered frames with names and `file:line`; raw `module+offset` when symbolizing is
@@ -135,7 +148,9 @@ impl Drop for StackWriter<'_> {
 
 impl Drop for Printing {
     fn drop(&mut self) {
-        PRINTING.store(false, Ordering::Release);
+        if !self.nested {
+            PRINTING.store(0, Ordering::Release);
+        }
     }
 }
 
@@ -146,8 +161,11 @@ pub fn write_stack(out: &mut Out, frames: &[u64]) -> fmt::Result {
         return writeln!(out, "   (no stack recorded)");
     }
     match Printing::begin() {
-        Some(p) => p.write_stack(out, frames),
-        None => write_raw(out, frames, modules::snapshot(), "print_trace is running"),
+        Ok(p) => p.write_stack(out, frames),
+        Err(holder) => {
+            writeln!(out, "mem-trace: busy: print_trace is running in thread {holder}, or gdb stopped it there; raw addresses follow")?;
+            write_raw_frames(out, frames, modules::snapshot())
+        }
     }
 }
 
@@ -216,7 +234,7 @@ fn folded_frame<'a>(
 }
 
 fn write_raw(out: &mut Out, frames: &[u64], set: Option<&ModuleSet>, why: &str) -> fmt::Result {
-    writeln!(out, "mem-trace: busy: {why}; raw addresses follow")?;
+    writeln!(out, "mem-trace: {why}; raw addresses follow")?;
     write_raw_frames(out, frames, set)
 }
 
