@@ -237,7 +237,7 @@ class GdbTests(unittest.TestCase):
         self.assertLine(out, r"List every remembered allocation and free .*")
 
     def test_info_history_figures(self):
-        self.assertLine(self.live, r"freed history: +4096 records, \d+ frees written \(\d+ of 4096 held\)")
+        self.assertLine(self.live, r"freed history: +4096 records, \d+ claimed by freeing threads \(in runs of up to 8 per thread\)")
         self.assertLine(self.live, r"free stacks: +on")
         self.assertLine(self.live, r"quarantine: +off \(MEM_TRACE_QUARANTINE=0\)")
         self.assertLine(self.live, r"errors reported: +0 .*")
@@ -257,7 +257,7 @@ class GdbTests(unittest.TestCase):
             "mtrace-info", "mtrace-why moved_from", "mtrace-history moved_from", "mtrace-why dangling",
         ])
         self.assertLine(out, r"free stacks: +off \(MEM_TRACE_FREE_STACKS=0\)")
-        self.assertLine(out, r"freed history: +2 records, 6 frees written \(wrapped: keeps the last 2\)")
+        self.assertLine(out, r"freed history: +2 records, 6 claimed by freeing threads \(wrapped: keeps the last 2\)")
         self.assertLine(out, r"0x[0-9a-f]+ is at the start of a 24-byte block .* freed \(by realloc\) by thread 1 .*")
         self.assertLine(out, r"\(no free stack was recorded: MEM_TRACE_FREE_STACKS=0\)")
         self.assertLine(out, r"\(history keeps the last 2 frees; older events are gone\)")

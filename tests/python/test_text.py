@@ -382,7 +382,7 @@ class InfoTextTests(unittest.TestCase):
             "  untracked:       0",
             "  next sequence:   4",
             "  flags:           initialised",
-            "  freed history:   8 records, 1 free written (1 of 8 held)",
+            "  freed history:   8 records, 1 claimed by freeing threads (in runs of up to 8 per thread)",
             "  free stacks:     on",
             "  quarantine:      off (MEM_TRACE_QUARANTINE=0)",
             "  errors reported: 0 (double or invalid frees)",
@@ -404,7 +404,7 @@ class InfoTextTests(unittest.TestCase):
             "  errors reported: 2 (double or invalid frees)",
         ])
         facts, _, _ = self.facts(history_capacity=2, written=6)
-        self.assertIn("  freed history:   2 records, 6 frees written (wrapped: keeps the last 2)",
+        self.assertIn("  freed history:   2 records, 6 claimed by freeing threads (wrapped: keeps the last 2)",
                       info.lines(facts))
 
     def test_unreadable_history_is_one_line(self):

@@ -57,12 +57,15 @@ def history_lines(facts: InfoFacts) -> List[str]:
     if not h.enabled:
         out = ["  freed history:   off (MEM_TRACE_FREED=0)"]
     else:
+        # Records are claimed by each freeing thread in runs (one shared atomic per run, not
+        # per free), so the count is of records claimed, not frees: a thread that freed once
+        # holds a run whose other records are empty.
         kept = (
             f"wrapped: keeps the last {h.capacity}" if h.wrapped
-            else f"{h.held} of {h.capacity} held"
+            else "in runs of up to 8 per thread"
         )
-        frees = "1 free" if h.written == 1 else f"{h.written} frees"
-        out = [f"  freed history:   {h.capacity} records, {frees} written ({kept})"]
+        out = [f"  freed history:   {h.capacity} records, {h.written} claimed by freeing threads "
+               f"({kept})"]
     quarantine = (
         f"{h.quarantined_bytes} of {h.quarantine_limit} bytes held"
         if h.quarantine_limit else "off (MEM_TRACE_QUARANTINE=0)"

@@ -103,19 +103,16 @@ fn history_lines(facts: &InfoFacts) -> Vec<String> {
     let first = if !h.enabled() {
         "  freed history:   off (MEM_TRACE_FREED=0)".to_string()
     } else {
+        // Records are claimed by each freeing thread in runs (one shared atomic per run, not
+        // per free), so the count is of records claimed, not frees.
         let kept = if h.wrapped() {
             format!("wrapped: keeps the last {}", h.capacity)
         } else {
-            format!("{} of {} held", h.held(), h.capacity)
-        };
-        let frees = if h.written == 1 {
-            "1 free".to_string()
-        } else {
-            format!("{} frees", h.written)
+            "in runs of up to 8 per thread".to_string()
         };
         format!(
-            "  freed history:   {} records, {frees} written ({kept})",
-            h.capacity
+            "  freed history:   {} records, {} claimed by freeing threads ({kept})",
+            h.capacity, h.written
         )
     };
     let quarantine = if h.quarantine_limit > 0 {

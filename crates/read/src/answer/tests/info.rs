@@ -51,7 +51,7 @@ fn loaded() {
             "  untracked:       0",
             "  next sequence:   4",
             "  flags:           initialised",
-            "  freed history:   8 records, 1 free written (1 of 8 held)",
+            "  freed history:   8 records, 1 claimed by freeing threads (in runs of up to 8 per thread)",
             "  free stacks:     on",
             "  quarantine:      off (MEM_TRACE_QUARANTINE=0)",
             "  errors reported: 0 (double or invalid frees)",
@@ -92,7 +92,8 @@ fn history_variants() {
         b.written = Some(6);
     });
     assert!(out.contains(
-        &"  freed history:   2 records, 6 frees written (wrapped: keeps the last 2)".to_string()
+        &"  freed history:   2 records, 6 claimed by freeing threads (wrapped: keeps the last 2)"
+            .to_string()
     ));
 }
 
