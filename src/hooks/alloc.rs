@@ -20,9 +20,29 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     if p.is_null() {
         // SAFETY: as above.
         p = unsafe { glibc::__libc_malloc(size) };
+        if p.is_null() {
+            // SAFETY: as above.
+            p = again(&g, size, || unsafe { glibc::__libc_malloc(size) });
+        }
     }
     record::allocated(&g, p, size);
     p
+}
+
+/// glibc returned null for `size` bytes: if it ran out of memory (`ENOMEM`, not a bad
+/// argument), the quarantine gives it back every block it holds and glibc is asked once more
+/// (`ask`); null if nothing was held. Without this, blocks held back for the program's
+/// protection would make it fail where it would not without the tracer.
+#[cold]
+#[inline(never)]
+pub(super) fn again(g: &Guard, size: usize, ask: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    // SAFETY: errno is this thread's.
+    let out_of_memory = unsafe { *libc::__errno_location() } == libc::ENOMEM;
+    // glibc refuses more than PTRDIFF_MAX bytes without trying: giving back would not help.
+    if out_of_memory && size <= isize::MAX as usize && record::give_back(g, &Glibc) {
+        return ask();
+    }
+    ptr::null_mut()
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -45,7 +65,13 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
             p
         }
         // SAFETY: as above.
-        _ => unsafe { glibc::__libc_calloc(n, size) },
+        _ => match unsafe { glibc::__libc_calloc(n, size) } {
+            // SAFETY: as above.
+            p if p.is_null() => again(&g, n.saturating_mul(size), || unsafe {
+                glibc::__libc_calloc(n, size)
+            }),
+            p => p,
+        },
     };
     // Non-null means the product did not overflow.
     record::allocated(&g, p, n.wrapping_mul(size));
@@ -95,7 +121,13 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         return core::ptr::null_mut();
     }
     // SAFETY: forwarded contract.
-    let q = unsafe { glibc::__libc_realloc(p, size) };
+    let mut q = unsafe { glibc::__libc_realloc(p, size) };
+    // Size 0 freed `p`: a null result is no failure. Otherwise `p` is untouched and may be
+    // asked for again.
+    if q.is_null() && size != 0 {
+        // SAFETY: as above.
+        q = again(&g, size, || unsafe { glibc::__libc_realloc(p, size) });
+    }
     record::reallocated(&g, old, p, q, size);
     q
 }
