@@ -103,3 +103,12 @@ fn mtrace_info_counts_the_untracked_blocks() {
         "info",
     );
 }
+
+/// Threads that never allocate get no glibc arena under the tracer (they did: 64 MiB of
+/// address space each), and two threads allocating under a limit 16 MiB above the process's
+/// size get no NULL, as without the tracer.
+#[test]
+fn threads_get_no_extra_arena_and_no_null_under_a_tight_limit() {
+    let traced = fixture_run(&c_fixture("oom_threads.c", &["-pthread"]), "").run_same_as_plain();
+    assert_eq!(notes(&traced), 0, "{}", traced.describe());
+}

@@ -4,7 +4,7 @@ use crate::glibc::{self, Glibc};
 use core::ffi::c_void;
 use core::ptr;
 use mem_trace_core::guard::Guard;
-use mem_trace_core::record::{self, Disposition};
+use mem_trace_core::record::{self, nested, Disposition};
 
 #[cfg_attr(not(test), no_mangle)]
 /// `malloc(3)`.
@@ -13,8 +13,7 @@ use mem_trace_core::record::{self, Disposition};
 /// As for glibc's `malloc`.
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     let Some(g) = Guard::enter() else {
-        // SAFETY: glibc's malloc has no preconditions.
-        return unsafe { glibc::__libc_malloc(size) };
+        return nested_malloc(size);
     };
     let mut p = record::reuse(&g, size);
     if p.is_null() {
@@ -27,6 +26,29 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     }
     record::allocated(&g, p, size);
     p
+}
+
+/// A `malloc` inside the tracer (the guard held): glibc's, or the arena's while the tracer
+/// asks for that (`record::nested`).
+#[cold]
+#[inline(never)]
+fn nested_malloc(size: usize) -> *mut c_void {
+    match nested::malloc(size) {
+        // SAFETY: glibc's malloc has no preconditions.
+        p if p.is_null() => unsafe { glibc::__libc_malloc(size) },
+        p => p,
+    }
+}
+
+/// A `calloc` inside the tracer, as [`nested_malloc`].
+#[cold]
+#[inline(never)]
+fn nested_calloc(n: usize, size: usize) -> *mut c_void {
+    match nested::calloc(n, size) {
+        // SAFETY: glibc's calloc has no preconditions.
+        p if p.is_null() => unsafe { glibc::__libc_calloc(n, size) },
+        p => p,
+    }
 }
 
 /// glibc returned null for `size` bytes: if it ran out of memory (`ENOMEM`, not a bad
@@ -52,8 +74,7 @@ pub(super) fn again(g: &Guard, size: usize, ask: impl FnOnce() -> *mut c_void) -
 /// As for glibc's `calloc`.
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     let Some(g) = Guard::enter() else {
-        // SAFETY: glibc's calloc has no preconditions.
-        return unsafe { glibc::__libc_calloc(n, size) };
+        return nested_calloc(n, size);
     };
     let recycled = n
         .checked_mul(size)
@@ -90,6 +111,8 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     }
     let disposition = match Guard::enter() {
         Some(g) => record::free(&g, p, &Glibc),
+        // SAFETY: forwarded contract.
+        None if unsafe { nested::free(p) } => return,
         None => Disposition::Release,
     };
     if disposition == Disposition::Release {
@@ -110,6 +133,10 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         return unsafe { malloc(size) };
     }
     let Some(g) = Guard::enter() else {
+        // SAFETY: forwarded contract.
+        if let Some(q) = unsafe { nested::realloc(p, size) } {
+            return q;
+        }
         // SAFETY: forwarded contract.
         return unsafe { glibc::__libc_realloc(p, size) };
     };

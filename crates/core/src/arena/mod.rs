@@ -159,9 +159,11 @@ fn map(len: usize) -> *mut u8 {
 /// - `p..p+len` must be a whole mapping (or page-aligned part of one) made by [`map`] that
 ///   nothing refers to any more.
 unsafe fn unmap(p: *mut u8, len: usize) {
+    // Unmarked first: once unmapped, glibc may map the same pages, and a block of glibc's
+    // there must not pass for one of the arena's (`owns`).
+    pages::mark(p, len, false);
     // SAFETY: guaranteed by the caller.
     unsafe { libc::munmap(p.cast(), len) };
-    pages::mark(p, len, false);
     MAPPED.fetch_sub(len, Ordering::Relaxed);
 }
 

@@ -164,6 +164,9 @@ unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
 pub fn thread_started() {
     let state = state::current();
     if let Some(_g) = Guard::enter() {
+        // `pthread_getattr_np` allocates: from the arena, or glibc would give the thread a
+        // malloc arena that the program's code may never need (see `nested`).
+        let _arena = super::nested::from_arena();
         state.capture.bounds.set_from_pthread();
     }
 }

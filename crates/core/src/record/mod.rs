@@ -8,6 +8,7 @@
 
 mod invalid;
 mod lifecycle;
+pub mod nested;
 
 use lifecycle::{degraded, ready};
 pub use lifecycle::{on_load, on_unload, thread_started};
