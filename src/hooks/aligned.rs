@@ -1,10 +1,22 @@
 //! The aligned allocators (`posix_memalign`, `aligned_alloc`, `memalign`, `valloc`,
 //! `pvalloc`) and `malloc_usable_size`.
 
+use super::alloc::again;
 use crate::glibc;
 use core::ffi::{c_int, c_void};
 use mem_trace_core::guard::Guard;
 use mem_trace_core::record;
+
+/// `ask()`, and once more if glibc ran out of memory while the quarantine held blocks (see
+/// `alloc::again`); only for the outermost call (`g`), not the tracer's own.
+#[inline(always)]
+fn retried(g: &Option<Guard>, size: usize, ask: impl Fn() -> *mut c_void) -> *mut c_void {
+    let p = ask();
+    match g {
+        Some(g) if p.is_null() => again(g, size, ask),
+        _ => p,
+    }
+}
 
 /// The glibc rule for `posix_memalign`: a power-of-two multiple of `sizeof(void *)`.
 fn valid_posix_alignment(align: usize) -> bool {
@@ -24,7 +36,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     }
     let g = Guard::enter();
     // SAFETY: glibc's memalign has no preconditions.
-    let p = unsafe { glibc::__libc_memalign(align, size) };
+    let p = retried(&g, size, || unsafe { glibc::__libc_memalign(align, size) });
     if p.is_null() {
         return libc::ENOMEM;
     }
@@ -44,7 +56,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 /// As for glibc's `aligned_alloc`.
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
     let g = Guard::enter();
-    let p = match glibc::ALIGNED_ALLOC.get() {
+    let p = retried(&g, size, || match glibc::ALIGNED_ALLOC.get() {
         0 => {
             // SAFETY: glibc's memalign has no preconditions.
             unsafe { glibc::__libc_memalign(align, size) }
@@ -56,7 +68,7 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
             // SAFETY: forwarded contract.
             unsafe { f(align, size) }
         }
-    };
+    });
     if let Some(g) = g {
         record::allocated(&g, p, size);
     }
@@ -71,7 +83,7 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
     let g = Guard::enter();
     // SAFETY: glibc's memalign has no preconditions.
-    let p = unsafe { glibc::__libc_memalign(align, size) };
+    let p = retried(&g, size, || unsafe { glibc::__libc_memalign(align, size) });
     if let Some(g) = g {
         record::allocated(&g, p, size);
     }
@@ -86,7 +98,7 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
     let g = Guard::enter();
     // SAFETY: glibc's valloc has no preconditions.
-    let p = unsafe { glibc::__libc_valloc(size) };
+    let p = retried(&g, size, || unsafe { glibc::__libc_valloc(size) });
     if let Some(g) = g {
         record::allocated(&g, p, size);
     }
@@ -101,7 +113,7 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
     let g = Guard::enter();
     // SAFETY: glibc's pvalloc has no preconditions.
-    let p = unsafe { glibc::__libc_pvalloc(size) };
+    let p = retried(&g, size, || unsafe { glibc::__libc_pvalloc(size) });
     if let Some(g) = g {
         let page = 4096usize;
         record::allocated(&g, p, size.div_ceil(page).max(1) * page);

@@ -4,7 +4,7 @@ use crate::glibc::{self, Glibc};
 use core::ffi::c_void;
 use core::ptr;
 use mem_trace_core::guard::Guard;
-use mem_trace_core::record::{self, Disposition};
+use mem_trace_core::record::{self, nested, Disposition};
 
 #[cfg_attr(not(test), no_mangle)]
 /// `malloc(3)`.
@@ -13,16 +13,58 @@ use mem_trace_core::record::{self, Disposition};
 /// As for glibc's `malloc`.
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     let Some(g) = Guard::enter() else {
-        // SAFETY: glibc's malloc has no preconditions.
-        return unsafe { glibc::__libc_malloc(size) };
+        return nested_malloc(size);
     };
     let mut p = record::reuse(&g, size);
     if p.is_null() {
         // SAFETY: as above.
         p = unsafe { glibc::__libc_malloc(size) };
+        if p.is_null() {
+            // SAFETY: as above.
+            p = again(&g, size, || unsafe { glibc::__libc_malloc(size) });
+        }
     }
     record::allocated(&g, p, size);
     p
+}
+
+/// A `malloc` inside the tracer (the guard held): glibc's, or the arena's while the tracer
+/// asks for that (`record::nested`).
+#[cold]
+#[inline(never)]
+fn nested_malloc(size: usize) -> *mut c_void {
+    match nested::malloc(size) {
+        // SAFETY: glibc's malloc has no preconditions.
+        p if p.is_null() => unsafe { glibc::__libc_malloc(size) },
+        p => p,
+    }
+}
+
+/// A `calloc` inside the tracer, as [`nested_malloc`].
+#[cold]
+#[inline(never)]
+fn nested_calloc(n: usize, size: usize) -> *mut c_void {
+    match nested::calloc(n, size) {
+        // SAFETY: glibc's calloc has no preconditions.
+        p if p.is_null() => unsafe { glibc::__libc_calloc(n, size) },
+        p => p,
+    }
+}
+
+/// glibc returned null for `size` bytes: if it ran out of memory (`ENOMEM`, not a bad
+/// argument), the quarantine gives it back every block it holds and glibc is asked once more
+/// (`ask`); null if nothing was held. Without this, blocks held back for the program's
+/// protection would make it fail where it would not without the tracer.
+#[cold]
+#[inline(never)]
+pub(super) fn again(g: &Guard, size: usize, ask: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    // SAFETY: errno is this thread's.
+    let out_of_memory = unsafe { *libc::__errno_location() } == libc::ENOMEM;
+    // glibc refuses more than PTRDIFF_MAX bytes without trying: giving back would not help.
+    if out_of_memory && size <= isize::MAX as usize && record::give_back(g, &Glibc) {
+        return ask();
+    }
+    ptr::null_mut()
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -32,8 +74,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// As for glibc's `calloc`.
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     let Some(g) = Guard::enter() else {
-        // SAFETY: glibc's calloc has no preconditions.
-        return unsafe { glibc::__libc_calloc(n, size) };
+        return nested_calloc(n, size);
     };
     let recycled = n
         .checked_mul(size)
@@ -45,7 +86,13 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
             p
         }
         // SAFETY: as above.
-        _ => unsafe { glibc::__libc_calloc(n, size) },
+        _ => match unsafe { glibc::__libc_calloc(n, size) } {
+            // SAFETY: as above.
+            p if p.is_null() => again(&g, n.saturating_mul(size), || unsafe {
+                glibc::__libc_calloc(n, size)
+            }),
+            p => p,
+        },
     };
     // Non-null means the product did not overflow.
     record::allocated(&g, p, n.wrapping_mul(size));
@@ -64,6 +111,8 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     }
     let disposition = match Guard::enter() {
         Some(g) => record::free(&g, p, &Glibc),
+        // SAFETY: forwarded contract.
+        None if unsafe { nested::free(p) } => return,
         None => Disposition::Release,
     };
     if disposition == Disposition::Release {
@@ -85,6 +134,10 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     }
     let Some(g) = Guard::enter() else {
         // SAFETY: forwarded contract.
+        if let Some(q) = unsafe { nested::realloc(p, size) } {
+            return q;
+        }
+        // SAFETY: forwarded contract.
         return unsafe { glibc::__libc_realloc(p, size) };
     };
     let old = record::take(&g, p);
@@ -95,7 +148,13 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         return core::ptr::null_mut();
     }
     // SAFETY: forwarded contract.
-    let q = unsafe { glibc::__libc_realloc(p, size) };
+    let mut q = unsafe { glibc::__libc_realloc(p, size) };
+    // Size 0 freed `p`: a null result is no failure. Otherwise `p` is untouched and may be
+    // asked for again.
+    if q.is_null() && size != 0 {
+        // SAFETY: as above.
+        q = again(&g, size, || unsafe { glibc::__libc_realloc(p, size) });
+    }
     record::reallocated(&g, old, p, q, size);
     q
 }

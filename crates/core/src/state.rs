@@ -13,6 +13,9 @@ use core::cell::Cell;
 pub(crate) struct ThreadState {
     /// Whether the thread is inside the tracer (see `guard`).
     pub(crate) busy: Cell<bool>,
+    /// Whether glibc's allocations inside the tracer's calls come from the arena
+    /// (`record::nested`).
+    pub(crate) nested_from_arena: Cell<bool>,
     /// The thread's index in the thread table.
     pub thread: threads::Local,
     /// Stack bounds, unwinder state and the frame buffer.
@@ -32,6 +35,7 @@ impl ThreadState {
     const fn new() -> Self {
         Self {
             busy: Cell::new(false),
+            nested_from_arena: Cell::new(false),
             thread: threads::Local::new(),
             capture: capture::Local::new(),
             stacks: stacks::Local::new(),

@@ -22,6 +22,15 @@
 //!   region instead, a bump allocator that takes no lock at all and is emptied when
 //!   `print_trace` returns; frees into it are no-ops. That keeps `print_trace` from waiting on
 //!   a class lock held by a thread gdb has stopped.
+//!
+//! Out of memory (a mapping refused, e.g. under `ulimit -v`): the explicit calls return null
+//! and their callers do without (a block left untracked, a free not held back). The first
+//! refusal also calls the function registered with [`when_short`], once: the tracer stops
+//! recording (`record`), so that it stops asking. Requests through the global allocator cannot
+//! fail gracefully (Rust aborts the program when they return null, and the crates that make
+//! them — framehop, gimli — cannot be told otherwise), so those that the arena cannot serve
+//! come from a small reserve mapped at start-up ([`keep_reserve`]): enough for the captures
+//! in flight when memory ran out to finish.
 
 mod pages;
 
@@ -29,7 +38,7 @@ use crate::sync::SpinLock;
 use core::alloc::{GlobalAlloc, Layout};
 use core::cell::Cell;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 const PAGE: usize = 4096;
 /// Chunk size of the small classes. Every class a program touches maps at least one chunk; a
@@ -92,6 +101,32 @@ fn note_mapped(bytes: usize) {
     PEAK_MAPPED.fetch_max(now, Ordering::Relaxed);
 }
 
+/// What to call the first time a mapping is refused (see the module documentation), as a
+/// `fn()` address; 0 until [`when_short`] sets it.
+static ON_SHORT: AtomicUsize = AtomicUsize::new(0);
+/// Set once a mapping was refused.
+static SHORT: AtomicBool = AtomicBool::new(false);
+
+/// Registers what to do, once, when the arena first fails to map memory. It is called from
+/// inside the failing allocation, possibly with a class lock or a store's lock held: it must
+/// neither allocate from the arena nor take the tracer's locks.
+pub(crate) fn when_short(f: fn()) {
+    ON_SHORT.store(f as usize, Ordering::Relaxed);
+}
+
+#[cold]
+#[inline(never)]
+fn short() {
+    // A refusal before anyone registered (the tracer starting) is nobody's to act on.
+    let f = ON_SHORT.load(Ordering::Relaxed);
+    if f == 0 || SHORT.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: only `when_short` stores it, from a `fn()`.
+    let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(f) };
+    f();
+}
+
 /// Maps `len` bytes of zeroed, private, anonymous memory; null on failure.
 fn map(len: usize) -> *mut u8 {
     // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
@@ -107,11 +142,13 @@ fn map(len: usize) -> *mut u8 {
         )
     };
     if p == libc::MAP_FAILED {
+        short();
         return ptr::null_mut();
     }
     if !pages::mark(p.cast(), len, true) {
         // SAFETY: the mapping just made, which nothing refers to.
         unsafe { libc::munmap(p, len) };
+        short();
         return ptr::null_mut();
     }
     note_mapped(len);
@@ -122,9 +159,11 @@ fn map(len: usize) -> *mut u8 {
 /// - `p..p+len` must be a whole mapping (or page-aligned part of one) made by [`map`] that
 ///   nothing refers to any more.
 unsafe fn unmap(p: *mut u8, len: usize) {
+    // Unmarked first: once unmapped, glibc may map the same pages, and a block of glibc's
+    // there must not pass for one of the arena's (`owns`).
+    pages::mark(p, len, false);
     // SAFETY: guaranteed by the caller.
     unsafe { libc::munmap(p.cast(), len) };
-    pages::mark(p, len, false);
     MAPPED.fetch_sub(len, Ordering::Relaxed);
 }
 
@@ -280,7 +319,10 @@ unsafe impl GlobalAlloc for Arena {
         if in_scratch() {
             return scratch_alloc(layout);
         }
-        allocate(layout)
+        match allocate(layout) {
+            p if p.is_null() => reserve_alloc(layout),
+            p => p,
+        }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
@@ -289,11 +331,15 @@ unsafe impl GlobalAlloc for Arena {
             // pages are given back to the kernel (zeroed) when it ends.
             return scratch_alloc(layout);
         }
-        allocate_zeroed(layout)
+        match allocate_zeroed(layout) {
+            // Reserve blocks are never reused: still zero.
+            p if p.is_null() => reserve_alloc(layout),
+            p => p,
+        }
     }
 
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
-        if scratch_contains(p) {
+        if scratch_contains(p) || reserve_contains(p) {
             return;
         }
         // SAFETY: `p` was returned by `alloc` with this layout (GlobalAlloc's contract).
@@ -352,6 +398,89 @@ pub(crate) fn lock_all() {
 pub(crate) fn unlock_all() {
     for c in &CLASS_STATE {
         c.raw().unlock();
+    }
+}
+
+// ---- reserve -----------------------------------------------------------------------------
+
+/// Bytes kept for global-allocator requests the arena cannot serve (see the module
+/// documentation). What one capture may allocate through the global allocator when memory
+/// runs out mid-way: a thread's framehop cache and gimli context (a few KiB to a few tens), the
+/// module list rebuilt after a `dlopen` (~100 bytes a module).
+const RESERVE_LEN: usize = 256 << 10;
+
+static RESERVE_BASE: AtomicUsize = AtomicUsize::new(0);
+static RESERVE_USED: AtomicUsize = AtomicUsize::new(0);
+
+/// Maps the reserve, once (tracer start-up, before the program can have lowered its limits).
+/// Without it, a global-allocator request the arena cannot serve aborts the program as it did
+/// before the reserve existed.
+pub(crate) fn keep_reserve() {
+    if RESERVE_BASE.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    // SAFETY: an anonymous private mapping at a kernel-chosen address.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            RESERVE_LEN,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return;
+    }
+    // Marked as the arena's, so that `owns` (the `Traced` wrapper's `dealloc`) knows it.
+    if !pages::mark(p.cast(), RESERVE_LEN, true) {
+        // SAFETY: ours, never published.
+        unsafe { libc::munmap(p, RESERVE_LEN) };
+        return;
+    }
+    if RESERVE_BASE
+        .compare_exchange(0, p as usize, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        // SAFETY: ours, never published.
+        unsafe { libc::munmap(p, RESERVE_LEN) };
+        pages::mark(p.cast(), RESERVE_LEN, false);
+        return;
+    }
+    note_mapped(RESERVE_LEN);
+}
+
+fn reserve_contains(p: *mut u8) -> bool {
+    let base = RESERVE_BASE.load(Ordering::Relaxed);
+    base != 0 && (p as usize) >= base && (p as usize) < base + RESERVE_LEN
+}
+
+/// A block of the reserve: a bump pointer shared by all threads, never moved back (frees into
+/// the reserve are no-ops). Null once it is used up.
+#[cold]
+#[inline(never)]
+fn reserve_alloc(layout: Layout) -> *mut u8 {
+    let base = RESERVE_BASE.load(Ordering::Acquire);
+    if base == 0 {
+        return ptr::null_mut();
+    }
+    let mut used = RESERVE_USED.load(Ordering::Relaxed);
+    loop {
+        let start = round_up(base + used, layout.align());
+        let end = start.saturating_add(layout.size());
+        if end > base + RESERVE_LEN {
+            return ptr::null_mut();
+        }
+        match RESERVE_USED.compare_exchange_weak(
+            used,
+            end - base,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return start as *mut u8,
+            Err(now) => used = now,
+        }
     }
 }
 
@@ -521,6 +650,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_reserve_hands_out_aligned_blocks_it_owns_and_ignores_their_frees() {
+        keep_reserve();
+        let base = RESERVE_BASE.load(Ordering::Relaxed);
+        assert_ne!(base, 0, "mapped");
+        let mut last = 0;
+        for (size, align) in [(24, 8), (100, 64), (8000, 16), (1, 4096)] {
+            let l = Layout::from_size_align(size, align).unwrap();
+            let p = reserve_alloc(l);
+            assert!(!p.is_null(), "size {size}");
+            assert_eq!(p as usize % align, 0);
+            assert!(reserve_contains(p) && reserve_contains(p.wrapping_add(size - 1)));
+            assert!(owns(p), "the arena's, for `Traced`'s dealloc");
+            assert!(p as usize >= last, "bump order");
+            last = p as usize + size;
+            // SAFETY: a reserve block for `l`: freeing it is a no-op.
+            unsafe { Arena.dealloc(p, l) };
+        }
+        let too_big = Layout::from_size_align(RESERVE_LEN + 1, 8).unwrap();
+        assert!(reserve_alloc(too_big).is_null());
     }
 
     #[test]

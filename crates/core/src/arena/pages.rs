@@ -3,9 +3,14 @@
 //! given only the pointer.
 //!
 //! A two-level bitmap over the 48-bit address space, one bit a page: a static directory of
-//! leaves, each leaf a lazily mapped bitmap covering 64 GiB (2 MiB of bits, `MAP_NORESERVE`:
+//! leaves, each leaf a lazily mapped bitmap covering 16 GiB (512 KiB of bits, `MAP_NORESERVE`:
 //! the kernel backs only the words that were written). Lookups take no lock and never
 //! allocate, so they are safe in `dealloc` at any time, `print_trace` included.
+//!
+//! The leaf size weighs address space, which `ulimit -v` counts even where nothing is backed:
+//! the directory (8 bytes a leaf, in `.bss`) against the leaves the arena's mappings touch,
+//! usually one. 64 GiB leaves cost 2 MiB for a tracer that maps a few; 16 GiB leaves, 512 KiB
+//! and a 128 KiB directory.
 
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -13,7 +18,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 const PAGE_BITS: u32 = 12;
 const ADDR_BITS: u32 = 48;
 /// Pages per leaf, as a power of two.
-const LEAF_BITS: u32 = 24;
+const LEAF_BITS: u32 = 22;
 const LEAF_WORDS: usize = (1 << LEAF_BITS) / 64;
 const LEAVES: usize = 1 << (ADDR_BITS - PAGE_BITS - LEAF_BITS);
 

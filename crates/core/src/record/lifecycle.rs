@@ -2,9 +2,17 @@
 //! statistics line at exit.
 //!
 //! Lifecycle: `UNINIT` → (first hooked call, or the library's ELF constructor, whichever comes
-//! first) `INITIALISING` → `READY`. Calls that arrive while another thread initialises are
-//! served untracked rather than made to wait; in practice the first call comes before any
-//! thread.
+//! first) `INITIALISING` → `READY` → (the tracer's own memory ran out) `DEGRADED`. Calls that
+//! arrive while another thread initialises are served untracked rather than made to wait; in
+//! practice the first call comes before any thread.
+//!
+//! `DEGRADED` is for good: the arena could not map memory (under `ulimit -v`, or the kernel
+//! refusing), so every store that grows may fail from then on, and the unwinder's allocations
+//! live on the arena's small reserve. Rather than fail piecemeal, the tracer stops taking
+//! memory: new blocks are not recorded (counted in the header's `untracked`), stacks are not
+//! captured, frees are not held in quarantine. Blocks already recorded are still forgotten
+//! when freed, so the table never claims a freed block is live. The program's calls keep
+//! glibc's semantics throughout; stderr gets one line saying so ([`degrade`]).
 
 use crate::capture::{self, modules};
 use crate::guard::Guard;
@@ -20,6 +28,7 @@ use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED};
 const UNINIT: u8 = 0;
 const INITIALISING: u8 = 1;
 const READY: u8 = 2;
+const DEGRADED: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 /// pthread key whose destructor tells us a thread exits (value: its thread index).
 static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
@@ -33,10 +42,39 @@ pub(super) fn ready() -> bool {
 }
 
 /// Whether the tracer is ready, without initialising it (the free path: a block freed before
-/// initialisation was never recorded).
+/// initialisation was never recorded). Still true once degraded: recorded blocks are forgotten
+/// when freed.
 #[inline(always)]
 pub(super) fn is_ready() -> bool {
-    STATE.load(Ordering::Acquire) == READY
+    STATE.load(Ordering::Acquire) >= READY
+}
+
+/// Whether the tracer stopped recording for want of memory (see the module documentation).
+#[inline]
+pub(super) fn degraded() -> bool {
+    STATE.load(Ordering::Relaxed) == DEGRADED
+}
+
+/// The one line [`degrade`] writes.
+const DEGRADED_NOTE: &[u8] = b"mem-trace: out of memory for the tracer's own tables: from now on new blocks are not recorded (counted as untracked), stacks are not captured and freed blocks are not held in quarantine\n";
+
+/// The arena could not map memory (called by it, once, from inside the failing allocation:
+/// so this neither allocates nor locks): stop recording, capturing and holding, and say so.
+fn degrade() {
+    if STATE.swap(DEGRADED, Ordering::AcqRel) == DEGRADED {
+        return;
+    }
+    stop_taking_memory();
+    // SAFETY: writes a static byte string to stderr; no allocation, no lock.
+    unsafe { libc::write(2, DEGRADED_NOTE.as_ptr().cast(), DEGRADED_NOTE.len()) };
+}
+
+/// What degraded means for the paths that still run: frees capture no stack (the unwinder
+/// allocates) and are not held (the quarantine's queue grows).
+fn stop_taking_memory() {
+    config::UNWIND.store(false, Ordering::Relaxed);
+    config::FREE_STACKS.store(false, Ordering::Relaxed);
+    quarantine::stop();
 }
 
 #[cold]
@@ -48,12 +86,13 @@ fn init() -> bool {
     {
         return STATE.load(Ordering::Acquire) == READY;
     }
+    // Before anything is recorded, and before the program can lower its limits.
+    arena::when_short(degrade);
+    arena::keep_reserve();
     let c = config::load();
     crate::profile::init();
     freed::configure(c.freed, c.free_stacks);
-    freed::HISTORY
-        .quarantine_limit
-        .store(c.quarantine, Ordering::Relaxed);
+    quarantine::configure(c.quarantine);
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: creates a key with a destructor that only touches our own state.
     if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0 {
@@ -64,8 +103,15 @@ fn init() -> bool {
         flags |= FLAG_FREE_STACKS;
     }
     header().flags.fetch_or(flags, Ordering::Relaxed);
-    STATE.store(READY, Ordering::Release);
-    true
+    // Not over `DEGRADED`, should memory have run out while initialising: the settings just
+    // loaded then give way again.
+    let ready = STATE
+        .compare_exchange(INITIALISING, READY, Ordering::Release, Ordering::Relaxed)
+        .is_ok();
+    if !ready {
+        stop_taking_memory();
+    }
+    ready
 }
 
 /// The calling thread's index in the thread table, registering it on first use.
@@ -118,6 +164,9 @@ unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
 pub fn thread_started() {
     let state = state::current();
     if let Some(_g) = Guard::enter() {
+        // `pthread_getattr_np` allocates: from the arena, or glibc would give the thread a
+        // malloc arena that the program's code may never need (see `nested`).
+        let _arena = super::nested::from_arena();
         state.capture.bounds.set_from_pthread();
     }
 }

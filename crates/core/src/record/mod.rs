@@ -8,8 +8,9 @@
 
 mod invalid;
 mod lifecycle;
+pub mod nested;
 
-use lifecycle::ready;
+use lifecycle::{degraded, ready};
 pub use lifecycle::{on_load, on_unload, thread_started};
 
 use crate::capture;
@@ -43,8 +44,44 @@ pub enum Disposition {
 /// Records a block the real allocator just returned.
 #[inline(always)]
 pub fn allocated(g: &Guard, p: *mut c_void, size: usize) {
-    if !p.is_null() && ready() {
-        record(g.state(), p as u64, size as u64);
+    if !p.is_null() {
+        if ready() {
+            record(g.state(), p as u64, size as u64);
+        } else {
+            untracked();
+        }
+    }
+}
+
+/// Counts a block that was not recorded (the tracer is starting on another thread, or
+/// degraded), so that readers know an address may be one they cannot explain.
+#[cold]
+#[inline(never)]
+fn untracked() {
+    header().untracked.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The real allocator returned null: gives it back every block the quarantine holds (every
+/// thread's, recycling lists included), and says whether there were any, in which case the
+/// caller asks it once more before returning null to the program. A program that runs out of
+/// memory then fails as it would without the tracer, not earlier for the blocks held back.
+/// (`_g`: only from inside the tracer, where the real frees below are not the program's.)
+#[cold]
+#[inline(never)]
+pub fn give_back<R: RealAlloc>(_g: &Guard, real: &R) -> bool {
+    let mut at = quarantine::Drain::default();
+    let mut released = quarantine::released();
+    let mut any = false;
+    loop {
+        let more = quarantine::drain(&mut at, &mut released);
+        for &a in released.addrs() {
+            // SAFETY: a block the program freed and that we held back; nobody else owns it.
+            unsafe { real.free(a as *mut c_void) };
+            any = true;
+        }
+        if !more {
+            return any;
+        }
     }
 }
 
@@ -144,7 +181,7 @@ fn record_with(state: &ThreadState, addr: u64, size: u64, stack: u32) {
 fn insert(block: Block) -> bool {
     let recorded = table::insert(block);
     if !recorded {
-        header().untracked.fetch_add(1, Ordering::Relaxed);
+        untracked();
     }
     recorded
 }
@@ -203,6 +240,11 @@ fn forget_freed(g: &Guard, p: *mut c_void) -> Result<Block, Disposition> {
     table::prefetch(p as u64, 0);
     let free_stack = free_stack_here(state);
     let Some(block) = take(g, p) else {
+        // Once degraded, blocks go unrecorded: a pointer the table does not know is most
+        // likely one of them, and its free must free.
+        if degraded() {
+            return Err(Disposition::Release);
+        }
         return Err(match unknown_pointer(state, p as u64, Op::Free) {
             true => Disposition::Release,
             false => Disposition::Reject,
@@ -244,6 +286,11 @@ pub fn freed_by_realloc(g: &Guard, block: Block) {
 /// (`old` was a recorded block, so the tracer is ready.)
 pub fn moved(g: &Guard, old: Block, q: *mut c_void, size: usize) {
     let state = g.state();
+    if degraded() {
+        remember_free(state, old, 0, true);
+        untracked();
+        return;
+    }
     table::prefetch(q as u64, size as u64);
     let stack = stack_here(state);
     let free_stack = if config::FREE_STACKS.load(Ordering::Relaxed) {
@@ -287,7 +334,7 @@ fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc:
 /// Whether `realloc` may pass `p` to the real allocator (see `invalid::unknown_pointer`); `p`
 /// is not a live block.
 pub fn realloc_unknown(g: &Guard, p: *mut c_void) -> bool {
-    !is_ready() || unknown_pointer(g.state(), p as u64, Op::Realloc)
+    !is_ready() || degraded() || unknown_pointer(g.state(), p as u64, Op::Realloc)
 }
 
 /// Notes that `realloc` resized `old` where it was, now `q` (== old.addr) of `size` bytes:

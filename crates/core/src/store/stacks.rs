@@ -157,6 +157,10 @@ pub(crate) fn locked_intern(table: &mut InternTable, h: u64, frames_in: &[u64]) 
     if id > MAX_ID {
         return 0;
     }
+    // Room first: `insert_unique` aborts the program when it cannot grow the table.
+    if table.try_reserve(1, |&(eh, _)| eh).is_err() {
+        return 0;
+    }
     let Some(rec) = append(frames_in) else {
         return 0;
     };

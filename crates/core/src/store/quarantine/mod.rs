@@ -19,6 +19,10 @@
 //! clock hand over the classes gives glibc the oldest block of a class that served no
 //! `malloc` since the hand last passed, so classes the program stopped allocating drain first.
 //!
+//! Under memory pressure the quarantine gives way: when glibc returns NULL, [`drain`] empties
+//! every thread's FIFO and lists so the caller can hand the blocks back and try again, and
+//! when the tracer's own memory runs out, [`stop`] makes every later free go straight to glibc.
+//!
 //! Membership ("is this block held?") is only asked for pointers that are not live blocks —
 //! double and invalid frees, rare in any program — so it is a scan of every thread's FIFO and
 //! lists rather than a set kept up to date on every free.
@@ -143,6 +147,22 @@ impl Recycled {
     fn contains(&self, addr: u64) -> bool {
         self.lists.iter().any(|l| l.iter().any(|a| a == addr))
     }
+
+    /// Blocks kept, all classes.
+    fn count(&self) -> usize {
+        self.lists.iter().map(Ring::len).sum()
+    }
+
+    /// The oldest block of the first class that has one, if any (for [`drain`]).
+    fn take_oldest(&mut self) -> Option<u64> {
+        let k = self.filled.next_from(0)?;
+        let a = self.lists[k].pop_front()?;
+        if self.lists[k].is_empty() {
+            self.filled.remove(k);
+        }
+        self.bytes -= class_bytes(k);
+        Some(a)
+    }
 }
 
 /// A set of recycling classes.
@@ -223,9 +243,26 @@ impl Released {
     }
 }
 
-/// The configured limit in bytes (0: quarantine off).
+/// The limit in bytes that [`hold`] keeps to (0: quarantine off): the configured one
+/// (`HISTORY.quarantine_limit`, which readers show), or 0 once [`stop`]ped.
+static LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// The limit in force (0: off).
 pub(crate) fn limit() -> u64 {
-    HISTORY.quarantine_limit.load(Ordering::Relaxed)
+    LIMIT.load(Ordering::Relaxed)
+}
+
+/// Sets the configured limit (initialisation).
+pub(crate) fn configure(limit: u64) {
+    HISTORY.quarantine_limit.store(limit, Ordering::Relaxed);
+    LIMIT.store(limit, Ordering::Relaxed);
+}
+
+/// Holds no more blocks: later frees go straight to the real allocator (the tracer ran out of
+/// its own memory, which a growing FIFO needs). What is held stays until [`drain`]. Neither
+/// allocates nor locks.
+pub(crate) fn stop() {
+    LIMIT.store(0, Ordering::Relaxed);
 }
 
 /// Threads that own a quarantine now: they share the limit.
@@ -346,18 +383,25 @@ pub(crate) fn hold(local: &Local, addr: u64, size: u64, released: &mut Released)
     }
     // The exported total is one shared line: update it in steps, not on every free.
     if q.bytes.abs_diff(q.published) >= PUBLISH_STEP {
-        if q.bytes > q.published {
+        q.publish();
+    }
+    true
+}
+
+impl Held {
+    /// Brings `HISTORY.quarantined_bytes` up to date with this quarantine's FIFO.
+    fn publish(&mut self) {
+        if self.bytes > self.published {
             HISTORY
                 .quarantined_bytes
-                .fetch_add(q.bytes - q.published, Ordering::Relaxed);
+                .fetch_add(self.bytes - self.published, Ordering::Relaxed);
         } else {
             HISTORY
                 .quarantined_bytes
-                .fetch_sub(q.published - q.bytes, Ordering::Relaxed);
+                .fetch_sub(self.published - self.bytes, Ordering::Relaxed);
         }
-        q.published = q.bytes;
+        self.published = self.bytes;
     }
-    true
 }
 
 /// How many blocks ahead of the next release [`hold`] prefetches.
@@ -385,6 +429,71 @@ pub(crate) fn released() -> Released {
         n: 0,
         addrs: [MaybeUninit::uninit(); 32],
     }
+}
+
+/// Takes held blocks, FIFOs and recycling lists alike, into `released` (at most its 32) for
+/// the caller to free for real, and says whether to call again: the caller frees what it got
+/// and calls again with the same `at` until `false`. Each quarantine gives what it held when
+/// the drain reached it; one quarantine's lock is held at a time, and nothing is freed under
+/// it.
+pub(crate) fn drain(at: &mut Drain, released: &mut Released) -> bool {
+    released.n = 0;
+    loop {
+        let q = {
+            let all = ALL.lock();
+            match all.get(at.quarantine) {
+                Some(&q) => q,
+                None => return released.n > 0,
+            }
+        };
+        // Its lock is released before `ALL`'s is taken again (`contains` takes them in the
+        // other order).
+        if take_from(q, at, released) {
+            return true;
+        }
+        at.quarantine += 1;
+        at.left = None;
+        if released.full() {
+            return true;
+        }
+    }
+}
+
+/// [`drain`]'s part in one quarantine: whether blocks to take are left there.
+fn take_from(q: &Quarantine, at: &mut Drain, released: &mut Released) -> bool {
+    let mut held = q.held.lock();
+    let held = &mut *held;
+    // Bounded by what the quarantine held when first visited, so that a thread freeing
+    // meanwhile cannot keep the caller here.
+    let left = at
+        .left
+        .get_or_insert_with(|| held.fifo.len() + held.recycled.count());
+    while *left > 0 && !released.full() {
+        let addr = match held.fifo.pop_front() {
+            Some((a, c)) => {
+                held.bytes -= c;
+                a
+            }
+            None => match held.recycled.take_oldest() {
+                Some(a) => a,
+                None => {
+                    *left = 0;
+                    break;
+                }
+            },
+        };
+        released.push(addr);
+        *left -= 1;
+    }
+    held.publish();
+    *left > 0
+}
+
+/// Where a [`drain`] is: the quarantine it empties and how many blocks it still takes there.
+#[derive(Default)]
+pub(crate) struct Drain {
+    quarantine: usize,
+    left: Option<usize>,
 }
 
 /// Whether the block starting at `addr` is held in some thread's quarantine or recycling
@@ -461,7 +570,7 @@ mod tests {
         let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         std::thread::scope(|s| {
             s.spawn(|| {
-                HISTORY.quarantine_limit.store(limit, Ordering::Relaxed);
+                configure(limit);
                 let state = &Local::new();
                 f(state);
                 if let Some(l) = mine(state).filter(|_| !keep) {
@@ -578,6 +687,55 @@ mod tests {
             // malloc) and gives back y.
             assert_eq!(r.addrs(), &[y]);
             assert!(!contains(y) && contains(x(2)) && contains(x(3)));
+        });
+    }
+
+    /// Everything [`drain`] hands out, batch after batch.
+    fn drained() -> std::vec::Vec<u64> {
+        let (mut at, mut r, mut all) = (Drain::default(), released(), std::vec::Vec::new());
+        loop {
+            let more = drain(&mut at, &mut r);
+            all.extend_from_slice(r.addrs());
+            if !more {
+                return all;
+            }
+        }
+    }
+
+    #[test]
+    fn a_drain_takes_every_held_block_fifo_and_lists_then_stops_holding_on_stop() {
+        held_here(1 << 20, false, |state| {
+            let mut r = released();
+            // 100 blocks of 40 bytes (48-byte chunks) fit in the FIFO; a small limit first
+            // pushes some into the recycling lists.
+            configure(48 * 60);
+            let addrs: std::vec::Vec<u64> = (0..100).map(|i| 0x10_0000 + 0x100 * i).collect();
+            for &a in &addrs {
+                assert!(hold(state, a, 40, &mut r));
+                assert!(r.addrs().is_empty(), "kept for reuse, none for glibc yet");
+            }
+            let q = current(state).expect("made");
+            assert!(q.held.lock().recycled.count() > 0, "some in the lists");
+            let mut all = drained();
+            all.sort_unstable();
+            // Other tests' orphans may hold made-up addresses of their own.
+            all.retain(|a| (0x10_0000..0x10_0000 + 0x100 * 100).contains(a));
+            assert_eq!(
+                all, addrs,
+                "each held block once, more than one batch of 32"
+            );
+            assert!(!contains(addrs[0]) && !contains(addrs[99]));
+            assert!(reuse(state, 40).is_null(), "the lists are empty");
+            assert_eq!(q.held.lock().bytes, 0);
+            assert!(
+                drained().iter().all(|a| !addrs.contains(a)),
+                "nothing twice"
+            );
+            stop();
+            assert!(
+                !hold(state, 0x20_0000, 40, &mut r),
+                "stopped: straight to glibc"
+            );
         });
     }
 

@@ -30,7 +30,6 @@ impl<T: Copy> Ring<T> {
         }
     }
 
-    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.len
     }
