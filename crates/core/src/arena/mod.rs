@@ -127,8 +127,16 @@ fn short() {
     f();
 }
 
-/// Maps `len` bytes of zeroed, private, anonymous memory; null on failure.
-fn map(len: usize) -> *mut u8 {
+/// `len` bytes of zeroed, private, anonymous memory at an address of the kernel's choosing;
+/// with `noreserve`, backed only where touched (`MAP_NORESERVE`). `None` on failure. The one
+/// `mmap` of the arena: its mappings, the reserve, the scratch region and the page bitmap.
+pub(super) fn anonymous(len: usize, noreserve: bool) -> Option<*mut u8> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let flags = if noreserve {
+        flags | libc::MAP_NORESERVE
+    } else {
+        flags
+    };
     // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
     // existing memory.
     let p = unsafe {
@@ -136,23 +144,38 @@ fn map(len: usize) -> *mut u8 {
             ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            flags,
             -1,
             0,
         )
     };
-    if p == libc::MAP_FAILED {
-        short();
-        return ptr::null_mut();
-    }
-    if !pages::mark(p.cast(), len, true) {
+    (p != libc::MAP_FAILED).then_some(p.cast())
+}
+
+/// [`anonymous`] memory marked as the arena's (`owns`); `None` on failure, when nothing is
+/// left mapped.
+fn map_marked(len: usize) -> Option<*mut u8> {
+    let p = anonymous(len, false)?;
+    if !pages::mark(p, len, true) {
         // SAFETY: the mapping just made, which nothing refers to.
-        unsafe { libc::munmap(p, len) };
-        short();
-        return ptr::null_mut();
+        unsafe { libc::munmap(p.cast(), len) };
+        return None;
     }
-    note_mapped(len);
-    p.cast()
+    Some(p)
+}
+
+/// Maps `len` bytes for the arena; null on failure.
+fn map(len: usize) -> *mut u8 {
+    match map_marked(len) {
+        Some(p) => {
+            note_mapped(len);
+            p
+        }
+        None => {
+            short();
+            ptr::null_mut()
+        }
+    }
 }
 
 /// # Safety
@@ -419,33 +442,17 @@ pub(crate) fn keep_reserve() {
     if RESERVE_BASE.load(Ordering::Relaxed) != 0 {
         return;
     }
-    // SAFETY: an anonymous private mapping at a kernel-chosen address.
-    let p = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            RESERVE_LEN,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return;
-    }
     // Marked as the arena's, so that `owns` (the `Traced` wrapper's `dealloc`) knows it.
-    if !pages::mark(p.cast(), RESERVE_LEN, true) {
-        // SAFETY: ours, never published.
-        unsafe { libc::munmap(p, RESERVE_LEN) };
+    let Some(p) = map_marked(RESERVE_LEN) else {
         return;
-    }
+    };
     if RESERVE_BASE
         .compare_exchange(0, p as usize, Ordering::AcqRel, Ordering::Relaxed)
         .is_err()
     {
         // SAFETY: ours, never published.
-        unsafe { libc::munmap(p, RESERVE_LEN) };
-        pages::mark(p.cast(), RESERVE_LEN, false);
+        unsafe { libc::munmap(p.cast(), RESERVE_LEN) };
+        pages::mark(p, RESERVE_LEN, false);
         return;
     }
     note_mapped(RESERVE_LEN);
@@ -546,20 +553,9 @@ impl ScratchScope {
     /// Enters scratch mode, reserving the region on first use. `None` if it cannot be reserved.
     pub fn enter() -> Option<Self> {
         if SCRATCH_BASE.load(Ordering::Relaxed) == 0 {
-            let (p, len) = SCRATCH_LENS.iter().find_map(|&len| {
-                // SAFETY: an anonymous private reservation at a kernel-chosen address.
-                let p = unsafe {
-                    libc::mmap(
-                        ptr::null_mut(),
-                        len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                        -1,
-                        0,
-                    )
-                };
-                (p != libc::MAP_FAILED).then_some((p, len))
-            })?;
+            let (p, len) = SCRATCH_LENS
+                .iter()
+                .find_map(|&len| Some((anonymous(len, true)?, len)))?;
             SCRATCH_LEN.store(len, Ordering::Relaxed);
             SCRATCH_BASE.store(p as usize, Ordering::Relaxed);
         }

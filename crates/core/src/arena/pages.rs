@@ -37,20 +37,7 @@ fn leaf(index: usize, create: bool) -> Option<&'static [AtomicU64]> {
     let mut p = slot.load(Ordering::Acquire);
     if p.is_null() && create {
         let len = LEAF_WORDS * 8;
-        // SAFETY: an anonymous private reservation at a kernel-chosen address.
-        let fresh = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if fresh == libc::MAP_FAILED {
-            return None;
-        }
+        let fresh = super::anonymous(len, true)?;
         p = match slot.compare_exchange(
             ptr::null_mut(),
             fresh.cast(),
@@ -60,7 +47,7 @@ fn leaf(index: usize, create: bool) -> Option<&'static [AtomicU64]> {
             Ok(_) => fresh.cast(),
             Err(existing) => {
                 // SAFETY: our own mapping, never published.
-                unsafe { libc::munmap(fresh, len) };
+                unsafe { libc::munmap(fresh.cast(), len) };
                 existing
             }
         };
