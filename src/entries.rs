@@ -103,18 +103,13 @@ pub(crate) struct Entries {
     pub peaks: Option<unsafe extern "C" fn(*mut PeaksC, *mut ThreadPeakC, usize) -> usize>,
 }
 
-/// Whether the preload's entries were looked up: `UNKNOWN`, `ABSENT`, `FOUND`.
+/// The preload's entries as looked up: 0 before the lookup, [`ABSENT`] when there are none,
+/// else their address.
 #[cfg(any(feature = "global-alloc", feature = "profiler"))]
-static LOOKED_UP: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(UNKNOWN);
+static LOOKED_UP: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+/// Looked up, and none: never a table's address (tables are aligned).
 #[cfg(any(feature = "global-alloc", feature = "profiler"))]
-static FOUND_AT: core::sync::atomic::AtomicPtr<Entries> =
-    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
-#[cfg(any(feature = "global-alloc", feature = "profiler"))]
-const UNKNOWN: u8 = 0;
-#[cfg(any(feature = "global-alloc", feature = "profiler"))]
-const ABSENT: u8 = 1;
-#[cfg(any(feature = "global-alloc", feature = "profiler"))]
-const FOUND: u8 = 2;
+const ABSENT: usize = 1;
 
 /// The preload's entries, if `libmem_trace.so` is loaded, speaks this version, and is not
 /// this very copy; looked up once (`dlsym`, which may allocate: not for code gdb calls, which
@@ -122,11 +117,9 @@ const FOUND: u8 = 2;
 #[cfg(any(feature = "global-alloc", feature = "profiler"))]
 pub(crate) fn preload() -> Option<&'static Entries> {
     use core::sync::atomic::Ordering;
-    if LOOKED_UP.load(Ordering::Acquire) == UNKNOWN {
-        let found = look_up();
-        FOUND_AT.store(found.unwrap_or(core::ptr::null_mut()), Ordering::Relaxed);
-        let state = if found.is_some() { FOUND } else { ABSENT };
-        LOOKED_UP.store(state, Ordering::Release);
+    if LOOKED_UP.load(Ordering::Acquire) == 0 {
+        let found = look_up().map_or(ABSENT, |p| p as usize);
+        LOOKED_UP.store(found, Ordering::Release);
     }
     preload_if_known()
 }
@@ -134,12 +127,11 @@ pub(crate) fn preload() -> Option<&'static Entries> {
 /// [`preload`] as far as already looked up: never calls anything.
 #[cfg(any(feature = "global-alloc", feature = "profiler"))]
 pub(crate) fn preload_if_known() -> Option<&'static Entries> {
-    use core::sync::atomic::Ordering;
-    if LOOKED_UP.load(Ordering::Acquire) != FOUND {
-        return None;
+    match LOOKED_UP.load(core::sync::atomic::Ordering::Acquire) {
+        0 | ABSENT => None,
+        // SAFETY: the exported table of the loaded preload, which is never unloaded.
+        p => Some(unsafe { &*(p as *const Entries) }),
     }
-    // SAFETY: stored before FOUND was published; the preload is never unloaded.
-    unsafe { FOUND_AT.load(Ordering::Relaxed).as_ref() }
 }
 
 #[cfg(any(feature = "global-alloc", feature = "profiler"))]

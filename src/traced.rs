@@ -33,7 +33,7 @@ use crate::entries::{self, Entries, Start, Taken};
 use core::alloc::{GlobalAlloc, Layout};
 use core::any::TypeId;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 use mem_trace_core::arena::{self, Arena};
 use mem_trace_core::guard::Guard;
 use mem_trace_core::record::{self, Disposition};
@@ -68,7 +68,6 @@ const PRELOAD_SEES: u8 = 3;
 const FORWARD: u8 = 4;
 
 static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
-static PRELOAD: AtomicPtr<Entries> = AtomicPtr::new(core::ptr::null_mut());
 
 /// What to do with one request.
 enum Route {
@@ -93,12 +92,11 @@ fn route<A: 'static>() -> Route {
         UNKNOWN => start::<A>(),
         m => m,
     };
-    // SAFETY: stored before the mode was published; the preload is never unloaded.
-    let preload = || unsafe { &*PRELOAD.load(Ordering::Relaxed) };
-    match mode {
-        OWN => Route::Own(g),
-        FORWARD => Route::Forward(preload()),
-        PRELOAD_SEES => Route::Seen(preload()),
+    // The two preload modes are chosen only once the entries were found.
+    match (mode, entries::preload_if_known()) {
+        (OWN, _) => Route::Own(g),
+        (FORWARD, Some(e)) => Route::Forward(e),
+        (PRELOAD_SEES, Some(e)) => Route::Seen(e),
         _ => Route::Plain,
     }
 }
@@ -116,13 +114,8 @@ fn start<A: 'static>() -> u8 {
         return MODE.load(Ordering::Acquire);
     }
     let mode = match entries::preload() {
-        Some(e) => {
-            PRELOAD.store(e as *const Entries as *mut Entries, Ordering::Relaxed);
-            match TypeId::of::<A>() == TypeId::of::<System>() {
-                true => PRELOAD_SEES,
-                false => FORWARD,
-            }
-        }
+        Some(_) if TypeId::of::<A>() == TypeId::of::<System>() => PRELOAD_SEES,
+        Some(_) => FORWARD,
         None => {
             mem_trace_core::capture::modules::tracer_in_program();
             record::on_load();
