@@ -16,7 +16,7 @@
 use core::fmt::{self, Write};
 use mem_trace_core::guard;
 use mem_trace_core::out::Out;
-use mem_trace_core::report::frames::Printing;
+use mem_trace_core::report::frames::{Busy, Printing};
 use mem_trace_core::store::table::{self, Access};
 use mem_trace_core::store::{stacks, threads};
 
@@ -28,7 +28,8 @@ pub fn print_trace(addr: usize) {
         Err(holder) => {
             let _ = writeln!(
                 out,
-                "mem-trace: busy: print_trace is running in thread {holder}, or gdb stopped it there; try again once it returns"
+                "mem-trace: {}; try again once it returns",
+                Busy(holder)
             );
             return;
         }

@@ -146,6 +146,19 @@ impl Drop for StackWriter<'_> {
     }
 }
 
+/// What a caller says when the thread `.0` holds the right to symbolize ([`Printing::begin`]).
+pub struct Busy(pub u32);
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "busy: print_trace is running in thread {}, or gdb stopped it there",
+            self.0
+        )
+    }
+}
+
 impl Drop for Printing {
     fn drop(&mut self) {
         if !self.nested {
@@ -163,7 +176,7 @@ pub fn write_stack(out: &mut Out, frames: &[u64]) -> fmt::Result {
     match Printing::begin() {
         Ok(p) => p.write_stack(out, frames),
         Err(holder) => {
-            writeln!(out, "mem-trace: busy: print_trace is running in thread {holder}, or gdb stopped it there; raw addresses follow")?;
+            writeln!(out, "mem-trace: {}; raw addresses follow", Busy(holder))?;
             write_raw_frames(out, frames, modules::snapshot())
         }
     }
