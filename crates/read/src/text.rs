@@ -208,6 +208,21 @@ fn printable(c: char) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn names_are_quoted_with_what_a_terminal_acts_on_escaped() {
+        assert_eq!(
+            Quoted("a\nb\x1b[31m\"\\\t\x7f\u{202e}\0").to_string(),
+            "\"a\\nb\\x1b[31m\\\"\\\\\\t\\x7f\\u202e\\x00\""
+        );
+        assert_eq!(Quoted("wörker ✓").to_string(), "\"wörker ✓\"");
+        assert_eq!(Quoted("\u{fffd}").to_string(), "\"\u{fffd}\"");
+        assert_eq!(
+            Quoted("a\u{2028}b\u{e000}").to_string(),
+            "\"a\\u2028b\\ue000\""
+        );
+        assert_eq!(Quoted("\u{e0041}").to_string(), "\"\\U000e0041\"");
+    }
+
     fn frame(function: Option<&str>, file: Option<&str>, line: u32, column: u32) -> SymFrame {
         SymFrame {
             function: function.map(String::from),

@@ -114,11 +114,6 @@ pub(super) fn thread_text(index: u32) -> String {
     }
 }
 
-/// `text` in double quotes, escaped as Python's `quoted` does (see [`Quoted`]).
-pub(super) fn quoted(text: &str) -> String {
-    Quoted(text).to_string()
-}
-
 /// `, tid 4242 "prog"` and `, exited` when the thread record is readable. (gdb's answer adds
 /// `, gdb thread N` for a thread gdb lists; there is no gdb here.)
 pub(super) fn thread_details(lookups: &Lookups<'_>, index: u32) -> String {
@@ -129,7 +124,7 @@ pub(super) fn thread_details(lookups: &Lookups<'_>, index: u32) -> String {
     };
     let mut text = format!(", tid {}", thread.tid);
     if !thread.name.is_empty() {
-        text += &format!(" {}", quoted(&thread.name));
+        text += &format!(" {}", Quoted(&thread.name));
     }
     if thread.exited {
         text += ", exited";

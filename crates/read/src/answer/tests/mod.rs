@@ -9,7 +9,7 @@ mod profile;
 mod why;
 
 use super::frame::Frame;
-use super::parts::{quoted, stack_lines, Lookups, Records, StackKind};
+use super::parts::{stack_lines, Lookups, Records, StackKind};
 use crate::layout::{Error, History, Thread};
 use crate::memory::Unreadable;
 use std::collections::HashMap;
@@ -264,16 +264,4 @@ fn each_return_address_is_symbolized_once() {
     }
     drop(lookups);
     assert_eq!(calls, [PC_MAKE, PC_MAIN]);
-}
-
-#[test]
-fn names_are_quoted_with_what_a_terminal_acts_on_escaped() {
-    assert_eq!(
-        quoted("a\nb\x1b[31m\"\\\t\x7f\u{202e}\0"),
-        "\"a\\nb\\x1b[31m\\\"\\\\\\t\\x7f\\u202e\\x00\""
-    );
-    assert_eq!(quoted("wörker ✓"), "\"wörker ✓\"");
-    assert_eq!(quoted("\u{fffd}"), "\"\u{fffd}\"");
-    assert_eq!(quoted("a\u{2028}b\u{e000}"), "\"a\\u2028b\\ue000\"");
-    assert_eq!(quoted("\u{e0041}"), "\"\\U000e0041\"");
 }
