@@ -115,17 +115,44 @@ impl Trail {
     }
 }
 
+/// What [`take_over`] made of the old walk from step `j`.
+pub(super) enum Taken {
+    /// The walk is complete: `walk`, from `steps` steps of the old walk (all of them, or as
+    /// many as filled `out`), ending as `ending` says. With `COPY`, `next` holds the steps.
+    Done {
+        walk: Walk,
+        steps: usize,
+        ending: Ending,
+    },
+    /// The old walk stopped for want of room in its buffer, and this one has more: every
+    /// step of the old walk was checked and, but the last, copied into `next` from `at`;
+    /// `frames` are in `out`. The walk goes on from the old walk's last step (`next[at..]`
+    /// then holds the copies and the walk pushes that last step again itself).
+    /// `first`: where in `next` the first of the copied steps recorded as a frame is.
+    Resume {
+        at: usize,
+        frames: usize,
+        first: usize,
+    },
+    /// Walk on, and try no step of the old walk below this one again.
+    Retry(usize),
+}
+
 /// Completes the walk now at step `j` of `last`, with registers `bp`, `i` steps in `next`
-/// and `n` frames in `out`, from `last` if the stack still holds what it read. Copies the
-/// steps taken over into `next`, which is then a whole walk: `Ok(true)` says so, and
-/// `Ok(false)` that `out` could not hold them all (then `next` is not a walk).
+/// and `n` frames in `out`, from `last` if the stack still holds what it read (see
+/// [`Taken`]). A take-over reads only the old steps it needs: when `out` fills before the
+/// old walk ends, the steps past that point (and the words they read) do not matter, and
+/// the walk ends there as a full one — a stack deeper than the frames kept (an interpreter
+/// 80 frames down) is then taken over at any depth, not only at the depth it was walked at.
 ///
-/// `Err(k)`: walk on, and try no step of `last` below `k` again. A word that no longer holds
-/// what the old walk read between steps `m` and `m + 1` fails every take-over at a step up to
-/// `m` the same way (same address, same value), so a failed attempt is not repeated one frame
-/// further up: the checks of one capture cost at most one pass over the old walk.
+/// `Retry(k)`: a word that no longer holds what the old walk read between steps `m` and
+/// `m + 1` fails every take-over at a step up to `m` the same way (same address, same
+/// value), so a failed attempt is not repeated one frame further up: the checks of one
+/// capture cost at most one pass over the old walk.
 ///
-/// `WRITE`: write the frames (not when the caller knows their stack id already).
+/// `WRITE`: write the frames (not when the caller knows their stack id already). `COPY`:
+/// copy the steps into `next` (not when the old walk is kept as it is); only then may the
+/// walk resume past the old walk's end.
 #[inline(never)]
 pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
     View {
@@ -139,29 +166,49 @@ pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
     bp: u64,
     out: &mut [u64],
     n: usize,
-) -> Result<(Walk, bool), usize> {
+) -> Taken {
     let tail = &last[j..];
     let s = tail[0];
     if (s.flags & BP_NEEDED != 0 && s.bp != bp) || (s.flags & AFTER_OWN != 0) != (n > 0) {
-        return Err(j + 1);
+        return Taken::Retry(j + 1);
     }
     let (outside, recorded) = match ending {
         Ending::Fixed { outside, recorded } => (outside, recorded),
-        // The old walk stopped for want of room: reuse it only if this one has no more.
+        // The old walk stopped for want of room: this one goes on past it if it has more.
         Ending::Full => (false, true),
-        Ending::Other => return Err(last.len()),
+        Ending::Other => return Taken::Retry(last.len()),
     };
     // The frames it recorded from step j on: not the tracer's own leading steps.
     let skip = first.saturating_sub(j).min(tail.len());
     let count = recorded_from(tail.len(), skip, recorded);
-    if (ending == Ending::Full && n + count < out.len()) || (COPY && i + tail.len() > next.len()) {
-        return Err(j + 1);
+    let room = out.len() - n;
+    let resume = ending == Ending::Full && count < room;
+    if resume && !COPY {
+        return Taken::Retry(last.len());
+    }
+    // Steps needed: up to the one that records the last frame `out` has room for.
+    let steps = match count > room {
+        true => skip + room,
+        false => tail.len(),
+    };
+    if COPY && i + steps > next.len() {
+        return Taken::Retry(j + 1);
+    }
+    let tail = &tail[..steps];
+    // Resuming from the old walk's last step takes its rbp as it stands: it must be what
+    // this walk would compute there, which is the last saved rbp the tail restores (checked
+    // by value below), or, if none, the rbp this walk has now.
+    let last_restore = tail[..steps - 1]
+        .iter()
+        .rposition(|s| s.flags & RESTORES_BP != 0);
+    if resume && last_restore.is_none() && s.bp != bp {
+        return Taken::Retry(j + 1);
     }
     // One pass: check every word the old walk read from step j on, copy the steps (unless
     // the old walk is kept as it is), write the frames. On a mismatch the copies are garbage
     // the walk overwrites.
     let copy = if COPY {
-        &mut next[i..i + tail.len()]
+        &mut next[i..i + steps]
     } else {
         &mut []
     };
@@ -170,27 +217,38 @@ pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
         let mut same = from.flags & OPAQUE == 0 && stack.read(to.sp.wrapping_sub(8)) == Some(to.pc);
         if same && from.flags & RESTORES_BP != 0 {
             // The saved rbp matters only if a step from `to` on reads rbp before restoring
-            // it again (`BP_NEEDED`); otherwise its value changes nothing the walk computes,
-            // and only its readability (which ends a walk when lost) is checked.
+            // it again (`BP_NEEDED`), or it is the rbp a resumed walk goes on with;
+            // otherwise its value changes nothing the walk computes, and only its
+            // readability (which ends a walk when lost) is checked.
             let at = to.sp.wrapping_add(from.bp_offset as i64 as u64);
             let v = stack.read(at);
-            same = v.is_some() && (to.flags & BP_NEEDED == 0 || v == Some(to.bp));
+            let needed = to.flags & BP_NEEDED != 0 || (resume && last_restore == Some(k));
+            same = v.is_some() && (!needed || v == Some(to.bp));
         }
         if !same {
-            return Err(j + k + 1);
+            return Taken::Retry(j + k + 1);
         }
         if COPY {
             copy[k] = from;
         }
     }
-    let take = count.min(out.len() - n);
+    let truncated = steps < last.len() - j;
+    let take = count.min(room);
     if COPY {
-        copy[tail.len() - 1] = tail[tail.len() - 1];
+        copy[steps - 1] = tail[steps - 1];
     }
     if WRITE {
         for (o, s) in out[n..n + take].iter_mut().zip(&tail[skip..]) {
             *o = s.pc;
         }
+    }
+    if resume {
+        // The last step is pushed again by the walk, which records its frame itself.
+        return Taken::Resume {
+            at: i + steps - 1,
+            frames: n + take - 1,
+            first: i + skip,
+        };
     }
     let walk = Walk {
         frames: n + take,
@@ -198,7 +256,11 @@ pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
         outside: outside && take == count && n + take < out.len(),
         id: 0,
     };
-    Ok((walk, take == count))
+    Taken::Done {
+        walk,
+        steps,
+        ending: if truncated { Ending::Full } else { ending },
+    }
 }
 
 /// Frames a walk records over `len` steps after skipping the first `skip` (the tracer's own):

@@ -11,6 +11,7 @@ use super::rules::{EMPTY, FIRST};
 use super::stack::Stack;
 use super::trail::*;
 
+
 impl ThreadCache {
     /// The last walk, to take over from.
     #[inline(always)]
@@ -77,14 +78,16 @@ impl ThreadCache {
             true => kept.stack_id,
             false => 0,
         };
-        let (mut w, whole) = match id {
+        let taken = match id {
             0 => take_over::<false, true>(view, &mut [], (0, 0), stack, bp, out, 0),
             _ => take_over::<false, false>(view, &mut [], (0, 0), stack, bp, out, 0),
-        }
-        .ok()?;
-        w.id = id;
-        self.repeated(k, sp, whole);
-        Some(w)
+        };
+        let Taken::Done { mut walk, steps, .. } = taken else {
+            return None;
+        };
+        walk.id = id;
+        self.repeated(k, sp, steps == kept.len);
+        Some(walk)
     }
 
     /// Notes that a capture from `sp` repeated kept walk `k` (`whole`: all of it).
@@ -199,24 +202,39 @@ impl ThreadCache {
                         out,
                         n,
                     ) {
-                        Ok((w, whole)) => {
+                        Taken::Done {
+                            walk,
+                            steps,
+                            ending,
+                        } => {
                             self.taken_over += 1;
-                            if whole {
-                                // This walk becomes the last one: its own steps, then the old
-                                // walk's from step j (valid for it: just checked).
-                                next.first = if n > 0 {
-                                    first_recorded
-                                } else {
-                                    i + last.first - j
-                                };
-                                next.finish(i + last.steps.len() - j, i, last.ending);
-                                self.keep(stack);
-                                core::mem::swap(&mut self.last, &mut self.next);
-                                self.last_kept = None;
-                            }
-                            return w;
+                            // This walk becomes the last one: its own steps, then the old
+                            // walk's from step j (valid for it: just checked).
+                            next.first = if n > 0 {
+                                first_recorded
+                            } else {
+                                i + last.first - j
+                            };
+                            next.finish(i + steps, i, ending);
+                            self.keep(stack);
+                            core::mem::swap(&mut self.last, &mut self.next);
+                            self.last_kept = None;
+                            return walk;
                         }
-                        Err(k) => from = k,
+                        Taken::Resume { at, frames, first } => {
+                            // The old walk's steps are this one's up to its last, from which
+                            // this one walks on; nothing of the old walk is left above.
+                            self.taken_over += 1;
+                            let s = next.steps[at];
+                            if first_recorded == MAX_STEPS && frames > 0 {
+                                first_recorded = first;
+                            }
+                            (i, n) = (at, frames);
+                            (pc, sp, bp) = (s.pc, s.sp, s.bp);
+                            key = pc;
+                            j = last.steps.len();
+                        }
+                        Taken::Retry(k) => from = k,
                     }
                 }
             }
