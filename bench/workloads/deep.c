@@ -5,11 +5,13 @@
  * Each descent recurses 40 to 80 frames deep through five noinline "opcode"
  * functions, chosen per level by the descent's program (one of 512), so that
  * stacks differ in their return addresses all along, as an interpreter's
- * evaluator frames do.  Allocations happen on the way down (some levels), in a
- * burst at the bottom (several leaf sites) and on the way back up, so that
- * consecutive allocations share most of their outer frames but not all; each
- * frees the oldest of a window of live blocks, so frees come from deep stacks
- * too.  Built with -fomit-frame-pointer: the tracer must unwind through CFI.
+ * evaluator frames do.  At the bottom it runs a loop of 16 short calls, each
+ * descending 0 to 5 more levels through opcodes of its own and allocating at
+ * one of three leaf sites: consecutive allocations share their outer frames
+ * and differ in the last few, as an interpreter running a loop does.  Some
+ * levels also allocate on the way down and back up.  Each allocation frees the
+ * oldest of a window of live blocks, so frees come from deep stacks too.
+ * Built with -fomit-frame-pointer: the tracer must unwind through CFI.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -57,28 +59,59 @@ static __attribute__((noinline)) void leaf_c(size_t n) { keep(calloc(1, n + 8), 
 struct frame {
     unsigned program;
     unsigned depth;
+    /* Levels still to go in the current short call, and which one it is. */
+    unsigned inner;
+    unsigned call;
     uint64_t rng;
 };
 
 typedef void (*op_fn)(struct frame *);
 static op_fn ops[5];
 
-/* Descends one level through the opcode this program runs at this depth. */
+static void step(struct frame *f);
+
+/* The bottom of a short call: one allocation from one of three sites. */
+static void leaf(struct frame *f)
+{
+    size_t n = 16 + next_rand(&f->rng) % 240;
+    switch ((f->program + f->call) % 3) {
+    case 0: leaf_a(n); break;
+    case 1: leaf_b(n); break;
+    default: leaf_c(n); break;
+    }
+}
+
+/* At the bottom of the descent: the loop of short calls. */
+static __attribute__((noinline)) void loop(struct frame *f)
+{
+    for (unsigned c = 0; c < 16; c++) {
+        f->call = c;
+        f->inner = 1 + (unsigned)(next_rand(&f->rng) % 6);
+        step(f);
+        f->inner = 0;
+    }
+}
+
+/* Descends one level through the opcode this program runs at this depth, or, in a short
+ * call, through the opcode this call runs at this level. */
 static void step(struct frame *f)
 {
-    if (f->depth == 0) {
-        for (int i = 0; i < 6; i++) {
-            size_t n = 16 + next_rand(&f->rng) % 240;
-            switch ((f->program + i) % 3) {
-            case 0: leaf_a(n); break;
-            case 1: leaf_b(n); break;
-            default: leaf_c(n); break;
-            }
+    unsigned op;
+    if (f->inner) {
+        if (--f->inner == 0) {
+            leaf(f);
+            return;
         }
+        op = (f->call * 7 + f->inner * 3 + f->program) % 5;
+        ops[op](f);
+        return;
+    }
+    if (f->depth == 0) {
+        loop(f);
         return;
     }
     f->depth--;
-    unsigned op = (f->program * 2654435761u + f->depth * 40503u) >> 7;
+    op = (f->program * 2654435761u + f->depth * 40503u) >> 7;
     ops[op % 5](f);
     f->depth++;
 }

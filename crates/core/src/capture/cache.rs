@@ -8,6 +8,7 @@ use super::modules::ModuleSet;
 use super::rules::{set_index, Entry, Set, FIRST, SETS};
 use super::stack::Stack;
 use super::trail::{Ending, Trail};
+use super::tree;
 use crate::arena::{zeroed_box, Arena, ArenaBox};
 use allocator_api2::boxed::Box;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
@@ -29,6 +30,10 @@ pub(super) struct ThreadCache {
     pub(super) last_kept: Option<usize>,
     /// The kept walk the last capture repeated or was kept as, for `capture::remember_id`.
     pub(super) memo: Option<usize>,
+    /// Recent call-tree lookups (see `tree`).
+    pub(super) tree: ArenaBox<[tree::Entry; tree::CACHE]>,
+    /// The node of the last capture's walk, for `capture::remember_id`.
+    pub(super) node: u32,
     /// Framehop's own cache, for the frames it unwinds.
     pub(super) framehop: CacheX86_64,
     pub(super) gimli: ArenaBox<cfi::Context>,
@@ -61,6 +66,9 @@ impl ThreadCache {
             shapes: Box::try_new_in([NO_SHAPE; SHAPES], Arena).ok()?,
             last_kept: None,
             memo: None,
+            // SAFETY: a zeroed entry has pc 0, which no frame has: never a hit.
+            tree: unsafe { zeroed_box() }?,
+            node: 0,
             framehop: CacheX86_64::new(),
             gimli: Box::try_new_in(cfi::Context::new(), Arena).ok()?,
             misses: 0,

@@ -28,7 +28,7 @@ pub(super) fn walk_framehop(
     let mut known = KnownModule::default();
     while let Ok(Some(frame)) = frames.next() {
         let a = frame.address();
-        if !record(set, own, a, out, &mut n) {
+        if !record(set, own, a, out, &mut n) || n >= out.len() {
             break;
         }
         if !known.holds(set, a) {
@@ -37,13 +37,12 @@ pub(super) fn walk_framehop(
             return Walk {
                 frames: n,
                 outside: true,
-                id: 0,
+                ..Walk::default()
             };
         }
     }
     Walk {
         frames: n,
-        outside: false,
-        id: 0,
+        ..Walk::default()
     }
 }

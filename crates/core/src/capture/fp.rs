@@ -45,7 +45,7 @@ pub(super) fn fp_chain(
             return Walk {
                 frames: n,
                 outside: true,
-                id: 0,
+                ..Walk::default()
             };
         }
         if n == out.len() || bp < low {
@@ -65,7 +65,6 @@ pub(super) fn fp_chain(
     }
     Walk {
         frames: n,
-        outside: false,
-        id: 0,
+        ..Walk::default()
     }
 }

@@ -10,6 +10,9 @@ pub(super) struct Walk {
     pub(super) outside: bool,
     /// The frames' stack id, when known from a kept walk (then not written).
     pub(super) id: u32,
+    /// The call-tree node of the whole walk (its first recorded frame's), when named; 0
+    /// otherwise.
+    pub(super) node: u32,
 }
 
 /// How to walk: which frames to keep, by which method, and whether a known stack id may
@@ -38,8 +41,10 @@ pub(super) enum Own {
     Keep,
 }
 
-/// Records `pc` in `out[*n]` unless it is one of our own frames; `false` when the walk must
-/// stop (the buffer is full, or our trampoline is reached).
+/// Counts `pc` as frame `*n`, written to `out` if it has room, unless it is one of our own
+/// frames; `false` when the walk must stop (our trampoline is reached). A walk goes on past
+/// a full buffer: the frames it does not write still name the stack in the call tree, where
+/// a later, shallower capture takes them over.
 #[inline(always)]
 pub(super) fn record(set: &ModuleSet, own: Own, pc: u64, out: &mut [u64], n: &mut usize) -> bool {
     if let Own::Skip { entry } = own {
@@ -47,7 +52,9 @@ pub(super) fn record(set: &ModuleSet, own: Own, pc: u64, out: &mut [u64], n: &mu
             return *n == 0;
         }
     }
-    out[*n] = pc;
+    if let Some(o) = out.get_mut(*n) {
+        *o = pc;
+    }
     *n += 1;
-    *n < out.len()
+    true
 }

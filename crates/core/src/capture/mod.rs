@@ -72,9 +72,11 @@ mod stack;
 #[cfg(test)]
 mod tests;
 mod trail;
+mod tree;
 mod walker;
 
 pub use cache::drop_cache;
+pub(crate) use tree::{count as tree_nodes, lock_all, unlock_all};
 pub use local::Local;
 pub use stack::Bounds;
 
@@ -136,9 +138,17 @@ pub(crate) fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
         start => (start, start.0),
     };
     let w = capture_with(local, out, regs, Own::Skip { entry }, true);
+    let id = match (w.id, w.node) {
+        (0, 0) => 0,
+        (0, node) => tree::stack_of(node),
+        (id, _) => id,
+    };
+    if let Some(cache) = cache_if_made(local) {
+        cache.node = w.node;
+    }
     Captured {
         frames: w.frames,
-        id: w.id,
+        id,
     }
 }
 
@@ -160,6 +170,9 @@ pub(crate) fn start_here(local: &Local) {
 /// `len` frames) were interned as `id`.
 pub(crate) fn remember_id(local: &Local, id: u32, len: usize) {
     if let Some(cache) = cache_if_made(local) {
+        if cache.node != 0 {
+            tree::set_stack(cache.node, id);
+        }
         if let Some(k) = cache.memo.take() {
             let kept = &mut cache.kept[k];
             kept.stack_id = id;

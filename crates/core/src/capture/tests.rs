@@ -525,6 +525,7 @@ fn checks_name_every_word_a_take_over_compares() {
         bp,
         bp_offset: -16,
         flags,
+        node: 0,
     };
     // Step 0 restores rbp from 16 below step 1's sp; return addresses below steps 1, 2.
     let mut steps = [

@@ -18,6 +18,9 @@ pub(super) struct Step {
     /// Where the caller's rbp was read, relative to the next step's sp (the CFA).
     pub(super) bp_offset: i16,
     pub(super) flags: u16,
+    /// The call-tree node of the walk from this step on (see `tree`), for recorded steps of
+    /// a finished walk; 0 when not named.
+    pub(super) node: u32,
 }
 
 /// The step restored rbp from the stack.
@@ -117,18 +120,20 @@ impl Trail {
 
 /// What [`take_over`] made of the old walk from step `j`.
 pub(super) enum Taken {
-    /// The walk is complete: `walk`, from `steps` steps of the old walk (all of them, or as
-    /// many as filled `out`), ending as `ending` says. With `COPY`, `next` holds the steps.
+    /// The walk is complete: `walk`, from `steps` steps of the old walk, ending as `ending`
+    /// says. With `COPY`, `next` holds the steps; `named` says whether they keep the old
+    /// walk's call-tree nodes (they do unless the walk was cut shorter than the old one).
     Done {
         walk: Walk,
         steps: usize,
         ending: Ending,
+        named: bool,
     },
-    /// The old walk stopped for want of room in its buffer, and this one has more: every
-    /// step of the old walk was checked and, but the last, copied into `next` from `at`;
-    /// `frames` are in `out`. The walk goes on from the old walk's last step (`next[at..]`
-    /// then holds the copies and the walk pushes that last step again itself).
-    /// `first`: where in `next` the first of the copied steps recorded as a frame is.
+    /// The old walk stopped at the most steps a walk keeps, and this one, which has fewer
+    /// steps below, goes on past it: every step of the old walk was checked and copied into
+    /// `next` from `at`, but the last, from which the walk goes on (pushing it again itself);
+    /// `frames` were counted. `first`: where in `next` the first copied step recorded as a
+    /// frame is.
     Resume {
         at: usize,
         frames: usize,
@@ -139,11 +144,8 @@ pub(super) enum Taken {
 }
 
 /// Completes the walk now at step `j` of `last`, with registers `bp`, `i` steps in `next`
-/// and `n` frames in `out`, from `last` if the stack still holds what it read (see
-/// [`Taken`]). A take-over reads only the old steps it needs: when `out` fills before the
-/// old walk ends, the steps past that point (and the words they read) do not matter, and
-/// the walk ends there as a full one — a stack deeper than the frames kept (an interpreter
-/// 80 frames down) is then taken over at any depth, not only at the depth it was walked at.
+/// and `n` frames counted (those `out` has room for written), from `last` if the stack
+/// still holds what it read (see [`Taken`]).
 ///
 /// `Retry(k)`: a word that no longer holds what the old walk read between steps `m` and
 /// `m + 1` fails every take-over at a step up to `m` the same way (same address, same
@@ -174,27 +176,25 @@ pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
     }
     let (outside, recorded) = match ending {
         Ending::Fixed { outside, recorded } => (outside, recorded),
-        // The old walk stopped for want of room: this one goes on past it if it has more.
+        // The old walk stopped at the most steps a walk keeps: this one goes on past it if
+        // it has fewer steps below.
         Ending::Full => (false, true),
         Ending::Other => return Taken::Retry(last.len()),
     };
-    // The frames it recorded from step j on: not the tracer's own leading steps.
-    let skip = first.saturating_sub(j).min(tail.len());
-    let count = recorded_from(tail.len(), skip, recorded);
-    let room = out.len() - n;
-    let resume = ending == Ending::Full && count < room;
-    if resume && !COPY {
-        return Taken::Retry(last.len());
-    }
-    // Steps needed: up to the one that records the last frame `out` has room for.
-    let steps = match count > room {
-        true => skip + room,
+    // With more steps below than the old walk, this one stops at the most steps kept too.
+    let steps = match COPY {
+        true => tail.len().min(next.len().saturating_sub(i)),
         false => tail.len(),
     };
-    if COPY && i + steps > next.len() {
-        return Taken::Retry(j + 1);
+    if steps == 0 {
+        return Taken::Retry(last.len());
     }
+    let cut = steps < tail.len();
+    let resume = COPY && ending == Ending::Full && !cut && i + steps < next.len();
     let tail = &tail[..steps];
+    // The frames it recorded from step j on: not the tracer's own leading steps.
+    let skip = first.saturating_sub(j).min(steps);
+    let count = recorded_from(steps, skip, recorded || cut);
     // Resuming from the old walk's last step takes its rbp as it stands: it must be what
     // this walk would compute there, which is the last saved rbp the tail restores (checked
     // by value below), or, if none, the rbp this walk has now.
@@ -232,34 +232,33 @@ pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
             copy[k] = from;
         }
     }
-    let truncated = steps < last.len() - j;
-    let take = count.min(room);
     if COPY {
         copy[steps - 1] = tail[steps - 1];
     }
-    if WRITE {
-        for (o, s) in out[n..n + take].iter_mut().zip(&tail[skip..]) {
+    if WRITE && n < out.len() {
+        for (o, s) in out[n..].iter_mut().zip(&tail[skip..skip + count]) {
             *o = s.pc;
         }
     }
     if resume {
-        // The last step is pushed again by the walk, which records its frame itself.
+        // The last step is pushed again by the walk, which counts its frame itself.
         return Taken::Resume {
             at: i + steps - 1,
-            frames: n + take - 1,
+            frames: n + count - 1,
             first: i + skip,
         };
     }
     let walk = Walk {
-        frames: n + take,
-        // A walk that fills the buffer stops before looking past its last frame.
-        outside: outside && take == count && n + take < out.len(),
-        id: 0,
+        frames: (n + count).min(out.len()),
+        // An address outside every module past the frames kept changes nothing they show.
+        outside: outside && !cut && n + count <= out.len(),
+        ..Walk::default()
     };
     Taken::Done {
         walk,
         steps,
-        ending: if truncated { Ending::Full } else { ending },
+        ending: if cut { Ending::Full } else { ending },
+        named: !cut,
     }
 }
 

@@ -10,6 +10,7 @@ use super::modules::ModuleSet;
 use super::rules::{EMPTY, FIRST};
 use super::stack::Stack;
 use super::trail::*;
+use super::tree;
 
 
 impl ThreadCache {
@@ -61,11 +62,12 @@ impl ThreadCache {
             }
             let count = kept.checks.count as usize;
             let id = kept.stack_id;
-            self.repeated(k, sp, count <= out.len());
+            self.repeated(k, sp, true);
             return Some(Walk {
                 frames: count.min(out.len()),
                 outside: false,
                 id,
+                node: 0,
             });
         }
         let view = View {
@@ -86,6 +88,7 @@ impl ThreadCache {
             return None;
         };
         walk.id = id;
+        walk.node = kept.steps.get(kept.first).map_or(0, |s| s.node);
         self.repeated(k, sp, steps == kept.len);
         Some(walk)
     }
@@ -203,9 +206,10 @@ impl ThreadCache {
                         n,
                     ) {
                         Taken::Done {
-                            walk,
+                            mut walk,
                             steps,
                             ending,
+                            named,
                         } => {
                             self.taken_over += 1;
                             // This walk becomes the last one: its own steps, then the old
@@ -216,6 +220,7 @@ impl ThreadCache {
                                 i + last.first - j
                             };
                             next.finish(i + steps, i, ending);
+                            walk.node = self.name(if named { i } else { MAX_STEPS });
                             self.keep(stack);
                             core::mem::swap(&mut self.last, &mut self.next);
                             self.last_kept = None;
@@ -239,7 +244,7 @@ impl ThreadCache {
                 }
             }
             if i == MAX_STEPS {
-                break Ending::Other;
+                break Ending::Full;
             }
             self.next.steps[i] = Step {
                 pc,
@@ -247,24 +252,21 @@ impl ThreadCache {
                 bp,
                 bp_offset: 0,
                 flags: if n > 0 { AFTER_OWN } else { 0 },
+                node: 0,
             };
             i += 1;
             let recorded_before = n;
             if !record(set, own, pc, out, &mut n) {
-                break if n == out.len() {
-                    Ending::Full
-                } else {
-                    Ending::Fixed {
-                        outside: false,
-                        recorded: false,
-                    }
+                break Ending::Fixed {
+                    outside: false,
+                    recorded: false,
                 };
             }
             if recorded_before == 0 && n > 0 {
                 first_recorded = i - 1;
             }
             if fp && n > 0 {
-                return fp_chain(set, stack, (pc, sp, bp), out, n);
+                return fp_chain(set, stack, (pc, sp, bp), out, n.min(out.len()));
             }
             let rule = self.rule(set, key);
             let first = key & FIRST != 0;
@@ -314,16 +316,53 @@ impl ThreadCache {
             (pc, sp) = (ra, cfa);
             key = pc;
         };
-        let outside = matches!(ending, Ending::Fixed { outside: true, .. });
+        // An address outside every module past the frames kept changes nothing they show.
+        let outside = matches!(ending, Ending::Fixed { outside: true, .. }) && n <= out.len();
         self.next.first = first_recorded.min(i);
         self.next.finish(i, i, ending);
+        let node = self.name(i);
         self.keep(stack);
         core::mem::swap(&mut self.last, &mut self.next);
         self.last_kept = None;
         Walk {
-            frames: n,
+            frames: n.min(out.len()),
             outside,
             id: 0,
+            node,
         }
+    }
+
+    /// Names the finished walk in `next` in the call tree, its steps from `known` on being
+    /// named already (as taken over from an earlier walk): each recorded step below gets the
+    /// node of its pc under the node of the step above. Returns the node of the first
+    /// recorded step (the whole walk's name), 0 when it has no frames or the tree is full.
+    fn name(&mut self, known: usize) -> u32 {
+        let next = &mut self.next;
+        let len = next.len;
+        let recorded_last = match next.ending {
+            Ending::Fixed {
+                recorded: false, ..
+            } => len.wrapping_sub(1),
+            _ => len,
+        };
+        let first = next.first;
+        if first >= recorded_last {
+            return 0;
+        }
+        let (mut parent, top) = match known < recorded_last {
+            true => (next.steps[known].node, known),
+            false => (0, recorded_last),
+        };
+        // Naming stops at the first node the tree cannot give (out of ids or memory), or
+        // below a taken-over step that was not named: the steps below stay unnamed.
+        let mut named = top == recorded_last || parent != 0;
+        for s in next.steps[first.min(top)..top].iter_mut().rev() {
+            if named {
+                parent = tree::child(&mut self.tree, parent, s.pc);
+                named = parent != 0;
+            }
+            s.node = if named { parent } else { 0 };
+        }
+        next.steps[first].node
     }
 }

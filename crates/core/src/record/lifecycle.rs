@@ -177,6 +177,7 @@ extern "C" fn fork_prepare() {
     // so it must not straddle a fork either.
     modules::fork_lock(true);
     quarantine::lock();
+    capture::lock_all();
     stacks::lock_all();
     table::lock_all();
     arena::lock_all();
@@ -190,6 +191,7 @@ fn unlock_after_fork(child: Option<&ThreadState>) {
     arena::unlock_all();
     table::unlock_all();
     stacks::unlock_all();
+    capture::unlock_all();
     quarantine::unlock(child.map(|s| &s.quarantine));
     modules::fork_lock(false);
 }
@@ -232,13 +234,14 @@ pub fn on_unload() {
     let _ = core::fmt::write(
         &mut out,
         format_args!(
-            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} stacks={} allocs={} frees={} untracked={}\n",
+            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} stacks={} call_nodes={} allocs={} frees={} untracked={}\n",
             live,
             table::peak_live(),
             arena::MAPPED.load(Ordering::Relaxed),
             arena::PEAK_MAPPED.load(Ordering::Relaxed),
             table::slot_bytes(),
             stacks::count(),
+            capture::tree_nodes(),
             events - frees,
             frees,
             h.untracked.load(Ordering::Relaxed),
