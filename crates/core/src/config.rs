@@ -35,6 +35,10 @@ pub(crate) static UNWIND: AtomicBool = AtomicBool::new(true);
 pub(crate) static UNWIND_FP: AtomicBool = AtomicBool::new(false);
 /// Print one line of statistics to stderr at exit (`MEM_TRACE_STATS=1`).
 pub(crate) static STATS: AtomicBool = AtomicBool::new(false);
+/// Check every Nth captured stack against framehop's walk from a fresh cache, and print
+/// the agreement at exit (`MEM_TRACE_CHECK_STACKS=N`; 0: never). A diagnostic, for the
+/// accuracy tests on real programs and for users who doubt a stack.
+pub(crate) static CHECK_STACKS: AtomicU64 = AtomicU64::new(0);
 /// Capture the freeing stack of every free (`MEM_TRACE_FREE_STACKS`, default 1).
 pub(crate) static FREE_STACKS: AtomicBool = AtomicBool::new(true);
 /// Abort right after reporting a double or invalid free, so a core is written there
@@ -98,6 +102,8 @@ pub(crate) struct Config {
     pub frames: usize,
     pub unwind: Unwind,
     pub stats: bool,
+    /// Every how many captures a stack is checked against framehop's (0: none).
+    pub check_stacks: u64,
     /// Frees remembered in the history ring (`MEM_TRACE_FREED`, 0 disables).
     pub freed: u64,
     /// Bytes of freed blocks held back from reuse (`MEM_TRACE_QUARANTINE`, 0 disables).
@@ -122,6 +128,7 @@ impl Default for Config {
             frames: DEFAULT_FRAMES,
             unwind: Unwind::Cfi,
             stats: false,
+            check_stacks: 0,
             freed: DEFAULT_FREED,
             quarantine: DEFAULT_QUARANTINE,
             free_stacks: true,
@@ -179,6 +186,16 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
             "1" | "yes" | "true" => c.stats = true,
             "0" | "no" | "false" => c.stats = false,
             _ => reject("MEM_TRACE_STATS", v, "0 or 1"),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_CHECK_STACKS") {
+        match number(&v) {
+            Some(n) if n <= u64::from(u32::MAX) => c.check_stacks = n,
+            _ => reject(
+                "MEM_TRACE_CHECK_STACKS",
+                v,
+                "a whole number N: check every Nth stack (0: none)",
+            ),
         }
     }
     if let Some(v) = get("MEM_TRACE_FREED") {
@@ -430,6 +447,7 @@ pub(crate) fn load() -> Config {
     UNWIND.store(c.unwind != Unwind::None, Ordering::Relaxed);
     UNWIND_FP.store(c.unwind == Unwind::FramePointers, Ordering::Relaxed);
     STATS.store(c.stats, Ordering::Relaxed);
+    CHECK_STACKS.store(c.check_stacks, Ordering::Relaxed);
     FREE_STACKS.store(c.free_stacks, Ordering::Relaxed);
     ABORT_ON_ERROR.store(c.abort_on_error, Ordering::Relaxed);
     PROFILE_INTERVAL_MS.store(c.profile_interval_ms, Ordering::Relaxed);
@@ -653,6 +671,7 @@ mod tests {
             "MEM_TRACE_FRAMES",
             "MEM_TRACE_UNWIND",
             "MEM_TRACE_STATS",
+            "MEM_TRACE_CHECK_STACKS",
             "MEM_TRACE_FREED",
             "MEM_TRACE_QUARANTINE",
             "MEM_TRACE_FREE_STACKS",

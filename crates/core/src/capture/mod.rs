@@ -76,9 +76,9 @@ mod tree;
 mod walker;
 
 pub use cache::drop_cache;
-pub(crate) use tree::{count as tree_nodes, lock_all, unlock_all};
 pub use local::Local;
 pub use stack::Bounds;
+pub(crate) use tree::{count as tree_nodes, lock_all, unlock_all};
 
 use crate::config;
 use cache::{cache_for, cache_if_made};
@@ -150,6 +150,28 @@ pub(crate) fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
         frames: w.frames,
         id,
     }
+}
+
+/// The stack here as framehop alone walks it with a fresh cache: the reference the fast
+/// walk is checked against (`MEM_TRACE_CHECK_STACKS`). From the same registers and skipping
+/// the same frames as [`capture_interned`], so the two agree frame for frame when both are
+/// right. Slow (a fresh cache computes every rule) and ~10 KiB of stack: a diagnostic.
+#[inline(never)]
+pub(crate) fn reference(local: &Local, out: &mut [u64]) -> usize {
+    let (regs, entry) = match local.start.get() {
+        (0, _, _) => (registers(), 0),
+        start => (start, start.0),
+    };
+    let hi = local.bounds.hi.get();
+    if hi == 0 || regs.1 < local.bounds.lo.get() || regs.1 >= hi {
+        return 0;
+    }
+    let Some(set) = modules::current() else {
+        return 0;
+    };
+    let stack = Stack { lo: regs.1, hi };
+    let own = Own::Skip { entry };
+    walk_framehop(set, stack, regs, out, own, &mut CacheX86_64::new()).frames
 }
 
 /// Makes the thread's captures start from `regs` (read by the caller at its own entry) until

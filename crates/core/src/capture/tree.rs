@@ -43,7 +43,8 @@ static DIR: [AtomicPtr<Node>; CHUNKS] = [const { AtomicPtr::new(core::ptr::null_
 static COUNT: SpinLock<u32> = SpinLock::new(0);
 
 type Index = HashTable<(u64, u32), Arena>;
-static INDEX: [SpinLock<Index>; SHARDS] = [const { SpinLock::new(HashTable::new_in(Arena)) }; SHARDS];
+static INDEX: [SpinLock<Index>; SHARDS] =
+    [const { SpinLock::new(HashTable::new_in(Arena)) }; SHARDS];
 
 /// A thread's cached lookup: `(parent, pc)` named `node`. All zero: empty (no frame is at
 /// address 0).
@@ -60,12 +61,15 @@ pub(super) struct Entry {
 /// under every caller (an interpreter's evaluator at each depth) took one cache entry: 95%
 /// of lookups missed.
 fn hash(parent: u32, pc: u64) -> u64 {
-    let m = u128::from(pc ^ 0x2d35_8dcc_aa6c_78a5) * u128::from(u64::from(parent) ^ 0x8bb8_4b93_962e_acc9);
+    let m = u128::from(pc ^ 0x2d35_8dcc_aa6c_78a5)
+        * u128::from(u64::from(parent) ^ 0x8bb8_4b93_962e_acc9);
     (m as u64) ^ ((m >> 64) as u64)
 }
 
 fn node(id: u32) -> Option<&'static Node> {
-    let chunk = DIR.get((id >> CHUNK_BITS) as usize)?.load(Ordering::Acquire);
+    let chunk = DIR
+        .get((id >> CHUNK_BITS) as usize)?
+        .load(Ordering::Acquire);
     if id == 0 || chunk.is_null() {
         return None;
     }
@@ -101,7 +105,9 @@ fn find_or_make(h: u64, parent: u32, pc: u64) -> u32 {
     // bits and tells them apart in a group by the top 7. Sharding by the top 4 left 3 bits
     // to tell entries apart, so a probe compared ~1 in 8 entries of its group in full.
     let mut index = INDEX[(h >> 48) as usize % SHARDS].lock();
-    let same = |&(eh, id): &(u64, u32)| eh == h && node(id).is_some_and(|n| n.pc == pc && n.parent == parent);
+    let same = |&(eh, id): &(u64, u32)| {
+        eh == h && node(id).is_some_and(|n| n.pc == pc && n.parent == parent)
+    };
     if let Some(&(_, id)) = index.find(h, same) {
         return id;
     }
@@ -133,11 +139,13 @@ fn make(parent: u32, pc: u64) -> Option<u32> {
     // SAFETY: index masked into the chunk; the slot is unused (ids are handed out once, under
     // this lock) and no reader sees it before the id is published by the index insert.
     unsafe {
-        chunk.add((id & ((1 << CHUNK_BITS) - 1)) as usize).write(Node {
-            pc,
-            parent,
-            stack: AtomicU32::new(0),
-        })
+        chunk
+            .add((id & ((1 << CHUNK_BITS) - 1)) as usize)
+            .write(Node {
+                pc,
+                parent,
+                stack: AtomicU32::new(0),
+            })
     };
     *count = id;
     Some(id)

@@ -12,7 +12,6 @@ use super::stack::Stack;
 use super::trail::*;
 use super::tree;
 
-
 impl ThreadCache {
     /// The last walk, to take over from.
     #[inline(always)]
@@ -84,7 +83,10 @@ impl ThreadCache {
             0 => take_over::<false, true>(view, &mut [], (0, 0), stack, bp, out, 0),
             _ => take_over::<false, false>(view, &mut [], (0, 0), stack, bp, out, 0),
         };
-        let Taken::Done { mut walk, steps, .. } = taken else {
+        let Taken::Done {
+            mut walk, steps, ..
+        } = taken
+        else {
             return None;
         };
         walk.id = id;

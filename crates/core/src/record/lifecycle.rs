@@ -171,6 +171,62 @@ pub fn thread_started() {
     }
 }
 
+/// Captures checked against the reference walk, and those that agreed
+/// (`MEM_TRACE_CHECK_STACKS`).
+static CHECKED: AtomicU64 = AtomicU64::new(0);
+static AGREED: AtomicU64 = AtomicU64::new(0);
+static CAPTURES: AtomicU64 = AtomicU64::new(0);
+/// Disagreements printed in full, so that a failing check shows what differed.
+const SHOWN: u64 = 3;
+
+/// Every Nth capture: compares the stack interned as `id` with the reference walk from
+/// here (`buf`: the thread's frame buffer, free again), and prints the first disagreements.
+#[cold]
+#[inline(never)]
+pub(super) fn check_stack(local: &capture::Local, id: u32, buf: &mut [u64]) {
+    let every = config::CHECK_STACKS.load(Ordering::Relaxed);
+    if CAPTURES.fetch_add(1, Ordering::Relaxed) % every != 0 {
+        return;
+    }
+    let n = capture::reference(local, buf);
+    let ours = stacks::frames(id).unwrap_or(&[]);
+    let checked = CHECKED.fetch_add(1, Ordering::Relaxed);
+    if ours == &buf[..n] {
+        AGREED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if checked - AGREED.load(Ordering::Relaxed) < SHOWN {
+        let mut out = Out::stderr();
+        let _ = core::fmt::write(
+            &mut out,
+            format_args!(
+                "mem-trace: stack check: stack {id} {ours:x?}\n    reference {:x?}\n",
+                &buf[..n]
+            ),
+        );
+    }
+}
+
+/// The check's line at exit, when it ran.
+fn report_check() {
+    let checked = CHECKED.load(Ordering::Relaxed);
+    if config::CHECK_STACKS.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let agreed = AGREED.load(Ordering::Relaxed);
+    let pct = if checked == 0 {
+        100.0
+    } else {
+        agreed as f64 * 100.0 / checked as f64
+    };
+    let _ = core::fmt::write(
+        &mut Out::stderr(),
+        format_args!(
+            "mem-trace: stack check: {agreed} of {checked} stacks identical to framehop's ({pct:.2}%)\n"
+        ),
+    );
+}
+
 extern "C" fn fork_prepare() {
     // Lock order: everything a hook may hold, in the order hooks take them. The module-set
     // build lock comes first: a rebuild allocates from the arena and calls dl_iterate_phdr,
@@ -222,6 +278,7 @@ pub fn on_load() {
 /// when asked for.
 pub fn on_unload() {
     crate::profile::exiting();
+    report_check();
     if !config::STATS.load(Ordering::Relaxed) {
         return;
     }

@@ -145,11 +145,17 @@ fn stack_here(state: &ThreadState) -> u32 {
         .load(Ordering::Relaxed)
         .min(config::MAX_FRAMES);
     let c = capture::capture_interned(local, &mut buf[..max]);
-    if c.id != 0 {
-        return c.id;
+    let id = match c.id {
+        0 => {
+            let id = stacks::intern_cached(&state.stacks, &buf[..c.frames]);
+            capture::remember_id(local, id, max);
+            id
+        }
+        id => id,
+    };
+    if config::CHECK_STACKS.load(Ordering::Relaxed) != 0 {
+        lifecycle::check_stack(local, id, &mut buf[..max]);
     }
-    let id = stacks::intern_cached(&state.stacks, &buf[..c.frames]);
-    capture::remember_id(local, id, max);
     id
 }
 
