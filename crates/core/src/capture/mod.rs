@@ -24,6 +24,20 @@
 //! run of independent loads) instead of being walked (a chain of dependent ones). Exact, not
 //! a heuristic: see `Trail`.
 //!
+//! A walk goes on past the frames the capture keeps (`MEM_TRACE_FRAMES`, 64), up to the
+//! thread's first frame or 160 steps: the frames it does not write still let the next
+//! capture take over. Walks used to stop where the buffer filled, and an interpreter 40-80
+//! frames deep then never took over from a walk made at another depth: it walked all 64
+//! frames again on every capture on the way back up.
+//!
+//! Each finished walk is named in the call tree (`tree`: a node per caller's node and
+//! return address, heaptrack's trace tree): the steps taken over keep the old walk's nodes,
+//! and only the new inner frames are looked up. The walk's node remembers the stack id its
+//! frames were interned as, so a capture taken over from an earlier walk gets its id without
+//! hashing and comparing its frames (on `deep`: the hash, the intern table and its `memcmp`
+//! were a quarter of the run; with the tree, the `deep` benchmark went from 4.9 s to 3.9 s,
+//! plain 0.22 s; python3 unchanged within noise).
+//!
 //! The last walk serves only when consecutive allocations share callers. Programs that
 //! allocate from several call paths in turn (churn: 50 paths, chosen at random) get little
 //! from it, so up to 256 recent walks of at most 40 steps are kept as well (`Kept`: ≈330 KiB a

@@ -60,15 +60,18 @@ pub(crate) fn now_seq() -> u64 {
 #[inline(always)]
 unsafe fn cmpxchg16b(p: *mut u64, old: (u64, u64), new: (u64, u64)) -> (u64, u64) {
     let (lo, hi);
-    // SAFETY: the caller's contract. `rbx` is reserved by the compiler, so the new low word
-    // travels in another register and is swapped in and out around the instruction.
+    // SAFETY: the caller's contract. `rbx` cannot be named as an operand, so the new low
+    // word travels in `rsi` and is swapped in and out around the instruction. The address is
+    // pinned to `rdi`: as `in(reg)` the compiler once chose `rbx` for it (a `Traced` program
+    // built with fat LTO), which the swap then overwrote with the new low word, and the
+    // instruction wrote to address 9.
     unsafe {
         core::arch::asm!(
-            "xchg {new_lo}, rbx",
-            "lock cmpxchg16b xmmword ptr [{p}]",
-            "mov rbx, {new_lo}",
-            p = in(reg) p,
-            new_lo = inout(reg) new.0 => _,
+            "xchg rsi, rbx",
+            "lock cmpxchg16b xmmword ptr [rdi]",
+            "mov rbx, rsi",
+            in("rdi") p,
+            inout("rsi") new.0 => _,
             in("rcx") new.1,
             inout("rax") old.0 => lo,
             inout("rdx") old.1 => hi,
