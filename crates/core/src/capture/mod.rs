@@ -146,11 +146,7 @@ pub(crate) struct Captured {
 /// python3).
 #[inline(never)]
 pub(crate) fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
-    // From a wrapper's registers, its own frame (at their pc) is skipped like the tracer's.
-    let (regs, entry) = match local.start.get() {
-        (0, _, _) => (registers(), 0),
-        start => (start, start.0),
-    };
+    let (regs, entry) = start_regs(local);
     let w = capture_with(local, out, regs, Own::Skip { entry }, true);
     let id = match (w.id, w.node) {
         (0, 0) => 0,
@@ -166,16 +162,23 @@ pub(crate) fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
     }
 }
 
+/// The registers this thread's captures start from, and the pc of the frame to skip there:
+/// from a wrapper's registers, its own frame (at their pc) is skipped like the tracer's.
+#[inline(always)]
+fn start_regs(local: &Local) -> ((u64, u64, u64), u64) {
+    match local.start.get() {
+        (0, _, _) => (registers(), 0),
+        start => (start, start.0),
+    }
+}
+
 /// The stack here as framehop alone walks it with a fresh cache: the reference the fast
 /// walk is checked against (`MEM_TRACE_CHECK_STACKS`). From the same registers and skipping
 /// the same frames as [`capture_interned`], so the two agree frame for frame when both are
 /// right. Slow (a fresh cache computes every rule) and ~10 KiB of stack: a diagnostic.
 #[inline(never)]
 pub(crate) fn reference(local: &Local, out: &mut [u64]) -> usize {
-    let (regs, entry) = match local.start.get() {
-        (0, _, _) => (registers(), 0),
-        start => (start, start.0),
-    };
+    let (regs, entry) = start_regs(local);
     let hi = local.bounds.hi.get();
     if hi == 0 || regs.1 < local.bounds.lo.get() || regs.1 >= hi {
         return 0;
