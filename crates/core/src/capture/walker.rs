@@ -61,7 +61,7 @@ impl ThreadCache {
             }
             let count = kept.checks.count as usize;
             let id = kept.stack_id;
-            self.repeated(k, sp, true);
+            self.repeated(k, sp);
             return Some(Walk {
                 frames: count.min(out.len()),
                 outside: false,
@@ -83,30 +83,26 @@ impl ThreadCache {
             0 => take_over::<false, true>(view, &mut [], (0, 0), stack, bp, out, 0),
             _ => take_over::<false, false>(view, &mut [], (0, 0), stack, bp, out, 0),
         };
-        let Taken::Done {
-            mut walk, steps, ..
-        } = taken
-        else {
+        let Taken::Done { mut walk, .. } = taken else {
             return None;
         };
         walk.id = id;
         walk.node = kept.steps.get(kept.first).map_or(0, |s| s.node);
-        self.repeated(k, sp, steps == kept.len);
+        self.repeated(k, sp);
         Some(walk)
     }
 
-    /// Notes that a capture from `sp` repeated kept walk `k` (`whole`: all of it).
+    /// Notes that a capture from `sp` repeated kept walk `k`, all of it (a walk no longer
+    /// stops where the frame buffer fills, so a take-over of a kept walk is always whole).
     #[inline(always)]
-    pub(super) fn repeated(&mut self, k: usize, sp: u64, whole: bool) {
+    pub(super) fn repeated(&mut self, k: usize, sp: u64) {
         self.memo = Some(k);
         self.taken_over += 1;
         self.kept_hits += 1;
-        if whole {
-            let shape = &mut self.shapes[Shape::index(sp)];
-            shape.score = (shape.score + 1).min(SHAPE_SCORE);
-            self.kept_recent[k / KEPT_WAYS] = (k % KEPT_WAYS) as u8;
-            self.last_kept = Some(k);
-        }
+        let shape = &mut self.shapes[Shape::index(sp)];
+        shape.score = (shape.score + 1).min(SHAPE_SCORE);
+        self.kept_recent[k / KEPT_WAYS] = (k % KEPT_WAYS) as u8;
+        self.last_kept = Some(k);
     }
 
     /// Keeps the whole walk now in `next` for later captures of the same stack (see [`Shape`]).
@@ -216,16 +212,13 @@ impl ThreadCache {
                             self.taken_over += 1;
                             // This walk becomes the last one: its own steps, then the old
                             // walk's from step j (valid for it: just checked).
-                            next.first = if n > 0 {
+                            let first = if n > 0 {
                                 first_recorded
                             } else {
                                 i + last.first - j
                             };
-                            next.finish(i + steps, i, ending);
-                            walk.node = self.name(if named { i } else { MAX_STEPS });
-                            self.keep(stack);
-                            core::mem::swap(&mut self.last, &mut self.next);
-                            self.last_kept = None;
+                            let known = if named { i } else { MAX_STEPS };
+                            walk.node = self.complete(stack, first, (i + steps, i), ending, known);
                             return walk;
                         }
                         Taken::Resume { at, frames, first } => {
@@ -320,18 +313,34 @@ impl ThreadCache {
         };
         // An address outside every module past the frames kept changes nothing they show.
         let outside = matches!(ending, Ending::Fixed { outside: true, .. }) && n <= out.len();
-        self.next.first = first_recorded.min(i);
-        self.next.finish(i, i, ending);
-        let node = self.name(i);
-        self.keep(stack);
-        core::mem::swap(&mut self.last, &mut self.next);
-        self.last_kept = None;
+        let node = self.complete(stack, first_recorded.min(i), (i, i), ending, i);
         Walk {
             frames: n.min(out.len()),
             outside,
             id: 0,
             node,
         }
+    }
+
+    /// Makes the walk in `next` the last one: `len` steps, the first `fresh` of them walked
+    /// by this capture, recording from step `first`, ended as `ending`. Ends it, names it in
+    /// the call tree (its steps from `known` on named already), keeps it, and returns its
+    /// node.
+    fn complete(
+        &mut self,
+        stack: Stack,
+        first: usize,
+        (len, fresh): (usize, usize),
+        ending: Ending,
+        known: usize,
+    ) -> u32 {
+        self.next.first = first;
+        self.next.finish(len, fresh, ending);
+        let node = self.name(known);
+        self.keep(stack);
+        core::mem::swap(&mut self.last, &mut self.next);
+        self.last_kept = None;
+        node
     }
 
     /// Names the finished walk in `next` in the call tree, its steps from `known` on being
