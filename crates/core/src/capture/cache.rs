@@ -78,6 +78,16 @@ impl ThreadCache {
         })
     }
 
+    /// Notes that the kept walk the last capture repeated or was kept as (if any) has frames
+    /// interned as `id`, for captures into a buffer of `len` frames.
+    pub(super) fn remember_kept(&mut self, id: u32, len: usize) {
+        if let Some(k) = self.memo.take() {
+            let kept = &mut self.kept[k];
+            kept.stack_id = id;
+            kept.id_len = len as u32;
+        }
+    }
+
     /// The rule for `key`, from the cache or computed.
     #[inline(always)]
     pub(super) fn rule(&mut self, set: &ModuleSet, key: u64) -> Rule {

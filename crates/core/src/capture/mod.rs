@@ -155,6 +155,11 @@ pub(crate) fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
     };
     if let Some(cache) = cache_if_made(local) {
         cache.node = w.node;
+        if w.id == 0 && id != 0 {
+            // Named by the tree: the walk kept for this capture (if any) learns its id here,
+            // as it would from `remember_id`, so that its next repeat is checked flat.
+            cache.remember_kept(id, out.len());
+        }
     }
     Captured {
         frames: w.frames,
@@ -212,11 +217,7 @@ pub(crate) fn remember_id(local: &Local, id: u32, len: usize) {
         if cache.node != 0 {
             tree::set_stack(cache.node, id);
         }
-        if let Some(k) = cache.memo.take() {
-            let kept = &mut cache.kept[k];
-            kept.stack_id = id;
-            kept.id_len = len as u32;
-        }
+        cache.remember_kept(id, len);
     }
 }
 
