@@ -3,8 +3,8 @@
 //! workload (C, 40-80 frames, loops of short calls at the bottom) and python3 running the
 //! benchmark's `py_records.py`. `MEM_TRACE_CHECK_STACKS=N` makes the preload walk every Nth
 //! capture again with the reference and compare it with the stack id the capture was
-//! interned as, allocations and frees alike; the unit tests in `capture/tests/accuracy.rs` do the same
-//! for the test binary's own frames.
+//! interned as, allocations and frees alike; the unit tests in `capture/tests/accuracy.rs` do
+//! the same for the test binary's own frames.
 
 mod common;
 
