@@ -61,6 +61,8 @@ pub static DLCLOSE: Next = Next::new(c"dlclose");
 pub struct Glibc;
 
 impl RealAlloc for Glibc {
+    const GLIBC_HEAP: bool = true;
+
     #[inline(always)]
     unsafe fn free(&self, block: *mut c_void) {
         // SAFETY: a block glibc returned that nobody uses any more (the trait's contract).

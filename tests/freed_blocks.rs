@@ -46,19 +46,25 @@ fn shows_tracer_frame(line: &str) -> bool {
 /// showing the tracer's own frames (the tracer skips them when it captures a stack, so
 /// frame 0 is the program's call into the allocator).
 fn report(name: &str) -> Output {
+    reports(name, 1)
+}
+
+/// [`report`] for a run that makes `count` bad calls.
+fn reports(name: &str, count: usize) -> Output {
     let out = fixture_run(&errors(), name).run();
     let reports = out
         .stderr
         .lines()
         .filter(|l| {
-            l.starts_with("mem-trace: double free of ")
-                || l.starts_with("mem-trace: invalid free of ")
+            ["double free", "invalid free", "invalid realloc"]
+                .iter()
+                .any(|what| l.starts_with(&format!("mem-trace: {what} of ")))
         })
         .count();
     assert_eq!(
         reports,
-        1,
-        "expected one `mem-trace: double free of` or `mem-trace: invalid free of` line\n{}",
+        count,
+        "expected {count} `mem-trace: double free of` or `mem-trace: invalid free of` lines\n{}",
         out.describe()
     );
     assert!(
@@ -163,6 +169,26 @@ fn invalid_free_of_a_stack_address_is_reported_and_the_program_goes_on() {
 #[test]
 fn invalid_free_as_a_threads_first_allocator_call_names_the_thread() {
     for mode in ["thread", "first"] {
+        glibc_kills(mode);
+        report(mode);
+    }
+}
+
+/// `free(0x10)` and a wild pointer into unmapped memory, which glibc would crash on: reported
+/// as wild pointers and kept from glibc; `realloc` of one returns null.
+#[test]
+fn wild_pointers_are_reported_not_passed_to_glibc() {
+    glibc_kills("wild");
+    reports("wild", 2);
+    report("realloc-wild");
+}
+
+/// Pointers into memory glibc's heap has no block at: zeroed anonymous memory from `mmap`
+/// (no chunk header), a file mapping, and just past the end of a live block, where the report
+/// also names that block and its allocation stack, as ASan does.
+#[test]
+fn pointers_into_mappings_without_blocks_are_reported_with_the_nearest_block() {
+    for mode in ["mmap", "file", "past-end"] {
         glibc_kills(mode);
         report(mode);
     }

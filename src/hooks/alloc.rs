@@ -141,7 +141,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         return unsafe { glibc::__libc_realloc(p, size) };
     };
     let old = record::take(&g, p);
-    if old.is_none() && !record::realloc_unknown(&g, p) {
+    if old.is_none() && !record::realloc_unknown(&g, p, &Glibc) {
         // A freed (or never allocated) block: glibc would corrupt its heap or abort.
         // SAFETY: errno is this thread's.
         unsafe { *libc::__errno_location() = libc::ENOMEM };

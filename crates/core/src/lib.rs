@@ -16,7 +16,8 @@
 //!
 //! Beside the path: [`arena`], the tracer's own memory (anonymous `mmap`, called explicitly by
 //! the stores, never the program's heap); [`config`], the `MEM_TRACE_*` variables; [`real`],
-//! the allocator underneath, behind a trait.
+//! the allocator underneath, behind a trait; [`maps`] and [`glibc_heap`], what a pointer no
+//! block holds points at.
 //!
 //! This crate is an rlib with no `#[global_allocator]` and no exported symbol. Whoever links it
 //! defines the exported header with [`define_header!`]: the preload library does, and so will
@@ -30,7 +31,9 @@
 pub mod arena;
 pub mod capture;
 pub mod config;
+pub mod glibc_heap;
 pub mod guard;
+pub mod maps;
 pub mod out;
 mod prefetch;
 pub mod profile;

@@ -13,6 +13,11 @@ use core::ffi::c_void;
 
 /// The allocator whose blocks the tracer records.
 pub trait RealAlloc {
+    /// Whether this is glibc's malloc, whose chunk headers tell a pointer that may be one of
+    /// its blocks from one that cannot be (`glibc_heap`): a pointer the tracer never saw
+    /// allocated is then checked before it is handed on.
+    const GLIBC_HEAP: bool = false;
+
     /// Gives a block back to the allocator for good.
     ///
     /// # Safety

@@ -3,6 +3,7 @@
 
 use super::lifecycle::thread_index;
 use crate::capture::modules;
+use crate::glibc_heap;
 use crate::report::{self, Op, Why};
 use crate::state::ThreadState;
 use crate::store::{freed, quarantine, table};
@@ -11,9 +12,11 @@ use core::sync::atomic::{AtomicI64, Ordering};
 /// A pointer given to `free` or `realloc` that is not a live block start. Returns whether glibc
 /// may see it: `false` for a double free (the block is in quarantine, or the history saw it
 /// freed and nothing allocated it since) and for pointers glibc would abort on (inside a live
-/// block, misaligned, on the stack, in code). Other pointers may be blocks made while the
-/// tracer was not recording (inside its own calls), so they pass.
-pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op) -> bool {
+/// block, misaligned, on the stack, in code, and, when the allocator is glibc's (`glibc`),
+/// anywhere glibc's heap has no in-use chunk: unmapped, outside heap memory, or with no chunk
+/// header before it). Other pointers may be blocks made while the tracer was not recording
+/// (before it started, inside its own calls), so they pass.
+pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op, glibc: bool) -> bool {
     // A report names this thread and walks its stack, and the stack check below reads its
     // bounds: all set by registration, which a thread whose first allocator call is this one
     // has not had yet.
@@ -38,18 +41,34 @@ pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op) -> bool {
         report::invalid_free(state, addr, why, op);
         return false;
     }
-    // The history scan costs a pass over the ring: bound how often a program that frees many
-    // untracked blocks pays it.
-    if HISTORY_SCANS.fetch_sub(1, Ordering::Relaxed) > 0 {
+    // Both checks below cost a pass over a whole table or file: bound how often a program
+    // that frees many untracked blocks pays them.
+    if within(&HISTORY_SCANS) {
         if let Some(f) = freed::newest_at(addr) {
             report::double_free(state, addr, Some(f), op);
             return false;
         }
-    } else {
-        HISTORY_SCANS.store(0, Ordering::Relaxed);
+    }
+    if glibc && within(&HEAP_CHECKS) {
+        if let Err(not) = glibc_heap::vouch(addr) {
+            report::invalid_free(state, addr, Why::NotHeap(not), op);
+            return false;
+        }
     }
     true
 }
 
+/// Takes one from a budget of checks, saying whether there was one left.
+fn within(budget: &AtomicI64) -> bool {
+    if budget.fetch_sub(1, Ordering::Relaxed) > 0 {
+        return true;
+    }
+    budget.store(0, Ordering::Relaxed);
+    false
+}
+
 /// History scans left before they stop (see `unknown_pointer`).
 static HISTORY_SCANS: AtomicI64 = AtomicI64::new(10_000);
+
+/// Reads of the process's mappings left before they stop (see `unknown_pointer`).
+static HEAP_CHECKS: AtomicI64 = AtomicI64::new(10_000);

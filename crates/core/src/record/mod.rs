@@ -209,7 +209,7 @@ pub fn take(g: &Guard, p: *mut c_void) -> Option<Block> {
 /// or never (a double or invalid free). Blocks the quarantine lets go meanwhile go back
 /// through `real`.
 pub fn free<R: RealAlloc>(g: &Guard, p: *mut c_void, real: &R) -> Disposition {
-    let block = match forget_freed(g, p) {
+    let block = match forget_freed(g, p, R::GLIBC_HEAP) {
         Ok(block) => block,
         Err(disposition) => return disposition,
     };
@@ -228,15 +228,16 @@ pub fn free<R: RealAlloc>(g: &Guard, p: *mut c_void, real: &R) -> Disposition {
 /// which the quarantine cannot keep: the block is forgotten and remembered as freed, and the
 /// caller releases it at once (`Release`) or, for a double or invalid free, never (`Reject`).
 pub fn free_unheld(g: &Guard, p: *mut c_void) -> Disposition {
-    match forget_freed(g, p) {
+    match forget_freed(g, p, false) {
         Ok(_) => Disposition::Release,
         Err(disposition) => disposition,
     }
 }
 
 /// The common part of the two frees: the live block `p` was, now in the freed history, or
-/// what to do with a pointer that is no live block.
-fn forget_freed(g: &Guard, p: *mut c_void) -> Result<Block, Disposition> {
+/// what to do with a pointer that is no live block (`glibc`: the real allocator is glibc's,
+/// whose heap can tell a wild pointer, see `RealAlloc::GLIBC_HEAP`).
+fn forget_freed(g: &Guard, p: *mut c_void, glibc: bool) -> Result<Block, Disposition> {
     if !is_ready() {
         return Err(Disposition::Release);
     }
@@ -251,7 +252,7 @@ fn forget_freed(g: &Guard, p: *mut c_void) -> Result<Block, Disposition> {
         if degraded() {
             return Err(Disposition::Release);
         }
-        return Err(match unknown_pointer(state, p as u64, Op::Free) {
+        return Err(match unknown_pointer(state, p as u64, Op::Free, glibc) {
             true => Disposition::Release,
             false => Disposition::Reject,
         });
@@ -337,10 +338,10 @@ fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc:
     );
 }
 
-/// Whether `realloc` may pass `p` to the real allocator (see `invalid::unknown_pointer`); `p`
-/// is not a live block.
-pub fn realloc_unknown(g: &Guard, p: *mut c_void) -> bool {
-    !is_ready() || degraded() || unknown_pointer(g.state(), p as u64, Op::Realloc)
+/// Whether `realloc` may pass `p` to the real allocator `_real` (see
+/// `invalid::unknown_pointer`); `p` is not a live block.
+pub fn realloc_unknown<R: RealAlloc>(g: &Guard, p: *mut c_void, _real: &R) -> bool {
+    !is_ready() || degraded() || unknown_pointer(g.state(), p as u64, Op::Realloc, R::GLIBC_HEAP)
 }
 
 /// Notes that `realloc` resized `old` where it was, now `q` (== old.addr) of `size` bytes:

@@ -5,10 +5,11 @@
 //! report, so a core is written at the faulty free.
 
 use super::frames::write_stack;
+use crate::glibc_heap::NotHeap;
 use crate::out::Out;
 use crate::state::ThreadState;
 use crate::store::freed::{Freed, HISTORY};
-use crate::store::stacks;
+use crate::store::{stacks, table};
 use crate::{capture, config};
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
@@ -34,6 +35,8 @@ pub(crate) enum Why {
     Code,
     /// Not 16-byte aligned, as every block from glibc's `malloc` is.
     Misaligned,
+    /// Nowhere glibc's heap has a block: unmapped, outside heap memory, or no chunk there.
+    NotHeap(NotHeap),
 }
 
 fn op_name(op: Op) -> &'static str {
@@ -129,10 +132,11 @@ pub(crate) fn double_free(state: &ThreadState, addr: u64, previous: Option<Freed
 pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
     let mut out = Out::stderr();
     let name = op_name(op);
+    let _ = write!(out, "mem-trace: invalid {name} of {addr:#x}: ");
     let _ = match why {
         Why::Inside(b) => writeln!(
             out,
-            "mem-trace: invalid {name} of {addr:#x}: it is {} bytes inside a {}-byte block [{:#x}, {:#x}) allocated by thread {} (#{}), not its start",
+            "it is {} bytes inside a {}-byte block [{:#x}, {:#x}) allocated by thread {} (#{}), not its start",
             addr - b.addr,
             b.size,
             b.addr,
@@ -140,18 +144,47 @@ pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
             b.thread,
             b.seq
         ),
-        Why::Stack => writeln!(out, "mem-trace: invalid {name} of {addr:#x}: it points into this thread's stack"),
-        Why::Code => writeln!(out, "mem-trace: invalid {name} of {addr:#x}: it points into loaded code"),
-        Why::Misaligned => writeln!(
+        Why::Stack => writeln!(out, "it points into this thread's stack"),
+        Why::Code => writeln!(out, "it points into loaded code"),
+        Why::Misaligned => writeln!(out, "no block from malloc starts there (misaligned)"),
+        Why::NotHeap(NotHeap::Unmapped) => {
+            writeln!(out, "no memory is mapped there (a wild pointer)")
+        }
+        Why::NotHeap(NotHeap::Mapping(m)) => writeln!(
             out,
-            "mem-trace: invalid {name} of {addr:#x}: no block from malloc starts there (misaligned)"
+            "it points {} bytes into {m}, where malloc keeps no blocks",
+            addr - m.start
+        ),
+        Why::NotHeap(NotHeap::NoChunk(m)) => writeln!(
+            out,
+            "no block from malloc starts there (no heap chunk header before it; {} bytes into {m})",
+            addr - m.start
         ),
     };
     this_call(&mut out, state, op);
-    if let Why::Inside(b) = why {
+    let (block, relation) = match why {
+        Why::Inside(b) => (Some(b), "the block was"),
+        _ => match table::nearest_below(addr) {
+            Some(b) => {
+                let _ = writeln!(
+                    out,
+                    "mem-trace: {} bytes past the end of the nearest block below, {} bytes [{:#x}, {:#x}) allocated by thread {} (#{})",
+                    addr - (b.addr + b.size),
+                    b.size,
+                    b.addr,
+                    b.addr + b.size,
+                    b.thread,
+                    b.seq
+                );
+                (Some(b), "that block was")
+            }
+            None => (None, ""),
+        },
+    };
+    if let Some(b) = block {
         let _ = writeln!(
             out,
-            "mem-trace: the block was allocated by thread {} (#{}) here:",
+            "mem-trace: {relation} allocated by thread {} (#{}) here:",
             b.thread, b.seq
         );
         recorded_stack(&mut out, b.stack);

@@ -433,29 +433,58 @@ pub enum Access {
 /// a shard whose lock stays busy is read without it, which is safe because arrays are only
 /// freed when no lockless reader is active.
 pub fn find_containing(addr: u64) -> (Option<Block>, Access) {
+    let mut found = None;
+    let access = read_near(addr, |b| {
+        if b.contains(addr) {
+            found = Some(b);
+        }
+    });
+    (found, access)
+}
+
+/// The live block that starts nearest below `addr` among blocks at most one region away (for
+/// describing a pointer no block holds). Reads as [`find_containing`] does.
+pub fn nearest_below(addr: u64) -> Option<Block> {
+    let mut best: Option<Block> = None;
+    read_near(addr, |b| {
+        if b.addr <= addr && best.is_none_or(|n| b.addr > n.addr) {
+            best = Some(b);
+        }
+    });
+    best
+}
+
+/// Calls `f` on the live blocks of every shard where a block holding `addr` could be (its
+/// region's, the region before's, the large one), saying whether any was read without its
+/// lock.
+fn read_near(addr: u64, mut f: impl FnMut(Block)) -> Access {
     let region = addr >> REGION_SHIFT;
     let mut candidates = [region_shard(region), LARGE, LARGE];
     if region > 0 {
         candidates[2] = region_shard(region - 1);
     }
     let mut access = Access::Locked;
-    let mut found = None;
     for (n, &idx) in candidates.iter().enumerate() {
-        if candidates[..n].contains(&idx) {
-            continue;
-        }
-        let shard = &SHARDS[idx];
-        if try_lock_briefly(lock_of(shard)) {
-            found = found.or_else(|| scan(shard, addr));
-            lock_of(shard).unlock();
-        } else {
+        if !candidates[..n].contains(&idx) && read_shard(&SHARDS[idx], &mut f) {
             access = Access::Lockless;
-            LOCKLESS_READERS.fetch_add(1, Ordering::SeqCst);
-            found = found.or_else(|| scan(shard, addr));
-            LOCKLESS_READERS.fetch_sub(1, Ordering::SeqCst);
         }
     }
-    (found, access)
+    access
+}
+
+/// Calls `f` on the live blocks of `shard`, read under its lock when the lock comes within
+/// about a millisecond, otherwise without it, as a registered lockless reader (then returns
+/// `true`).
+fn read_shard(shard: &Shard, f: &mut impl FnMut(Block)) -> bool {
+    if try_lock_briefly(lock_of(shard)) {
+        scan(shard, f);
+        lock_of(shard).unlock();
+        return false;
+    }
+    LOCKLESS_READERS.fetch_add(1, Ordering::SeqCst);
+    scan(shard, f);
+    LOCKLESS_READERS.fetch_sub(1, Ordering::SeqCst);
+    true
 }
 
 /// Tries a lock for about a millisecond: enough for a running holder to finish its few dozen
@@ -475,27 +504,25 @@ fn try_lock_briefly(lock: &RawSpin) -> bool {
     false
 }
 
-fn scan(shard: &Shard, addr: u64) -> Option<Block> {
+fn scan(shard: &Shard, f: &mut impl FnMut(Block)) {
     let arr = shard.array.load(Ordering::SeqCst);
     if arr.is_null() {
-        return None;
+        return;
     }
     // SAFETY: arrays stay allocated while we hold the lock or are a registered lockless reader.
     let cap = unsafe { (*arr).capacity };
-    (0..cap).find_map(|i| {
+    for i in 0..cap {
         // SAFETY: `i < cap`.
         let s = unsafe { slot(arr, i) };
         let a = s.addr.load(Ordering::Acquire);
-        if a <= TOMBSTONE || a > addr {
-            return None;
+        if a > TOMBSTONE {
+            f(Block::unpack(
+                a,
+                s.size_thread.load(Ordering::Relaxed),
+                s.seq_stack.load(Ordering::Relaxed),
+            ));
         }
-        let b = Block::unpack(
-            a,
-            s.size_thread.load(Ordering::Relaxed),
-            s.seq_stack.load(Ordering::Relaxed),
-        );
-        b.contains(addr).then_some(b)
-    })
+    }
 }
 
 /// Calls `f` on every live block, shard by shard, for the profiler's leak scan. Each shard is
@@ -507,37 +534,8 @@ fn scan(shard: &Shard, addr: u64) -> Option<Block> {
 #[cfg_attr(not(feature = "profiler"), allow(dead_code))]
 pub(crate) fn for_each_block(mut f: impl FnMut(Block)) {
     for shard in &SHARDS {
-        if shard.live.load(Ordering::Relaxed) == 0 {
-            continue;
-        }
-        let mut each = |shard: &Shard| {
-            let arr = shard.array.load(Ordering::SeqCst);
-            if arr.is_null() {
-                return;
-            }
-            // SAFETY: arrays stay allocated while we hold the lock or are a registered
-            // lockless reader.
-            let cap = unsafe { (*arr).capacity };
-            for i in 0..cap {
-                // SAFETY: `i < cap`.
-                let s = unsafe { slot(arr, i) };
-                let a = s.addr.load(Ordering::Acquire);
-                if a > TOMBSTONE {
-                    f(Block::unpack(
-                        a,
-                        s.size_thread.load(Ordering::Relaxed),
-                        s.seq_stack.load(Ordering::Relaxed),
-                    ));
-                }
-            }
-        };
-        if try_lock_briefly(lock_of(shard)) {
-            each(shard);
-            lock_of(shard).unlock();
-        } else {
-            LOCKLESS_READERS.fetch_add(1, Ordering::SeqCst);
-            each(shard);
-            LOCKLESS_READERS.fetch_sub(1, Ordering::SeqCst);
+        if shard.live.load(Ordering::Relaxed) != 0 {
+            read_shard(shard, &mut f);
         }
     }
 }
