@@ -34,8 +34,11 @@ pub(super) struct ThreadCache {
     pub(super) tree: ArenaBox<[tree::Entry; tree::CACHE]>,
     /// The node of the last capture's walk, for `capture::remember_id`.
     pub(super) node: u32,
-    /// Framehop's own cache, for the frames it unwinds.
-    pub(super) framehop: CacheX86_64,
+    /// Framehop's own cache, for the frames it unwinds: made on the first such frame, when
+    /// the stack has room for it (see [`FRAMEHOP_ROOM`]).
+    pub(super) framehop: Option<ArenaBox<CacheX86_64>>,
+    /// The lowest address of the thread's stack, for [`room`].
+    pub(super) floor: u64,
     pub(super) gimli: ArenaBox<cfi::Context>,
     /// Rules computed, frames handed to framehop, walks completed from the last one (for
     /// tests and tuning).
@@ -69,8 +72,9 @@ impl ThreadCache {
             // SAFETY: a zeroed entry has pc 0, which no frame has: never a hit.
             tree: unsafe { zeroed_box() }?,
             node: 0,
-            framehop: CacheX86_64::new(),
-            gimli: Box::try_new_in(cfi::Context::new(), Arena).ok()?,
+            framehop: None,
+            floor: 0,
+            gimli: Box::try_new_in(cfi::Context::new_in(), Arena).ok()?,
             misses: 0,
             framehop_frames: 0,
             taken_over: 0,
@@ -105,6 +109,11 @@ impl ThreadCache {
     #[cold]
     #[inline(never)]
     pub(super) fn miss(&mut self, set: &ModuleSet, key: u64, i: usize) -> Rule {
+        if room(self.floor) < RULE_ROOM {
+            // Not cached: with room, the same frame gets its real rule. Framehop, which would
+            // unwind it, finds no room either, and the walk ends here, not reused.
+            return Rule::FRAMEHOP;
+        }
         self.misses += 1;
         let pc = key & !FIRST;
         let lookup = if key & FIRST != 0 { pc } else { pc - 1 };
@@ -135,6 +144,9 @@ impl ThreadCache {
             Kind::Outside => true,
             _ => {
                 self.framehop_frames += 1;
+                let Some(framehop) = self.framehop_cache() else {
+                    return Err(Ending::Other);
+                };
                 let address = if first {
                     FrameAddress::InstructionPointer(pc)
                 } else {
@@ -143,12 +155,10 @@ impl ThreadCache {
                 };
                 let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
                 let mut read = |a| stack.read(a).ok_or(());
-                return match set.unwinder.unwind_frame(
-                    address,
-                    &mut regs,
-                    &mut self.framehop,
-                    &mut read,
-                ) {
+                return match set
+                    .unwinder
+                    .unwind_frame(address, &mut regs, framehop, &mut read)
+                {
                     Ok(Some(ra)) if ra != 0 => Ok((ra, regs.sp(), regs.bp())),
                     _ => Err(Ending::Other),
                 };
@@ -158,6 +168,18 @@ impl ThreadCache {
             outside,
             recorded: true,
         })
+    }
+
+    /// Framehop's cache, made now if need be, or `None` when the stack has no room for
+    /// framehop here (the walk then ends, and is not reused) or no memory is left.
+    fn framehop_cache(&mut self) -> Option<&mut CacheX86_64> {
+        if room(self.floor) < FRAMEHOP_ROOM {
+            return None;
+        }
+        if self.framehop.is_none() {
+            self.framehop = Box::try_new_in(CacheX86_64::new(), Arena).ok();
+        }
+        self.framehop.as_deref_mut()
     }
 
     /// Forgets every walk: the next capture walks the whole stack.
@@ -170,6 +192,22 @@ impl ThreadCache {
         }
         self.shapes.fill(NO_SHAPE);
     }
+}
+
+/// Stack a rule's computation needs below the frame that asks for it (gimli's row evaluation
+/// with [`cfi::SmallRows`], with margin): with less, a frame whose rule is not cached ends the
+/// walk, so that `malloc` still works with 8 KiB of stack left.
+const RULE_ROOM: u64 = 4 << 10;
+
+/// Stack framehop needs below the frame that asks for it: its cache is made on the stack
+/// (~8 KiB) and its evaluation of a CFI row holds gimli's full-size rows (~12 KiB).
+pub(super) const FRAMEHOP_ROOM: u64 = 28 << 10;
+
+/// Bytes of stack left below the caller's frame, above `floor` (the stack's lowest address).
+#[inline(always)]
+pub(super) fn room(floor: u64) -> u64 {
+    let here = 0u8;
+    (core::ptr::addr_of!(here) as u64).saturating_sub(floor)
 }
 
 /// The thread's unwinder state if a capture made it.

@@ -69,7 +69,18 @@ impl Rule {
 }
 
 /// The gimli state a miss needs, made once per thread: evaluating a row allocates nothing.
-pub type Context = UnwindContext<usize>;
+pub type Context = UnwindContext<usize, SmallRows>;
+
+/// Room for 32 register rules per CFI row and 4 remembered states. gimli's default keeps 192
+/// rules per row, and `next_row` holds rows on the stack (~12 KiB), more than a thread with a
+/// small stack, or a signal handler, can spare; x86-64 CFI names at most 17 registers, and a
+/// row with more rules fails to evaluate and goes to framehop like any other shape.
+pub struct SmallRows;
+
+impl gimli::UnwindContextStorage<usize> for SmallRows {
+    type Rules = [(gimli::Register, RegisterRule<usize>); 32];
+    type Stack = [gimli::UnwindTableRow<usize, Self>; 4];
+}
 
 /// The rule for the CFI row covering `lookup` (the instruction pointer of the first frame,
 /// return address − 1 for the others) in module `m`. Never fails: whatever cannot be expressed

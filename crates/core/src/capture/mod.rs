@@ -258,8 +258,14 @@ fn walk(set: &ModuleSet, local: &Local, regs: (u64, u64, u64), out: &mut [u64], 
         lo: regs.1,
         hi: local.bounds.hi.get(),
     };
+    let floor = local.bounds.lo.get();
     match cache_for(local) {
-        Some(cache) => cache.walk(set, stack, regs, out, how),
+        Some(cache) => {
+            cache.floor = floor;
+            cache.walk(set, stack, regs, out, how)
+        }
+        // Framehop's cache is made here, on the stack.
+        None if cache::room(floor) < cache::FRAMEHOP_ROOM => Walk::default(),
         None => walk_framehop(set, stack, regs, out, how.own, &mut CacheX86_64::new()),
     }
 }

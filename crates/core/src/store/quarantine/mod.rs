@@ -30,7 +30,7 @@
 mod ring;
 
 use super::freed::HISTORY;
-use crate::arena::Arena;
+use crate::arena::{zeroed_box, Arena};
 use crate::sync::SpinLock;
 use allocator_api2::boxed::Box;
 use allocator_api2::vec::Vec;
@@ -311,17 +311,12 @@ fn adopt_or_make() -> Option<&'static Quarantine> {
         return Some(q);
     }
     all.try_reserve(1).ok()?;
-    let recycled = Box::try_new_in(
-        Recycled {
-            lists: [const { Ring::new() }; CLASSES],
-            filled: Classes::default(),
-            used: Classes::default(),
-            bytes: 0,
-            hand: 0,
-        },
-        Arena,
-    )
-    .ok()?;
+    // Made in place: built on the stack and moved, its 255 lists took 8 KiB of the stack of
+    // the thread's first free, which a thread with a small stack or a signal handler on an
+    // alternate stack may not have.
+    // SAFETY: all-zero is a valid `Recycled`: every list empty (`Ring::new` is a null buffer
+    // of capacity 0), no class set, no bytes, the hand at class 0.
+    let recycled = unsafe { zeroed_box::<Recycled>() }?;
     let q = Quarantine {
         held: SpinLock::new(Held {
             fifo: Ring::new(),

@@ -1,0 +1,28 @@
+//! `malloc` and `free` with little stack left (`tests/fixtures/small_stacks.c`): a thread on a
+//! 16 KiB stack allocating with 8 KiB left, and a signal handler on an 8 KiB alternate stack,
+//! in a thread whose first allocator call it is. Each runs as it does without the tracer, and
+//! with 8 KiB left the block still gets its allocation stack.
+
+mod common;
+
+use common::mtrace::{gdb, with_entry_script};
+use common::{c_fixture, fixture_run, Fixture};
+
+fn fixture() -> Fixture {
+    c_fixture("small_stacks.c", &["-pthread"])
+}
+
+#[test]
+fn a_thread_with_8_kib_of_stack_left_allocates_as_without_the_tracer() {
+    fixture_run(&fixture(), "deep").run_same_as_plain();
+}
+
+#[test]
+fn a_handler_on_an_8_kib_alternate_stack_allocates_as_without_the_tracer() {
+    fixture_run(&fixture(), "altstack").run_same_as_plain();
+}
+
+#[test]
+fn blocks_allocated_with_little_stack_are_recorded_with_their_stacks() {
+    gdb(&with_entry_script(fixture()), "");
+}
