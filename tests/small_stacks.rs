@@ -26,3 +26,10 @@ fn a_handler_on_an_8_kib_alternate_stack_allocates_as_without_the_tracer() {
 fn blocks_allocated_with_little_stack_are_recorded_with_their_stacks() {
     gdb(&with_entry_script(fixture()), "");
 }
+
+/// A block a signal handler allocated has the frames the signal interrupted in its stack,
+/// past the kernel's signal frame (`tests/fixtures/signal_frames.c`).
+#[test]
+fn stacks_go_on_through_the_signal_frame() {
+    gdb(&with_entry_script(c_fixture("signal_frames.c", &[])), "");
+}

@@ -6,6 +6,7 @@ use super::kept::{Kept, Shape, KEPT_SETS, KEPT_WAYS, NO_SHAPE, SHAPES};
 use super::local::Local;
 use super::modules::ModuleSet;
 use super::rules::{set_index, Entry, Set, FIRST, SETS};
+use super::signal;
 use super::stack::Stack;
 use super::trail::{Ending, Trail};
 use super::tree;
@@ -128,7 +129,9 @@ impl ThreadCache {
     }
 
     /// A frame whose rule is not a CFA rule: the end of the stack, an unknown module (both
-    /// end the walk), or a frame framehop unwinds; `Ok` holds the caller's registers.
+    /// end the walk), a signal handler's return into the kernel's signal frame, or a frame
+    /// framehop unwinds. `Ok` holds the caller's registers and its cache key: for the frame
+    /// a signal interrupted, its exact pc (`FIRST`), which is no return address.
     #[cold]
     #[inline(never)]
     pub(super) fn uncommon(
@@ -138,11 +141,16 @@ impl ThreadCache {
         first: bool,
         stack: Stack,
         (pc, sp, bp): (u64, u64, u64),
-    ) -> Result<(u64, u64, u64), Ending> {
+    ) -> Result<((u64, u64, u64), u64), Ending> {
         let outside = match kind {
             Kind::End => false,
             Kind::Outside => true,
             _ => {
+                if let Some(m) = set.find(pc).filter(|_| !first) {
+                    if let Some(regs) = signal::interrupted(stack, m.start..m.end, pc, sp) {
+                        return Ok((regs, regs.0 | FIRST));
+                    }
+                }
                 self.framehop_frames += 1;
                 let Some(framehop) = self.framehop_cache() else {
                     return Err(Ending::Other);
@@ -159,7 +167,7 @@ impl ThreadCache {
                     .unwinder
                     .unwind_frame(address, &mut regs, framehop, &mut read)
                 {
-                    Ok(Some(ra)) if ra != 0 => Ok((ra, regs.sp(), regs.bp())),
+                    Ok(Some(ra)) if ra != 0 => Ok(((ra, regs.sp(), regs.bp()), ra)),
                     _ => Err(Ending::Other),
                 };
             }

@@ -82,6 +82,7 @@ mod kept;
 mod local;
 pub mod modules;
 mod rules;
+mod signal;
 mod stack;
 #[cfg(test)]
 mod tests;

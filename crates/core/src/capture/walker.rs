@@ -269,10 +269,10 @@ impl ThreadCache {
                 // The rare kinds, out of the way of the common path (which a jump table on
                 // the kind made slower: the kind is loaded on the walk's critical path).
                 match self.uncommon(set, rule.kind, first, stack, (pc, sp, bp)) {
-                    Ok(regs) => {
+                    Ok((regs, caller_key)) => {
                         self.next.steps[i - 1].flags |= OPAQUE;
                         (pc, sp, bp) = regs;
-                        key = pc;
+                        key = caller_key;
                         continue;
                     }
                     Err(ending) => break ending,
