@@ -231,8 +231,11 @@ fn capture_with(
     want_id: bool,
 ) -> Walk {
     let hi = local.bounds.hi.get();
-    if hi == 0 || regs.1 < local.bounds.lo.get() || regs.1 >= hi {
+    if hi == 0 {
         return Walk::default();
+    }
+    if regs.1 < local.bounds.lo.get() || regs.1 >= hi {
+        return on_alt_stack(local, out, regs, own).unwrap_or_default();
     }
     let Some(set) = modules::current() else {
         return Walk::default();
@@ -250,6 +253,68 @@ fn capture_with(
         }
     }
     w
+}
+
+/// A capture in a signal handler running on the alternate signal stack: walked there up to
+/// the kernel's signal frame, then on the thread's own stack from the frame the signal
+/// interrupted. `None` when `regs` is on neither stack (nothing can be read safely).
+///
+/// Two walks with the thread's cache: the first ends at the interrupted frame (its stack
+/// ends there), which is also the second's first frame, so that frame is written once. The
+/// stack gets no id from the call tree or a kept walk (it is interned by its frames), and
+/// no kept walk learns its id: those would name half of it.
+#[cold]
+#[inline(never)]
+fn on_alt_stack(local: &Local, out: &mut [u64], regs: (u64, u64, u64), own: Own) -> Option<Walk> {
+    let (lo, hi) = signal::alt_stack()?;
+    if !(lo..hi).contains(&regs.1) {
+        return None;
+    }
+    let set = modules::current()?;
+    let cache = cache_for(local)?;
+    let how = How {
+        own,
+        fp: false,
+        want_id: false,
+    };
+    cache.floor = lo;
+    let first = cache.walk(set, Stack { lo: regs.1, hi }, regs, out, how);
+    cache.memo = None;
+    let alone = Walk {
+        id: 0,
+        node: 0,
+        ..first
+    };
+    let n = first.frames;
+    let Some(&last) = cache.last.steps[..cache.last.len].last() else {
+        return Some(alone);
+    };
+    if n == 0 || out[n - 1] != last.pc || !local.bounds.contains(last.sp) {
+        return Some(alone);
+    }
+    // `floor` stays the alternate stack's: it measures the room left where this code runs.
+    let stack = Stack {
+        lo: last.sp,
+        hi: local.bounds.hi.get(),
+    };
+    let how = How {
+        own: Own::Skip { entry: 0 },
+        ..how
+    };
+    let rest = cache.walk(
+        set,
+        stack,
+        (last.pc, last.sp, last.bp),
+        &mut out[n - 1..],
+        how,
+    );
+    cache.memo = None;
+    Some(Walk {
+        frames: n - 1 + rest.frames,
+        outside: rest.outside,
+        id: 0,
+        node: 0,
+    })
 }
 
 /// Walks from `regs` with the thread's rule cache, or with framehop alone once the thread is

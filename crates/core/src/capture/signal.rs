@@ -40,3 +40,17 @@ pub(super) fn interrupted(
     let rbp = stack.read(sp + RBP)?;
     (rip != 0 && rsp > sp).then_some((rip, rsp, rbp))
 }
+
+/// The alternate signal stack `[lo, hi)` when the calling thread is running on it.
+pub(super) fn alt_stack() -> Option<(u64, u64)> {
+    // SAFETY: all-zero is a valid `stack_t`, which `sigaltstack` only writes.
+    let mut ss: libc::stack_t = unsafe { core::mem::zeroed() };
+    // SAFETY: no new stack is set (null); the current one is written to `ss`.
+    if unsafe { libc::sigaltstack(core::ptr::null(), &mut ss) } != 0
+        || ss.ss_flags & libc::SS_ONSTACK == 0
+    {
+        return None;
+    }
+    let lo = ss.ss_sp as u64;
+    Some((lo, lo.checked_add(ss.ss_size as u64)?))
+}
