@@ -78,11 +78,11 @@ fn chunk_fits(m: &Mapping, addr: u64) -> bool {
     let Some(next) = chunk.checked_add(size) else {
         return false;
     };
-    size >= MIN_CHUNK
-        && size % ALIGN == 0
-        && m.holds(chunk, next.saturating_add(HEADER))
-        && read(next + 8) & PREV_INUSE != 0
-        && read(next + 8) & !FLAGS >= ALIGN
+    if size < MIN_CHUNK || size % ALIGN != 0 || !m.holds(chunk, next.saturating_add(HEADER)) {
+        return false;
+    }
+    let next_size = read(next + 8);
+    next_size & PREV_INUSE != 0 && next_size & !FLAGS >= ALIGN
 }
 
 /// Reads a word of a readable mapping (the caller checked it with [`Mapping::holds`]).

@@ -4,6 +4,7 @@
 //! reads through them. It costs a pass over the whole file, so it is not for hot paths.
 
 use core::fmt;
+use mem_trace_read::text::QuotedBytes;
 
 /// Longest mapping name kept; longer paths are cut (the report shows the start).
 const NAME_MAX: usize = 120;
@@ -53,24 +54,14 @@ impl Mapping {
 }
 
 impl fmt::Display for Mapping {
-    /// `[0x…, 0x…) rw-p /path`, the name escaped (a file name is the program's data).
+    /// `[0x…, 0x…) rw-p "/path"`, the name quoted and escaped as every text of the program's is
+    /// (`read::text::QuotedBytes`): a file name is the program's data.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{:#x}, {:#x}) ", self.start, self.end)?;
-        for &c in &self.perms {
-            f.write_fmt(format_args!("{}", c as char))?;
-        }
+        let perms = core::str::from_utf8(&self.perms).unwrap_or("????");
+        write!(f, "[{:#x}, {:#x}) {perms} ", self.start, self.end)?;
         match self.name_len {
-            0 => f.write_str(" (anonymous)"),
-            _ => {
-                f.write_str(" ")?;
-                for &c in self.name() {
-                    match c {
-                        0x20..=0x7e => f.write_fmt(format_args!("{}", c as char))?,
-                        _ => f.write_fmt(format_args!("\\x{c:02x}"))?,
-                    }
-                }
-                Ok(())
-            }
+            0 => f.write_str("(anonymous)"),
+            _ => write!(f, "{}", QuotedBytes(self.name())),
         }
     }
 }
@@ -260,7 +251,9 @@ mod tests {
         let m = parse(b"5600-5700 r--p 00001000 08:01 1234    /usr/lib/x y.so").unwrap();
         assert_eq!(m.name(), b"/usr/lib/x y.so");
         assert!(!m.writable() && !m.may_hold_heap());
-        assert_eq!(format!("{m}"), "[0x5600, 0x5700) r--p /usr/lib/x y.so");
+        assert_eq!(format!("{m}"), "[0x5600, 0x5700) r--p \"/usr/lib/x y.so\"");
+        let m = parse(b"5600-5700 rw-p 00000000 08:01 1234    /tmp/a\x1b[31m").unwrap();
+        assert_eq!(format!("{m}"), "[0x5600, 0x5700) rw-p \"/tmp/a\\x1b[31m\"");
         assert!(parse(b"zz-10 rw-p 0 0 0").is_none());
         assert!(parse(b"").is_none());
     }

@@ -38,7 +38,8 @@ pub(super) struct ThreadCache {
     /// Framehop's own cache, for the frames it unwinds: made on the first such frame, when
     /// the stack has room for it (see [`FRAMEHOP_ROOM`]).
     pub(super) framehop: Option<ArenaBox<CacheX86_64>>,
-    /// The lowest address of the thread's stack, for [`room`].
+    /// The lowest address of the stack this code runs on (the thread's, or its alternate
+    /// signal stack in a handler), for [`room`].
     pub(super) floor: u64,
     pub(super) gimli: ArenaBox<cfi::Context>,
     /// Rules computed, frames handed to framehop, walks completed from the last one (for
