@@ -1,7 +1,8 @@
 //! `malloc` and `free` with little stack left (`tests/fixtures/small_stacks.c`): a thread on a
 //! 16 KiB stack allocating with 8 KiB left, and a signal handler on an 8 KiB alternate stack,
 //! in a thread whose first allocator call it is. Each runs as it does without the tracer, and
-//! with 8 KiB left the block still gets its allocation stack.
+//! with 8 KiB left the block still gets its allocation stack. Also signal handlers that leave
+//! the allocator with `siglongjmp`.
 
 mod common;
 
@@ -32,4 +33,13 @@ fn blocks_allocated_with_little_stack_are_recorded_with_their_stacks() {
 #[test]
 fn stacks_go_on_through_the_signal_frame() {
     gdb(&with_entry_script(c_fixture("signal_frames.c", &[])), "");
+}
+
+/// A handler that allocates and leaves with `siglongjmp`, delivered inside glibc's `malloc`
+/// under the tracer's hook (`tests/fixtures/signal_longjmp.c`): its block comes from the
+/// tracer, not from glibc's half-updated heap; the abandoned hook is noticed and the thread
+/// goes on untraced, with one line on stderr, instead of hanging or losing track silently.
+#[test]
+fn a_handler_leaving_malloc_with_longjmp_is_noticed_and_breaks_nothing() {
+    gdb(&with_entry_script(c_fixture("signal_longjmp.c", &[])), "");
 }

@@ -5,16 +5,18 @@ use super::alloc::again;
 use crate::glibc;
 use core::ffi::{c_int, c_void};
 use mem_trace_core::guard::Guard;
-use mem_trace_core::record;
+use mem_trace_core::record::{self, nested};
 
 /// `ask()`, and once more if glibc ran out of memory while the quarantine held blocks (see
 /// `alloc::again`); only for the outermost call (`g`), not the tracer's own.
 #[inline(always)]
 fn retried(g: &Option<Guard>, size: usize, ask: impl Fn() -> *mut c_void) -> *mut c_void {
-    let p = ask();
-    match g {
-        Some(g) if p.is_null() => again(g, size, ask),
-        _ => p,
+    let Some(g) = g else {
+        return ask();
+    };
+    match g.in_glibc(&ask) {
+        p if p.is_null() => again(g, size, ask),
+        p => p,
     }
 }
 
@@ -128,6 +130,11 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
 /// `p` is null or a live block.
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     let _g = Guard::enter();
+    // A block a signal handler got from the tracer's arena (see `record::nested`).
+    // SAFETY: forwarded contract.
+    if let Some(n) = unsafe { nested::usable_size(p) } {
+        return n;
+    }
     match glibc::MALLOC_USABLE_SIZE.get() {
         0 => 0,
         f => {

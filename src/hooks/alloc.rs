@@ -17,11 +17,11 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     };
     let mut p = record::reuse(&g, size);
     if p.is_null() {
-        // SAFETY: as above.
-        p = unsafe { glibc::__libc_malloc(size) };
+        // SAFETY: glibc's malloc has no preconditions.
+        let ask = || unsafe { glibc::__libc_malloc(size) };
+        p = g.in_glibc(ask);
         if p.is_null() {
-            // SAFETY: as above.
-            p = again(&g, size, || unsafe { glibc::__libc_malloc(size) });
+            p = again(&g, size, ask);
         }
     }
     record::allocated(&g, p, size);
@@ -62,7 +62,7 @@ pub(super) fn again(g: &Guard, size: usize, ask: impl FnOnce() -> *mut c_void) -
     let out_of_memory = unsafe { *libc::__errno_location() } == libc::ENOMEM;
     // glibc refuses more than PTRDIFF_MAX bytes without trying: giving back would not help.
     if out_of_memory && size <= isize::MAX as usize && record::give_back(g, &Glibc) {
-        return ask();
+        return g.in_glibc(ask);
     }
     ptr::null_mut()
 }
@@ -85,14 +85,14 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
             unsafe { ptr::write_bytes(p.cast::<u8>(), 0, total) };
             p
         }
-        // SAFETY: as above.
-        _ => match unsafe { glibc::__libc_calloc(n, size) } {
-            // SAFETY: as above.
-            p if p.is_null() => again(&g, n.saturating_mul(size), || unsafe {
-                glibc::__libc_calloc(n, size)
-            }),
-            p => p,
-        },
+        _ => {
+            // SAFETY: glibc's calloc has no preconditions.
+            let ask = || unsafe { glibc::__libc_calloc(n, size) };
+            match g.in_glibc(ask) {
+                p if p.is_null() => again(&g, n.saturating_mul(size), ask),
+                p => p,
+            }
+        }
     };
     // Non-null means the product did not overflow.
     record::allocated(&g, p, n.wrapping_mul(size));
@@ -141,19 +141,26 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         return unsafe { glibc::__libc_realloc(p, size) };
     };
     let old = record::take(&g, p);
-    if old.is_none() && !record::realloc_unknown(&g, p, &Glibc) {
-        // A freed (or never allocated) block: glibc would corrupt its heap or abort.
-        // SAFETY: errno is this thread's.
-        unsafe { *libc::__errno_location() = libc::ENOMEM };
-        return core::ptr::null_mut();
+    if old.is_none() {
+        // A block a signal handler got from the tracer's arena (`nested`), then kept.
+        // SAFETY: forwarded contract.
+        if let Some(q) = unsafe { nested::realloc(p, size) } {
+            return q;
+        }
+        if !record::realloc_unknown(&g, p, &Glibc) {
+            // A freed (or never allocated) block: glibc would corrupt its heap or abort.
+            // SAFETY: errno is this thread's.
+            unsafe { *libc::__errno_location() = libc::ENOMEM };
+            return core::ptr::null_mut();
+        }
     }
     // SAFETY: forwarded contract.
-    let mut q = unsafe { glibc::__libc_realloc(p, size) };
+    let ask = || unsafe { glibc::__libc_realloc(p, size) };
+    let mut q = g.in_glibc(ask);
     // Size 0 freed `p`: a null result is no failure. Otherwise `p` is untouched and may be
     // asked for again.
     if q.is_null() && size != 0 {
-        // SAFETY: as above.
-        q = again(&g, size, || unsafe { glibc::__libc_realloc(p, size) });
+        q = again(&g, size, ask);
     }
     record::reallocated(&g, old, p, q, size);
     q

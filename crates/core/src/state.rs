@@ -13,6 +13,12 @@ use core::cell::Cell;
 pub(crate) struct ThreadState {
     /// Whether the thread is inside the tracer (see `guard`).
     pub(crate) busy: Cell<bool>,
+    /// The stack pointer where the thread last entered the tracer (see `guard`).
+    pub(crate) entry_sp: Cell<usize>,
+    /// Whether the thread is inside glibc's allocator, called by the tracer (see `guard`).
+    pub(crate) in_glibc: Cell<bool>,
+    /// Whether a signal handler left the tracer for good with `siglongjmp` (see `guard`).
+    pub(crate) left: Cell<bool>,
     /// Whether glibc's allocations inside the tracer's calls come from the arena
     /// (`record::nested`).
     pub(crate) nested_from_arena: Cell<bool>,
@@ -35,6 +41,9 @@ impl ThreadState {
     const fn new() -> Self {
         Self {
             busy: Cell::new(false),
+            entry_sp: Cell::new(0),
+            in_glibc: Cell::new(false),
+            left: Cell::new(false),
             nested_from_arena: Cell::new(false),
             thread: threads::Local::new(),
             capture: capture::Local::new(),

@@ -92,6 +92,7 @@ mod walker;
 
 pub use cache::drop_cache;
 pub use local::Local;
+pub(crate) use signal::alt_stack;
 pub use stack::Bounds;
 pub(crate) use tree::{count as tree_nodes, lock_all, unlock_all};
 

@@ -42,7 +42,7 @@ pub(super) fn interrupted(
 }
 
 /// The alternate signal stack `[lo, hi)` when the calling thread is running on it.
-pub(super) fn alt_stack() -> Option<(u64, u64)> {
+pub(crate) fn alt_stack() -> Option<(u64, u64)> {
     // SAFETY: all-zero is a valid `stack_t`, which `sigaltstack` only writes.
     let mut ss: libc::stack_t = unsafe { core::mem::zeroed() };
     // SAFETY: no new stack is set (null); the current one is written to `ss`.

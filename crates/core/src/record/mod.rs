@@ -39,6 +39,8 @@ pub enum Disposition {
     /// A double or invalid free, reported; the real allocator must never see it (glibc would
     /// abort).
     Reject,
+    /// Nothing left to do: the block was the tracer's own (see `nested`), given back.
+    Done,
 }
 
 /// Records a block the real allocator just returned.
@@ -65,10 +67,10 @@ fn untracked() {
 /// thread's, recycling lists included), and says whether there were any, in which case the
 /// caller asks it once more before returning null to the program. A program that runs out of
 /// memory then fails as it would without the tracer, not earlier for the blocks held back.
-/// (`_g`: only from inside the tracer, where the real frees below are not the program's.)
+/// (`g`: only from inside the tracer, where the real frees below are not the program's.)
 #[cold]
 #[inline(never)]
-pub fn give_back<R: RealAlloc>(_g: &Guard, real: &R) -> bool {
+pub fn give_back<R: RealAlloc>(g: &Guard, real: &R) -> bool {
     let mut at = quarantine::Drain::default();
     let mut released = quarantine::released();
     let mut any = false;
@@ -76,7 +78,7 @@ pub fn give_back<R: RealAlloc>(_g: &Guard, real: &R) -> bool {
         let more = quarantine::drain(&mut at, &mut released);
         for &a in released.addrs() {
             // SAFETY: a block the program freed and that we held back; nobody else owns it.
-            unsafe { real.free(a as *mut c_void) };
+            g.in_glibc(|| unsafe { real.free(a as *mut c_void) });
             any = true;
         }
         if !more {
@@ -219,7 +221,7 @@ pub fn free<R: RealAlloc>(g: &Guard, p: *mut c_void, real: &R) -> Disposition {
     }
     for &a in released.addrs() {
         // SAFETY: a block the program freed and that we held back; nobody else owns it.
-        unsafe { real.free(a as *mut c_void) };
+        g.in_glibc(|| unsafe { real.free(a as *mut c_void) });
     }
     Disposition::Held
 }
@@ -251,6 +253,11 @@ fn forget_freed(g: &Guard, p: *mut c_void, glibc: bool) -> Result<Block, Disposi
         // likely one of them, and its free must free.
         if degraded() {
             return Err(Disposition::Release);
+        }
+        // A block a signal handler got from the tracer's arena (`nested`), then kept.
+        // SAFETY: the pointer is one the program frees: a live block, or reported below.
+        if glibc && unsafe { nested::free(p) } {
+            return Err(Disposition::Done);
         }
         return Err(match unknown_pointer(state, p as u64, Op::Free, glibc) {
             true => Disposition::Release,

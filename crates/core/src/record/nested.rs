@@ -1,5 +1,6 @@
-//! glibc's allocations inside the tracer's own calls into glibc, served from the arena while
-//! the thread asks for it ([`from_arena`]).
+//! Nested allocations served from the arena: glibc's inside the tracer's own calls into glibc
+//! while the thread asks for it ([`from_arena`]), and a signal handler's while the thread is
+//! inside glibc's allocator (see `guard`).
 //!
 //! A hook entered while the guard is held (the tracer calling glibc, glibc calling `malloc`)
 //! normally passes the call to glibc. One such call costs the program dearly: a new thread's
@@ -11,10 +12,11 @@
 //! sees the thread until the program's own code allocates.
 //!
 //! The blocks carry their size in a 16-byte header, so that `realloc` can copy and `free` can
-//! give back the arena block; `free` and `realloc` know them by the arena's pages
-//! (`arena::owns`), so they must never reach the program: only calls that glibc makes and
-//! undoes within the scope are served (the mask is freed before `pthread_getattr_np`'s caller
-//! destroys the attributes, inside the scope).
+//! give back the arena block; nested `free` and `realloc` know them by the arena's pages
+//! (`arena::owns`). glibc's own calls undo theirs within the scope (the mask is freed before
+//! `pthread_getattr_np`'s caller destroys the attributes, inside the scope). A handler's block
+//! may outlive the handler: the program's `free`, `realloc` and `malloc_usable_size` of a
+//! pointer the table does not know ask [`free`], [`realloc`] and [`usable_size`] first.
 
 use crate::arena;
 use crate::state;
@@ -45,8 +47,13 @@ fn layout(size: usize) -> Option<Layout> {
     Layout::from_size_align(size.checked_add(HEADER)?, HEADER).ok()
 }
 
+/// Whether nested allocations come from the arena: asked for by the tracer, or a signal
+/// handler's while the thread is inside glibc's allocator (`guard`), whose heap is half
+/// updated then. A handler's block may reach the program's own `free`, `realloc` or
+/// `malloc_usable_size`: [`free`], [`realloc`] and [`usable_size`] take it there too.
 fn serving() -> bool {
-    state::current().nested_from_arena.get()
+    let s = state::current();
+    s.nested_from_arena.get() || s.in_glibc.get()
 }
 
 fn allocate(size: usize, zeroed: bool) -> *mut c_void {
@@ -126,6 +133,15 @@ pub unsafe fn realloc(p: *mut c_void, size: usize) -> Option<*mut c_void> {
     }
     // Null: `p` is left alone, as glibc's `realloc` does when it fails.
     Some(q)
+}
+
+/// `malloc_usable_size(p)` when `p` is one of this module's blocks.
+///
+/// # Safety
+/// `p` is null or a live block of glibc's or of this module.
+pub unsafe fn usable_size(p: *mut c_void) -> Option<usize> {
+    // SAFETY: ours, per `owns` (the caller's contract rules out freed blocks).
+    arena::owns(p.cast()).then(|| unsafe { size_of(p) })
 }
 
 /// A nested `free(p)`: whether `p` was one of this module's blocks (then given back).
