@@ -71,6 +71,25 @@ fn filling_memory_then_freeing_and_refilling_exits_as_without_the_tracer() {
     }
 }
 
+/// The profiler build under the same pressure: its per-stack counters and its report at exit
+/// need memory too. It runs to the end as the plain program does, and degrades as the tracer
+/// does.
+#[test]
+fn the_profiler_build_fills_memory_then_frees_and_refills_as_without_it() {
+    let fixture = c_fixture("oom_fill.c", &[]);
+    for size in [16, 1000, 200_000] {
+        let mut run = fixture_run(&fixture, "profiler");
+        run.job.args.push(size.to_string());
+        run.job.label = format!("oom_fill.profiler.{size}");
+        let traced = run.run();
+        assert!(
+            assert_degraded_consistently(&traced),
+            "size {size}: the profiler's memory ran out, yet it did not degrade\n{}",
+            traced.describe()
+        );
+    }
+}
+
 /// `MEM_TRACE_QUARANTINE=1G` under a limit: the quarantine holds freed blocks until glibc runs
 /// out, then gives them all back and glibc is asked again. No NULL, as without the tracer
 /// (before the quarantine gave way: 260,572 NULLs of 400,000 mallocs).

@@ -18,11 +18,11 @@
 //!   arena instead (`record::nested`), leaving glibc's heap alone.
 //! - The handler leaves with `siglongjmp`, abandoning the hook it interrupted: the guard is
 //!   never dropped. Every later entry would pass through untracked, silently. A nested entry
-//!   comes from well below the guard's frame; an entry whose stack pointer is not (a hook
-//!   called again from the frame the handler jumped to, or from an older one, on the
-//!   thread's own stack) is no nested one, so the guard was abandoned ([`left`]). A program
-//!   that jumps and then allocates from deeper frames than the abandoned call goes unnoticed
-//!   until it allocates from a shallower one. The
+//!   comes from below the guard's frame; an entry whose stack pointer is not (the same hook
+//!   called again from the frame the handler jumped to, or any from an older one, on the
+//!   thread's own stack) is no nested one, so the guard was abandoned ([`left`]). Calls from
+//!   deeper frames go on passing through until the first that is not: a program that jumps
+//!   out of `malloc` and calls it again from where it jumped to is noticed at once. The
 //!   abandoned hook may have held one of the tracer's locks, so the thread does not take the
 //!   tracer up again (it could wait for ever on that lock): it stays untraced, and stderr
 //!   says so once.
@@ -100,25 +100,18 @@ fn stack_pointer() -> usize {
 /// The one line [`left`] writes.
 const LEFT_NOTE: &[u8] = b"mem-trace: a signal handler left the allocator with longjmp while the tracer was recording; that thread's later allocations and frees are not traced\n";
 
-/// How far below the guard's entry a nested one is at least. The hooks' own frames differ
-/// by up to ~330 bytes (`free`'s is the largest), so the same program frame calling two
-/// hooks enters at stack pointers that far apart; a nested entry is deeper than that: a
-/// signal handler's by the kernel's signal frame (over 1 KiB with the FPU state), the
-/// tracer's own calls by its frames and glibc's.
-const NESTED_DEPTH: usize = 512;
-
 /// A nested entry at `sp`, the guard taken at `guard_sp`: if it comes from a frame that is not
 /// below the guard's (see the module documentation), the guard was abandoned; the thread then
-/// passes every call through.
+/// passes every call through. Only that is certain: the tracer's own calls out (a thread it
+/// starts, `dlsym`) enter a few hundred bytes below the guard, no more than the hooks' own
+/// frames differ (`free`'s is ~330 bytes larger than `malloc`'s), so no margin tells them from
+/// a hook with a larger frame called from the frame the handler jumped to.
 #[cold]
 #[inline(never)]
 fn left(state: &ThreadState, sp: usize, guard_sp: usize) {
     // (The alternate signal stack may lie anywhere, even above the frames it interrupted
     // when the program made it of a local array.)
-    if state.left.get()
-        || sp.saturating_add(NESTED_DEPTH) <= guard_sp
-        || capture::alt_stack().is_some()
-    {
+    if state.left.get() || sp < guard_sp || capture::alt_stack().is_some() {
         return;
     }
     state.left.set(true);
@@ -136,8 +129,16 @@ fn left(state: &ThreadState, sp: usize, guard_sp: usize) {
 /// Marks the current thread busy (or not) regardless of the previous value; returns the
 /// previous value so the caller can restore it. `print_trace` uses this because it may be
 /// called by gdb on a thread that was stopped inside a hook.
+///
+/// Busy this way, with no guard's frame to compare with, every entry counts as nested (the
+/// tracer's own work: starting its reporter thread, writing a report), never as a guard
+/// abandoned (see [`left`]).
 pub fn set_busy(busy: bool) -> bool {
-    state::current().busy.replace(busy)
+    let state = state::current();
+    if busy {
+        state.entry_sp.set(usize::MAX);
+    }
+    state.busy.replace(busy)
 }
 
 #[cfg(test)]
@@ -147,7 +148,7 @@ mod tests {
     /// Enters from well below the caller's frame, as a nested call does.
     #[inline(never)]
     fn enter_deeper() -> bool {
-        let pad = core::hint::black_box([0u8; 2 * NESTED_DEPTH]);
+        let pad = core::hint::black_box([0u8; 256]);
         let nested = Guard::enter().is_none();
         core::hint::black_box(&pad);
         nested

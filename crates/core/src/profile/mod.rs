@@ -130,8 +130,46 @@ pub(crate) fn exiting() {
             return;
         }
         reporter::stop();
+        if crate::record::degraded() && !room_for_the_report() {
+            // SAFETY: writes a static byte string to stderr; no allocation, no lock.
+            unsafe { libc::write(2, NO_ROOM_NOTE.as_ptr().cast(), NO_ROOM_NOTE.len()) };
+            return;
+        }
         full_report(report::Kind::Exit, None);
     }
+}
+
+/// The line written instead of the exit report when there is no memory for it.
+#[cfg(feature = "profiler")]
+const NO_ROOM_NOTE: &[u8] = b"mem-trace: no exit report: the tracer ran out of memory during the run and there is still no room to symbolize and sort the stacks\n";
+
+/// Address space the exit report may take (the symbolizer maps debug files and parses them;
+/// a large program's take tens of MiB).
+#[cfg(feature = "profiler")]
+const REPORT_ROOM: usize = 64 << 20;
+
+/// Whether [`REPORT_ROOM`] can be mapped now, for a tracer that ran out of memory: the
+/// report allocates through Rust's global allocator, which aborts when it cannot, and the
+/// program's exit status must stay its own. (A probe, not a reservation: what the report
+/// needs is only known as it goes.)
+#[cfg(feature = "profiler")]
+fn room_for_the_report() -> bool {
+    // SAFETY: a fresh private anonymous mapping, unmapped at once; nothing else refers to it.
+    unsafe {
+        let p = libc::mmap(
+            core::ptr::null_mut(),
+            REPORT_ROOM,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        libc::munmap(p, REPORT_ROOM);
+    }
+    true
 }
 
 /// A full report, with the leak check, written now to the descriptor `fd` (not closed), for a

@@ -51,7 +51,7 @@ pub(super) fn is_ready() -> bool {
 
 /// Whether the tracer stopped recording for want of memory (see the module documentation).
 #[inline]
-pub(super) fn degraded() -> bool {
+pub(crate) fn degraded() -> bool {
     STATE.load(Ordering::Relaxed) == DEGRADED
 }
 

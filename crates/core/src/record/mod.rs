@@ -10,7 +10,8 @@ mod invalid;
 mod lifecycle;
 pub mod nested;
 
-use lifecycle::{degraded, ready};
+pub(crate) use lifecycle::degraded;
+use lifecycle::ready;
 pub use lifecycle::{on_load, on_unload, thread_started};
 
 use crate::capture;
