@@ -57,12 +57,21 @@ fn assert_degraded_consistently(out: &Output) -> bool {
 /// quarantine's queue cannot grow: the tracer must degrade, and then not abort.
 #[test]
 fn filling_memory_then_freeing_and_refilling_exits_as_without_the_tracer() {
+    fill_free_refill("", &[16, 100, 1000, 4000, 20_000, 200_000]);
+}
+
+/// Runs `oom_fill.c`'s script `script` for each block size: the tracer's memory runs out and
+/// it degrades, consistently (the plain run is compared where the script runs the tracer).
+fn fill_free_refill(script: &str, sizes: &[usize]) {
     let fixture = c_fixture("oom_fill.c", &[]);
-    for size in [16, 100, 1000, 4000, 20_000, 200_000] {
-        let mut run = fixture_run(&fixture, "");
+    for size in sizes {
+        let mut run = fixture_run(&fixture, script);
         run.job.args.push(size.to_string());
-        run.job.label = format!("oom_fill.{size}");
-        let traced = run.run_same_as_plain();
+        run.job.label = format!("oom_fill.{script}{size}");
+        let traced = match script {
+            "" => run.run_same_as_plain(),
+            _ => run.run(),
+        };
         assert!(
             assert_degraded_consistently(&traced),
             "size {size}: the tracer's memory ran out, yet it did not degrade\n{}",
@@ -76,18 +85,7 @@ fn filling_memory_then_freeing_and_refilling_exits_as_without_the_tracer() {
 /// does.
 #[test]
 fn the_profiler_build_fills_memory_then_frees_and_refills_as_without_it() {
-    let fixture = c_fixture("oom_fill.c", &[]);
-    for size in [16, 1000, 200_000] {
-        let mut run = fixture_run(&fixture, "profiler");
-        run.job.args.push(size.to_string());
-        run.job.label = format!("oom_fill.profiler.{size}");
-        let traced = run.run();
-        assert!(
-            assert_degraded_consistently(&traced),
-            "size {size}: the profiler's memory ran out, yet it did not degrade\n{}",
-            traced.describe()
-        );
-    }
+    fill_free_refill("profiler", &[16, 1000, 200_000]);
 }
 
 /// `MEM_TRACE_QUARANTINE=1G` under a limit: the quarantine holds freed blocks until glibc runs
