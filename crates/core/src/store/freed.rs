@@ -33,7 +33,7 @@ pub static HISTORY: FreedHistory = FreedHistory {
     quarantine_limit: AtomicU64::new(0),
     quarantined_bytes: AtomicU64::new(0),
     errors: AtomicU64::new(0),
-    reserved: 0,
+    index: AtomicPtr::new(core::ptr::null_mut()),
 };
 
 /// Sets the ring's size (called once, at initialisation, before any free is recorded).
