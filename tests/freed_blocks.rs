@@ -2,12 +2,14 @@
 //! by the freed-block history, live and on a core file; the quarantine keeping freed memory
 //! from reuse (and reuse when it is off); blocks freed by `realloc`; free stacks turned off;
 //! double and invalid frees reported on stderr while the program goes on, or aborting with
-//! `MEM_TRACE_ON_ERROR=abort`; a bad `MEM_TRACE_QUARANTINE`.
+//! `MEM_TRACE_ON_ERROR=abort`; a bad `MEM_TRACE_QUARANTINE`; a ring large enough to be indexed
+//! by address, answered through its index by gdb and by the `mem-trace` command.
 //!
 //! What runs and what it must print are the directive comments at the top of the fixtures
 //! (see `tests/common/script.rs`): gdb scripts and direct runs in
-//! `tests/fixtures/freed_dangling.c`, direct runs (stderr matched with `{line:NAME}` from the
-//! fixture's `// @NAME` markers, exit code, stdout) in `tests/fixtures/freed_errors.c`. This
+//! `tests/fixtures/freed_dangling.c` and `tests/fixtures/freed_index.c`, direct runs (stderr
+//! matched with `{line:NAME}` from the fixture's `// @NAME` markers, exit code, stdout) in
+//! `tests/fixtures/freed_errors.c`. This
 //! file says which script runs for what and adds the checks a line-by-line match cannot make
 //! (values that must agree across lines, live and core answers that must be the same).
 //! Every failure prints the whole output and the command that reruns it.
@@ -15,9 +17,13 @@
 mod common;
 
 use std::fs;
+use std::process::Command;
 
-use common::mtrace::{gdb, with_entry_script};
-use common::{c_fixture, fixture_run, Fixture, GdbRun, Output};
+use common::mtrace::{comparable_with_gdb, gdb, with_entry_script};
+use common::{
+    c_fixture, fixture_run, mem_trace_binary, run_with_timeout, Fixture, GdbRun, Output,
+    RUN_TIMEOUT,
+};
 
 fn dangling() -> Fixture {
     with_entry_script(c_fixture("freed_dangling.c", &["-pthread"]))
@@ -213,17 +219,7 @@ fn section(run: &GdbRun, start: &str, end: &str) -> Vec<String> {
 #[test]
 fn dangling_pointer_live_and_on_a_core() {
     let fixture = dangling();
-    // A core left by an earlier run must not stand in for one this run failed to write.
-    let core = fixture.dir.join("freed_dangling.core");
-    let _ = fs::remove_file(&core);
-    let live = gdb(&fixture, "");
-    assert!(
-        core.is_file(),
-        "no core at {}\n{}",
-        core.display(),
-        live.report()
-    );
-    let dead = gdb(&fixture, "core");
+    let (live, dead) = live_then_core(&fixture, "freed_dangling.core");
     for (start, end) in [
         ("dangling", "dangling+16"),
         ("dangling+16", "history"),
@@ -231,14 +227,36 @@ fn dangling_pointer_live_and_on_a_core() {
         ("realloc", "orphan"),
         ("orphan", "answers-end"),
     ] {
-        let (a, b) = (section(&live, start, end), section(&dead, start, end));
-        assert!(
-            a == b,
-            "`=== {start}`: live and core answers differ\n----- live -----\n{}\n----- core -----\n{}",
-            live.report(),
-            dead.report()
-        );
+        same_live_and_core(&live, &dead, start, end);
     }
+}
+
+/// Runs `fixture`'s unnamed gdb script, which writes the core `core` (in the fixture's
+/// directory) at its stop, then its script `core` on that core.
+fn live_then_core(fixture: &Fixture, core: &str) -> (GdbRun, GdbRun) {
+    // A core left by an earlier run must not stand in for one this run failed to write.
+    let core = fixture.dir.join(core);
+    let _ = fs::remove_file(&core);
+    let live = gdb(fixture, "");
+    assert!(
+        core.is_file(),
+        "no core at {}\n{}",
+        core.display(),
+        live.report()
+    );
+    (live, gdb(fixture, "core"))
+}
+
+/// The answer between `=== start` and `=== end`, the same live and on the core.
+fn same_live_and_core(live: &GdbRun, dead: &GdbRun, start: &str, end: &str) -> Vec<String> {
+    let (a, b) = (section(live, start, end), section(dead, start, end));
+    assert!(
+        a == b,
+        "`=== {start}`: live and core answers differ\n----- live -----\n{}\n----- core -----\n{}",
+        live.report(),
+        dead.report()
+    );
+    b
 }
 
 /// Default quarantine: 2000 new blocks of the freed node's size, none at its address (the
@@ -275,6 +293,63 @@ fn without_free_stacks_the_freed_block_is_still_explained() {
         "no free stack should be shown with MEM_TRACE_FREE_STACKS=0\n{}",
         run.report()
     );
+}
+
+/// A ring of 2097152 records (`MEM_TRACE_FREED=2097152`), wrapped by 2.5 million frees of small
+/// blocks whose addresses glibc hands out again and again, then blocks of 48 bytes, 5 KiB,
+/// 200 KiB and 2 MiB (mmapped) freed: `mtrace-why` inside each names its free and allocation
+/// (the fixture's checks), found through the ring's address index; the same answers from a
+/// core written at that stop, and from the `mem-trace` command on that core. A second free of
+/// the 48-byte block is reported with both stacks, which the tracer finds through the index.
+#[test]
+fn an_indexed_history_answers_live_on_a_core_and_from_the_command() {
+    let fixture = with_entry_script(c_fixture("freed_index.c", &[]));
+    let (live, dead) = live_then_core(&fixture, "freed_index.core");
+    let src = fixture.src.to_str().expect("utf-8 path");
+    let core = fixture.dir.join("freed_index.core");
+    let core_path = core.to_str().expect("utf-8 path");
+    for (start, end, command) in [
+        ("small", "page", "why"),
+        ("page", "medium", "why"),
+        ("medium", "large", "why"),
+        ("large", "history", "why"),
+        ("history", "answers-end", "history"),
+    ] {
+        let b = same_live_and_core(&live, &dead, start, end);
+        // The address the answer is about, as gdb evaluated it: its first word (`mtrace-why`),
+        // or the first word before `:` (`mtrace-history`).
+        let address = b[0]
+            .split([' ', ':'])
+            .next()
+            .expect("a first word")
+            .to_string();
+        let mut cmd = Command::new(mem_trace_binary());
+        cmd.args([command, core_path, &address])
+            .current_dir(&fixture.dir);
+        let label = format!("mem-trace-{start}");
+        let out = run_with_timeout(
+            cmd,
+            &fixture.dir.join(&label),
+            false,
+            None,
+            RUN_TIMEOUT,
+            &label,
+        );
+        assert!(out.success(), "{}", out.describe());
+        let ours: Vec<String> = out
+            .stdout
+            .lines()
+            .map(|l| comparable_with_gdb(l.trim(), src))
+            .collect();
+        let theirs: Vec<String> = b.iter().map(|l| comparable_with_gdb(l, src)).collect();
+        assert_eq!(
+            ours,
+            theirs,
+            "`mem-trace {command} {address}` on the core differs from gdb's answer\n{}",
+            dead.report()
+        );
+    }
+    fixture_run(&fixture, "double").run();
 }
 
 // ----------------------------------------------------------------------------- configuration

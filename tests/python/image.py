@@ -54,6 +54,34 @@ def shard_of(region):
     return ((region * 0x9E3779B97F4A7C15) % 2**64) >> 57
 
 
+# The freed-block index's geometry as docs/LAYOUT.md gives it: 64-byte granules at level 0,
+# each level 4 times the one below, 18 levels, the shard hash's multiplier.
+INDEX_GRANULE_SHIFT = 6
+INDEX_LEVEL_SHIFT = 2
+INDEX_LEVELS = 18
+INDEX_MULTIPLIER = 0x9E3779B97F4A7C15
+
+
+def index_level(size):
+    """The smallest level whose granule holds a block of ``size`` bytes."""
+    size = min(size, 2**40 - 1)
+    return next(l for l in range(INDEX_LEVELS)
+                if size <= 1 << (INDEX_GRANULE_SHIFT + INDEX_LEVEL_SHIFT * l))
+
+
+def index_bucket(addr, size, head_bits):
+    """The chain head a block of ``size`` bytes at ``addr`` hangs from."""
+    level = index_level(size)
+    granule = addr >> (INDEX_GRANULE_SHIFT + INDEX_LEVEL_SHIFT * level)
+    line = (((granule >> 3) * 32 + level) * INDEX_MULTIPLIER % 2**64) >> (67 - head_bits)
+    return line * 8 + granule % 8
+
+
+def index_link(k, capacity, next_plus_one):
+    """Record k's link word: its lap in the high 24 bits, the next record plus one below."""
+    return ((k // capacity) % 2**24) << 40 | next_plus_one
+
+
 class TraceBuilder:
     """Collects blocks, stacks and threads, then lays them out like the tracer."""
 
@@ -86,6 +114,12 @@ class TraceBuilder:
         self.quarantine_limit = 0
         self.quarantined_bytes = 0
         self.errors = 0
+        # The freed-block index: None leaves history.index at 0. insert_order: the order in
+        # which the frees joined their chains, as indexes into frees (None: ring order);
+        # disorder: None is what the writer would have measured.
+        self.index_head_bits = None
+        self.insert_order = None
+        self.disorder = None
 
     def add_stack(self, frames):
         self.stacks.append(list(frames))
@@ -245,10 +279,13 @@ class TraceBuilder:
                     img.write(ring + 40 * (k % cap), struct.pack(
                         "<QQQQII", addr, min(size, 2**40 - 1) | thread << 40, seq | stack << 40,
                         fseq | fstack << 40, fthread, fflags))
+            index = 0
+            if ring and self.index_head_bits is not None:
+                index = self.lay_out_index(img, where, cap)
             written = len(self.frees) if self.written is None else self.written
             img.write(freed, struct.pack(
-                "<IIQQQQQQ8x", 40, self.history_flags, cap, ring, written,
-                self.quarantine_limit, self.quarantined_bytes, self.errors))
+                "<IIQQQQQQQ", 40, self.history_flags, cap, ring, written,
+                self.quarantine_limit, self.quarantined_bytes, self.errors, index))
 
         img.write(
             header,
@@ -260,3 +297,28 @@ class TraceBuilder:
             ),
         )
         return img, header, where
+
+    def lay_out_index(self, img, where, cap):
+        """The freed-block index over the ring: each free joins the chain of its level's
+        granule in ``insert_order``, its link written before the head names it."""
+        bits = self.index_head_bits
+        index = img.map(64)
+        heads = img.map(8 << bits, align=8)
+        links = img.map(8 * cap, align=8)
+        where.update(index=index, heads=heads, links=links)
+        head = [0] * (1 << bits)
+        claimed = disorder = 0
+        order = range(len(self.frees)) if self.insert_order is None else self.insert_order
+        for k in order:
+            addr, size = self.frees[k][0], self.frees[k][1]
+            b = index_bucket(addr, size, bits)
+            img.write_u64(links + 8 * (k % cap), index_link(k, cap, head[b]))
+            head[b] = k + 1
+            # At least every record that joined a chain before was claimed by then.
+            claimed = max(claimed, k + 1)
+            disorder = max(disorder, claimed - k)
+        img.write(heads, struct.pack(f"<{len(head)}Q", *head))
+        img.write(index, struct.pack(
+            "<IIIIQQQQ16x", INDEX_GRANULE_SHIFT, INDEX_LEVEL_SHIFT, INDEX_LEVELS, bits,
+            INDEX_MULTIPLIER, heads, links, disorder if self.disorder is None else self.disorder))
+        return index

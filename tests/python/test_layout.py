@@ -724,6 +724,212 @@ class HistoryErrorTests(Fixture):
                 self.assertNotIn("\n", str(e))
 
 
+class IndexTests(Fixture):
+    """The freed-block index over large rings: the same answers as a scan of the ring."""
+
+    SIZES = [0, 1, 16, 48, 64, 65, 100, 255, 256, 257, 1024, 4096, 5 * 1024, 65536,
+             200 * 1024, 2 << 20, 1 << 30, (1 << 40) + 5]
+
+    def random_frees(self, b, seed, n):
+        """n frees over a small heap with reuse, of sizes across every level (granule-sized
+        ones included), and a few huge blocks far away."""
+        rng = random.Random(seed)
+        for k in range(n):
+            size = rng.choice(self.SIZES + [1 << (6 + 2 * rng.randrange(18))])
+            if size >= 1 << 20:
+                addr = BIG + (rng.randrange(64) << 16)
+            else:
+                addr = HEAP + 16 * rng.randrange(1, 4096)
+            b.add_freed(addr, size, seq=2 * k + 1, free_seq=2 * k + 2)
+
+    def both(self, b):
+        """The same history read through its index and by a scan."""
+        b.index_head_bits = None
+        scan = self.build(b)
+        b.index_head_bits = 5
+        indexed = self.build(b)
+        self.assertIsNotNone(indexed.freed_index())
+        self.assertIsNone(scan.freed_index())
+        return indexed, scan
+
+    def probes(self, b):
+        out = {0, 1, layout.MASK64, HEAP, BIG}
+        for f in b.frees:
+            addr, size = f[0], min(f[1], (1 << 40) - 1)
+            out.update({addr - 1, addr, addr + 1, addr + size - 1, addr + size, addr + size // 2})
+        return sorted(a for a in out if 0 <= a <= layout.MASK64)
+
+    def assert_same(self, indexed, scan, addrs):
+        for a in addrs:
+            got = [r.free_seq for r in indexed.freed_blocks_containing(a)]
+            want = [r.free_seq for r in scan.freed_blocks_containing(a)]
+            self.assertEqual(got, want, f"address {a:#x}")
+
+    def test_same_answers_as_a_scan_wrapped_or_not(self):
+        for seed, cap, n in [(1, 64, 40), (2, 64, 300), (3, 97, 1000)]:
+            b = TraceBuilder()
+            b.history_capacity = cap
+            self.random_frees(b, seed, n)
+            indexed, scan = self.both(b)
+            self.assert_same(indexed, scan, self.probes(b))
+
+    def test_chains_across_levels_and_blocks_of_exactly_a_granule(self):
+        b = TraceBuilder()
+        b.history_capacity = 64
+        # 64 bytes (level 0) and 256 bytes (level 1) ending one byte into the next granule;
+        # 5 KiB, 200 KiB and 2 MiB blocks over the same bytes.
+        b.add_freed(HEAP + 0x40 * 5 + 1, 64, seq=1, free_seq=2)
+        b.add_freed(HEAP + 0x100 * 9 + 1, 256, seq=3, free_seq=4)
+        b.add_freed(HEAP, 5 * 1024, seq=5, free_seq=6)
+        b.add_freed(HEAP - 0x1000, 200 * 1024, seq=7, free_seq=8)
+        b.add_freed(HEAP - 0x10000, 2 << 20, seq=9, free_seq=10)
+        indexed, scan = self.both(b)
+        self.assertEqual([r.free_seq for r in indexed.freed_blocks_containing(HEAP + 0x180)],
+                         [10, 8, 6, 2])
+        self.assertEqual([r.free_seq for r in indexed.freed_blocks_containing(HEAP + 0xA00)],
+                         [10, 8, 6, 4])
+        self.assertEqual([r.free_seq for r in indexed.freed_blocks_containing(HEAP + 0xA01)],
+                         [10, 8, 6])
+        self.assert_same(indexed, scan, self.probes(b))
+
+    def test_a_chain_stops_at_a_slot_reused_since(self):
+        b = TraceBuilder()
+        b.history_capacity = 4
+        b.add_freed(HEAP, 48, seq=1, free_seq=2)
+        for k in range(1, 5):  # record 4 takes record 0's slot
+            b.add_freed(BIG + 0x1000 * k, 48, seq=2 * k + 1, free_seq=2 * k + 2)
+        indexed, scan = self.both(b)
+        self.img.reads.clear()
+        self.assertEqual(indexed.freed_blocks_containing(HEAP + 8), [])
+        self.assertEqual([r.free_seq for r in indexed.freed_blocks_containing(BIG + 0x4000)],
+                         [10])
+        self.assert_same(indexed, scan, self.probes(b))
+
+    def test_a_record_that_joined_late_uncovers_the_window(self):
+        """Record 3 joined its chain after 4..9 (its thread was behind the claims), in
+        front of record 5 of the same granule; record 11 then took its slot. Record 5 is
+        still in the ring, behind a chain cut at 3: the window of `disorder` records
+        after 3 finds it, as the contract says."""
+        b = TraceBuilder()
+        b.history_capacity = 8
+        for k in range(12):
+            addr = HEAP + 0x20 if k in (3, 5) else BIG + 0x1000 * k
+            b.add_freed(addr, 16, seq=2 * k + 1, free_seq=2 * k + 2)
+        b.insert_order = [0, 1, 2, 4, 5, 6, 7, 8, 9, 3, 10, 11]
+        indexed, scan = self.both(b)
+        self.assertEqual(indexed.freed_index().disorder, 7)
+        self.assertEqual([r.free_seq for r in indexed.freed_blocks_containing(HEAP + 0x20)], [12])
+        self.assert_same(indexed, scan, self.probes(b))
+        # Without the window the chain alone would lose record 5.
+        b.disorder = 1
+        t = self.build(b)
+        self.assertEqual(t.freed_blocks_containing(HEAP + 0x20), [])
+
+    def test_reads_a_few_chunks_not_the_ring(self):
+        b = TraceBuilder()
+        cap = 65536
+        b.history_capacity = cap
+        self.random_frees(b, 4, cap + 1000)
+        # Four heads per record: few chains of other granules share a head with these.
+        b.index_head_bits = 18
+        t = self.build(b)
+        ring = self.where["ring"]
+        # Addresses no block is near: what is read is the chains that share their heads.
+        for a in (0x1234, HEAP + (16 << 20)):
+            self.img.reads.clear()
+            t = Tracer.open(self.img, self.header_addr)
+            self.assertEqual(t.freed_blocks_containing(a), [])
+            self.assertTrue(all(n <= 40 * layout.INDEX_CHUNK for _, n in self.img.reads))
+            ring_bytes = sum(n for at, n in self.img.reads if ring <= at < ring + 40 * cap)
+            self.assertLess(ring_bytes, 40 * cap // 4, f"address {a:#x}")
+
+
+class IndexErrorTests(Fixture):
+    """A corrupt index: typed one-line errors, never a hang or anything else."""
+
+    assert_only = ErrorTests.assert_only
+
+    def indexed(self, cap=16, n=40):
+        b = TraceBuilder()
+        b.history_capacity = cap
+        for k in range(n):
+            b.add_freed(HEAP + 0x40 * (k % 7), 48, seq=2 * k + 1, free_seq=2 * k + 2)
+        b.index_head_bits = 4
+        self.builder = b
+        return self.build(b)
+
+    def chain(self):
+        """The records on HEAP's chain, newest first, and where the links are."""
+        from image import index_bucket
+        heads, links = self.where["heads"], self.where["links"]
+        self.head = heads + 8 * index_bucket(HEAP, 48, 4)
+        out, nxt = [], struct.unpack("<Q", self.img.read(self.head, 8))[0]
+        while nxt:
+            k = nxt - 1
+            link = struct.unpack("<Q", self.img.read(links + 8 * (k % 16), 8))[0]
+            if link >> 40 != k // 16:
+                break
+            out.append(k)
+            nxt = link & ((1 << 40) - 1)
+        return out, links
+
+    def test_a_looping_chain(self):
+        from image import index_link
+        for at in (0, -1):  # the newest record back to itself; the oldest to the newest
+            self.indexed()
+            records, links = self.chain()
+            self.assertGreater(len(records), 1)
+            k = records[at]
+            self.img.write_u64(links + 8 * (k % 16), index_link(k, 16, records[0] + 1))
+            t = Tracer.open(self.img, self.header_addr)
+            msg = self.assert_only(Corrupt, lambda: t.freed_blocks_containing(HEAP))
+            self.assertIn("loops", msg)
+
+    def test_a_chain_naming_a_record_never_written(self):
+        self.indexed()
+        self.chain()
+        self.img.write_u64(self.head, 41)
+        t = Tracer.open(self.img, self.header_addr)
+        self.assertIn("only 40 were written",
+                      self.assert_only(Corrupt, lambda: t.freed_blocks_containing(HEAP)))
+
+    def test_a_geometry_that_cannot_be_read(self):
+        for offset, value in [(0, 40), (8, 0), (8, 33), (12, 3), (12, 40)]:
+            self.indexed()
+            self.img.write_u32(self.where["index"] + offset, value)
+            t = Tracer.open(self.img, self.header_addr)
+            self.assert_only(Corrupt, lambda: t.freed_blocks_containing(HEAP))
+
+    def test_unreadable_index(self):
+        self.indexed()
+        self.img.write_u64(self.where["index"] + 24, 0xDEAD_0000)
+        t = Tracer.open(self.img, self.header_addr)
+        self.assert_only(Inaccessible, lambda: t.freed_blocks_containing(HEAP))
+        self.indexed()
+        self.img.write_u64(self.where["freed"] + 56, 0xDEAD_0000)
+        t = Tracer.open(self.img, self.header_addr)
+        self.assert_only(Inaccessible, lambda: t.freed_blocks_containing(HEAP))
+
+    def test_random_index_corruption(self):
+        rng = random.Random(7)
+        for _ in range(300):
+            self.indexed()
+            targets = [(self.where["index"], 64), (self.where["heads"], 128),
+                       (self.where["links"], 16 * 8)]
+            for _ in range(rng.randint(1, 6)):
+                base, n = rng.choice(targets)
+                pos = base + rng.randrange(n)
+                old = self.img.read(pos, 1)[0]
+                self.img.write(pos, bytes([rng.randrange(256) if rng.random() < 0.5
+                                           else old ^ (1 << rng.randrange(8))]))
+            try:
+                t = Tracer.open(self.img, self.header_addr)
+                for a in (HEAP, HEAP + 40, HEAP + 0x100, 0x10, layout.MASK64):
+                    t.freed_blocks_containing(a)
+            except MemTraceError as e:
+                self.assertNotIn("\n", str(e))
+
+
 if __name__ == "__main__":
     unittest.main()
 

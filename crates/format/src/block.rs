@@ -1,6 +1,7 @@
 //! A block and a free as the tables record them, and their packing into a slot's (or a freed
 //! record's) words: the values writer and readers exchange.
 
+use crate::freed::FREED_BY_REALLOC;
 use crate::packing::{pack_seq_id, pack_size_thread, unpack_seq_id, unpack_size_thread};
 
 /// A live block as recorded.
@@ -61,6 +62,22 @@ pub struct Freed {
     pub free_thread: u32,
     /// Freed by `realloc` (a move, or size 0).
     pub by_realloc: bool,
+}
+
+impl Freed {
+    /// The free a freed record's five words describe (the last one holds `free_thread` in its
+    /// low half and the flags in its high half).
+    #[inline]
+    pub fn unpack(r: &[u64; 5]) -> Self {
+        let (free_seq, free_stack) = unpack_seq_id(r[3]);
+        Freed {
+            block: Block::unpack(r[0], r[1], r[2]),
+            free_seq,
+            free_stack,
+            free_thread: r[4] as u32,
+            by_realloc: (r[4] >> 32) as u32 & FREED_BY_REALLOC != 0,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! words that hold several fields. The writer instantiates these types as statics; a reader
 //! copies their bytes out of another address space and views them as the same types.
 //!
-//! No logic beyond packing lives here, and nothing allocates (`no_std`): what the writer does
+//! No logic beyond packing and the contract's arithmetic (the shard hash, the freed-block
+//! index's levels and heads) lives here, and nothing allocates (`no_std`): what the writer does
 //! with the tables, and how a reader finds a block, are the business of the crates that use it.
 //! Pointers are addresses in the traced process; a reader never dereferences them, it reads
 //! the memory they name through its own memory source.
@@ -28,7 +29,10 @@ mod table;
 mod threads;
 
 pub use block::{Block, Freed};
-pub use freed::{FreedHistory, FreedRecord, FREED_BY_REALLOC, FREED_FLAG_FREE_STACKS};
+pub use freed::{
+    link_next, pack_link, FreedHistory, FreedIndex, FreedRecord, IndexGeometry, FREED_BY_REALLOC,
+    FREED_FLAG_FREE_STACKS, INDEX_GRANULE_SHIFT, INDEX_LEVELS, INDEX_LEVEL_SHIFT, INDEX_MULTIPLIER,
+};
 pub use header::{Header, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER, MAGIC, VERSION};
 pub use packing::{
     pack_seq_id, pack_size_thread, unpack_seq_id, unpack_size_thread, LOW40, SIZE_BITS,
@@ -73,6 +77,8 @@ unsafe impl Plain for ThreadRecord {}
 unsafe impl Plain for FreedHistory {}
 // SAFETY: as above.
 unsafe impl Plain for FreedRecord {}
+// SAFETY: as above.
+unsafe impl Plain for FreedIndex {}
 // SAFETY: as above.
 unsafe impl Plain for Profile {}
 // SAFETY: as above.

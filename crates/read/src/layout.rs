@@ -10,12 +10,14 @@
 use crate::memory::{read_plain, read_words, Memory, Unreadable};
 use core::fmt;
 use mem_trace_format::{
-    shard_of, Block, Freed, FreedHistory, FreedRecord, Header, Shard, SlotArray, StackStore,
-    ThreadRecord, ThreadTable, FREED_BY_REALLOC, LARGE_SHARD, MAGIC, MAX_STACK_ID,
+    shard_of, Block, Freed, FreedHistory, FreedIndex, FreedRecord, Header, IndexGeometry, Shard,
+    SlotArray, StackStore, ThreadRecord, ThreadTable, LARGE_SHARD, MAGIC, MAX_STACK_ID,
     MAX_THREAD_INDEX, REGION_SHIFT, SHARD_COUNT, SLOT_MOVING, STACK_CHUNK_BITS, THREAD_CHUNK_BITS,
     THREAD_EXITED, VERSION,
 };
+use std::collections::{BTreeMap, HashMap};
 
+pub mod freed_index;
 mod history;
 mod near;
 
@@ -394,7 +396,8 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         Ok(read_plain(self.mem, self.header.freed as u64)?)
     }
 
-    /// The remembered frees of blocks that contained `addr`, newest first.
+    /// The remembered frees of blocks that contained `addr`, newest first: through the
+    /// history's address index when it has one, else by a pass over the ring.
     pub fn frees_containing(&self, addr: u64) -> Result<Vec<Freed>, Error> {
         let h = self.history()?;
         let cap = h.capacity.into_inner();
@@ -405,28 +408,165 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         if cap > MAX_CAPACITY {
             return Err(Error::Corrupt(format!("a history of {cap} records")));
         }
-        let n = h.written.into_inner().min(cap) as usize;
-        let per = core::mem::size_of::<FreedRecord>() / 8;
-        // In pieces, as a slot array: a corrupt count costs an error at the first unreadable
-        // piece, not an allocation of the whole ring it claims up front.
-        let words = read_words_in_pieces(self.mem, ring, n * per)?;
-        let mut found: Vec<Freed> = words
-            .chunks_exact(per)
-            .filter(|r| r[0] != 0)
-            .map(|r| {
-                let (free_seq, free_stack) = mem_trace_format::unpack_seq_id(r[3]);
-                Freed {
-                    block: Block::unpack(r[0], r[1], r[2]),
-                    free_seq,
-                    free_stack,
-                    free_thread: r[4] as u32,
-                    by_realloc: (r[4] >> 32) as u32 & FREED_BY_REALLOC != 0,
-                }
-            })
-            .filter(|f| f.block.contains(addr))
-            .collect();
+        let written = h.written.into_inner();
+        let index = h.index.into_inner() as u64;
+        let mut found: Vec<Freed> = if index != 0 {
+            self.frees_by_index(index, ring, cap, written, addr)?
+        } else {
+            let n = written.min(cap) as usize;
+            let per = core::mem::size_of::<FreedRecord>() / 8;
+            // In pieces, as a slot array: a corrupt count costs an error at the first
+            // unreadable piece, not an allocation of the whole ring it claims up front.
+            let words = read_words_in_pieces(self.mem, ring, n * per)?;
+            words
+                .chunks_exact(per)
+                .filter(|r| r[0] != 0)
+                .map(|r| Freed::unpack(r.try_into().expect("five words")))
+                .filter(|f| f.block.contains(addr))
+                .collect()
+        };
         // Threads write the ring in claimed runs: order by the free's sequence number.
         found.sort_by_key(|f| core::cmp::Reverse(f.free_seq));
         Ok(found)
+    }
+
+    /// [`Tables::frees_containing`] through the index whose header is at `at`.
+    fn frees_by_index(
+        &self,
+        at: u64,
+        ring: u64,
+        capacity: u64,
+        written: u64,
+        addr: u64,
+    ) -> Result<Vec<Freed>, Error> {
+        let h: FreedIndex = read_plain(self.mem, at)?;
+        let geometry = IndexGeometry {
+            granule_shift: h.granule_shift,
+            level_shift: h.level_shift,
+            levels: h.levels,
+            head_bits: h.head_bits.into_inner(),
+            multiplier: h.multiplier,
+        };
+        let (heads, links) = (h.heads.into_inner() as u64, h.links.into_inner() as u64);
+        if !geometry.valid() || heads == 0 || links == 0 {
+            return Err(Error::Corrupt(format!(
+                "the freed-block index at {at:#x}: {geometry:?}, heads {heads:#x}, links {links:#x}"
+            )));
+        }
+        let index = freed_index::Index {
+            geometry,
+            capacity,
+            written,
+            disorder: h.disorder.into_inner(),
+        };
+        let mut source = IndexReads {
+            mem: self.mem,
+            history: self.header.freed as u64,
+            heads,
+            links,
+            ring,
+            capacity,
+            links_read: HashMap::new(),
+            records_read: HashMap::new(),
+        };
+        // A running process may show a record twice (rewritten between two reads): once.
+        let mut hits = BTreeMap::new();
+        freed_index::walk(
+            &mut source,
+            &index,
+            freed_index::Wanted::Containing(addr),
+            |slot, words| {
+                hits.insert(slot, words);
+            },
+        )
+        .map_err(|e| match e {
+            freed_index::WalkError::Source(u) => Error::Unreadable(u),
+            freed_index::WalkError::Broken(b) => Error::Corrupt(b.to_string()),
+        })?;
+        Ok(hits.values().map(Freed::unpack).collect())
+    }
+}
+
+/// Records (and links) read at once by an index walk, 10 KiB of records: chains often visit
+/// neighbours (a program frees nearby blocks one after the other), and the window of the ring
+/// a walk may end with is read in order.
+const INDEX_CHUNK: u64 = 256;
+/// Chunks kept per array before the cache starts again, 40 MiB of records.
+const INDEX_CHUNKS_KEPT: usize = 4096;
+
+/// The index walk's reads from another process or a core, by chunks of [`INDEX_CHUNK`].
+struct IndexReads<'a, M: Memory + ?Sized> {
+    mem: &'a M,
+    history: u64,
+    heads: u64,
+    links: u64,
+    ring: u64,
+    capacity: u64,
+    links_read: HashMap<u64, Vec<u64>>,
+    records_read: HashMap<u64, Vec<u64>>,
+}
+
+impl<M: Memory + ?Sized> IndexReads<'_, M> {
+    /// The `per` words of entry `slot` of an array of `per`-word entries at `base`.
+    fn entry<'c>(
+        mem: &M,
+        cache: &'c mut HashMap<u64, Vec<u64>>,
+        base: u64,
+        capacity: u64,
+        per: u64,
+        slot: u64,
+    ) -> Result<&'c [u64], Unreadable> {
+        let chunk = slot / INDEX_CHUNK;
+        if !cache.contains_key(&chunk) {
+            if cache.len() >= INDEX_CHUNKS_KEPT {
+                cache.clear();
+            }
+            let first = chunk * INDEX_CHUNK;
+            let n = INDEX_CHUNK.min(capacity - first);
+            let words = read_words(mem, base + 8 * per * first, (n * per) as usize)?;
+            cache.insert(chunk, words);
+        }
+        let at = ((slot % INDEX_CHUNK) * per) as usize;
+        Ok(&cache[&chunk][at..at + per as usize])
+    }
+}
+
+impl<M: Memory + ?Sized> freed_index::Source for IndexReads<'_, M> {
+    type Error = Unreadable;
+
+    fn head(&mut self, bucket: u64) -> Result<u64, Unreadable> {
+        read_plain(self.mem, self.heads + 8 * bucket)
+    }
+
+    fn link(&mut self, slot: u64) -> Result<u64, Unreadable> {
+        let words = Self::entry(
+            self.mem,
+            &mut self.links_read,
+            self.links,
+            self.capacity,
+            1,
+            slot,
+        )?;
+        Ok(words[0])
+    }
+
+    fn record(&mut self, slot: u64) -> Result<[u64; 5], Unreadable> {
+        let per = (core::mem::size_of::<FreedRecord>() / 8) as u64;
+        let words = Self::entry(
+            self.mem,
+            &mut self.records_read,
+            self.ring,
+            self.capacity,
+            per,
+            slot,
+        )?;
+        Ok(words.try_into().expect("five words"))
+    }
+
+    fn written(&mut self) -> Result<u64, Unreadable> {
+        read_plain(
+            self.mem,
+            self.history + core::mem::offset_of!(FreedHistory, written) as u64,
+        )
     }
 }

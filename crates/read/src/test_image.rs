@@ -136,6 +136,13 @@ pub(crate) struct TraceBuilder {
     pub(crate) quarantine_limit: u64,
     pub(crate) quarantined_bytes: u64,
     pub(crate) errors: u64,
+    /// The freed-block index's head bits; `None`: no index (`history.index` is 0).
+    pub(crate) index_head_bits: Option<u32>,
+    /// The order in which the frees joined their chains, as indexes into `frees` (`None`: in
+    /// ring order). A free that joins late is one whose thread was behind the claims.
+    pub(crate) insert_order: Option<Vec<usize>>,
+    /// The index's `disorder`; `None`: what the writer would have measured.
+    pub(crate) disorder: Option<u64>,
 }
 
 /// Where the builder put things.
@@ -143,6 +150,38 @@ pub(crate) struct Built {
     pub(crate) image: Image,
     pub(crate) header: u64,
     pub(crate) ring: u64,
+    /// The index's header, heads and links (0 without an index).
+    pub(crate) index: u64,
+    pub(crate) heads: u64,
+    pub(crate) links: u64,
+}
+
+/// The index's geometry as docs/LAYOUT.md gives it: 64-byte granules at level 0, each level 4
+/// times the one below, 18 levels.
+const GRANULE_SHIFT: u32 = 6;
+const LEVEL_SHIFT: u32 = 2;
+const LEVELS: u32 = 18;
+const MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The level of a block of `size` bytes: the smallest whose granule holds it.
+pub(crate) fn index_level(size: u64) -> u32 {
+    (0..LEVELS)
+        .find(|&l| size.min(LOW40) <= 1 << (GRANULE_SHIFT + LEVEL_SHIFT * l))
+        .expect("the last level holds every size")
+}
+
+/// The head a block of `size` bytes starting at `addr` hangs from.
+pub(crate) fn index_bucket(addr: u64, size: u64, head_bits: u32) -> u64 {
+    let level = index_level(size);
+    let granule = addr >> (GRANULE_SHIFT + LEVEL_SHIFT * level);
+    let line =
+        ((granule >> 3) * 32 + u64::from(level)).wrapping_mul(MULTIPLIER) >> (67 - head_bits);
+    line * 8 + granule % 8
+}
+
+/// Record `k`'s link word: its lap in the high 24 bits, the next record plus one below.
+pub(crate) fn index_link(k: u64, cap: u64, next_plus_one: u64) -> u64 {
+    ((k / cap) & 0xff_ffff) << 40 | next_plus_one
 }
 
 impl TraceBuilder {
@@ -167,6 +206,9 @@ impl TraceBuilder {
             quarantine_limit: 0,
             quarantined_bytes: 0,
             errors: 0,
+            index_head_bits: None,
+            insert_order: None,
+            disorder: None,
         }
     }
 
@@ -316,6 +358,7 @@ impl TraceBuilder {
 
         let mut freed = 0;
         let mut ring = 0;
+        let (mut index, mut heads, mut links) = (0, 0, 0);
         if let Some(cap) = self.history_capacity {
             freed = img.map(64);
             if !self.frees.is_empty() && cap > 0 {
@@ -334,6 +377,9 @@ impl TraceBuilder {
                     );
                 }
             }
+            if let (Some(bits), true) = (self.index_head_bits, ring != 0) {
+                (index, heads, links) = self.lay_out_index(&mut img, cap, bits);
+            }
             let written = self.written.unwrap_or(self.frees.len() as u64);
             img.write(freed, &40u32.to_le_bytes());
             img.write(freed + 4, &self.history_flags.to_le_bytes());
@@ -346,6 +392,7 @@ impl TraceBuilder {
                     self.quarantine_limit,
                     self.quarantined_bytes,
                     self.errors,
+                    index,
                 ],
             );
         }
@@ -375,6 +422,43 @@ impl TraceBuilder {
             image: img,
             header,
             ring,
+            index,
+            heads,
+            links,
         }
+    }
+
+    /// The freed-block index over the ring: each free joins the chain of its level's granule
+    /// in `insert_order`, its link written before the head names it, as the writer does.
+    fn lay_out_index(&self, img: &mut Image, cap: u64, bits: u32) -> (u64, u64, u64) {
+        let index = img.map(64);
+        let heads = img.map(8 << bits);
+        let links = img.map(8 * cap as usize);
+        let order: Vec<usize> = match &self.insert_order {
+            Some(o) => o.clone(),
+            None => (0..self.frees.len()).collect(),
+        };
+        let mut head = vec![0u64; 1 << bits];
+        let (mut claimed, mut disorder) = (0u64, 0u64);
+        for &k in &order {
+            let f = &self.frees[k];
+            let k = k as u64;
+            let b = index_bucket(f.addr, f.size, bits) as usize;
+            img.write_u64(links + 8 * (k % cap), index_link(k, cap, head[b]));
+            head[b] = k + 1;
+            // At least every record that joined a chain before was claimed by then.
+            claimed = claimed.max(k + 1);
+            disorder = disorder.max(claimed - k);
+        }
+        img.write_u64s(heads, &head);
+        img.write(index, &GRANULE_SHIFT.to_le_bytes());
+        img.write(index + 4, &LEVEL_SHIFT.to_le_bytes());
+        img.write(index + 8, &LEVELS.to_le_bytes());
+        img.write(index + 12, &bits.to_le_bytes());
+        img.write_u64s(
+            index + 16,
+            &[MULTIPLIER, heads, links, self.disorder.unwrap_or(disorder)],
+        );
+        (index, heads, links)
     }
 }

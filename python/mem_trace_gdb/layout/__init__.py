@@ -15,9 +15,14 @@ How an address is answered, in short (the contract explains why this is enough):
   ``shard_of((a >> 16) - 1)`` or the large shard, and :meth:`Tracer.find_block`
   reads only those, each slot array in one read;
 * a freed block is in the freed-block history (``header.freed``), a ring of the
-  last ``capacity`` frees shared by all threads. It is not indexed by address, so
-  :meth:`Tracer.freed_blocks_containing` reads the used part of the ring in one
-  read and scans it as columns of u64s (262144 records in about 0.1 s);
+  last ``capacity`` frees shared by all threads. A small ring (the default) is
+  not indexed by address: :meth:`Tracer.freed_blocks_containing` reads its used
+  part in one read and scans it as columns of u64s (262144 records in about
+  0.1 s). A large one (``MEM_TRACE_FREED`` of a million and more) has an
+  address index (``history.index``): chains of records per granule of memory at
+  a few levels of granule size, so the records containing ``a`` are on the
+  chains of ``a``'s granule and the one before at each level, and only those
+  are walked;
 * profiler builds add per-stack counters (``header.profile``): a stack's counts
   are its shared record plus every thread's cache record naming it, summed
   with wrapping arithmetic (:meth:`Tracer.stack_counts`), and what it held at
@@ -48,6 +53,8 @@ from .contract import (
     FLAG_INITIALISED,
     FLAG_PROFILER,
     FREED_BY_REALLOC,
+    FREED_INDEX_SIZE,
+    FREED_INDEX_STRUCT,
     FREED_RECORD_SIZE,
     FREED_RECORD_WORDS,
     HEADER_SIZE,
@@ -55,6 +62,9 @@ from .contract import (
     HISTORY_FLAG_FREE_STACKS,
     HISTORY_HEADER_SIZE,
     HISTORY_STRUCT,
+    INDEX_LAP_MASK,
+    INDEX_MAX_LEVELS,
+    INDEX_NEXT_BITS,
     LARGE_SHARD,
     LAYOUT_VERSION,
     MAGIC,
@@ -89,6 +99,8 @@ from .contract import (
 from .errors import BadMagic, Corrupt, Inaccessible, MemTraceError, NotLoaded, VersionMismatch
 from .limits import (
     DEFAULT_MAX_GAP,
+    INDEX_CHUNK,
+    INDEX_CHUNKS_KEPT,
     MAX_CAPACITY,
     MAX_FRAMES,
     MAX_HISTORY_CAPACITY,
@@ -104,6 +116,7 @@ from .records import (
     Counts,
     Event,
     FreedBlock,
+    FreedIndex,
     Header,
     History,
     Match,
@@ -133,6 +146,8 @@ __all__ = [
     "FLAG_INITIALISED",
     "FLAG_PROFILER",
     "FREED_BY_REALLOC",
+    "FREED_INDEX_SIZE",
+    "FREED_INDEX_STRUCT",
     "FREED_RECORD_SIZE",
     "FREED_RECORD_WORDS",
     "HEADER_SIZE",
@@ -140,6 +155,9 @@ __all__ = [
     "HISTORY_FLAG_FREE_STACKS",
     "HISTORY_HEADER_SIZE",
     "HISTORY_STRUCT",
+    "INDEX_LAP_MASK",
+    "INDEX_MAX_LEVELS",
+    "INDEX_NEXT_BITS",
     "LARGE_SHARD",
     "LAYOUT_VERSION",
     "MAGIC",
@@ -179,6 +197,8 @@ __all__ = [
     "VersionMismatch",
     # limits
     "DEFAULT_MAX_GAP",
+    "INDEX_CHUNK",
+    "INDEX_CHUNKS_KEPT",
     "MAX_CAPACITY",
     "MAX_FRAMES",
     "MAX_HISTORY_CAPACITY",
@@ -193,6 +213,7 @@ __all__ = [
     "Counts",
     "Event",
     "FreedBlock",
+    "FreedIndex",
     "Header",
     "History",
     "Match",

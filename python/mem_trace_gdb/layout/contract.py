@@ -35,6 +35,13 @@ THREAD_RECORD_SIZE = 64
 HISTORY_HEADER_SIZE = 64
 FREED_RECORD_SIZE = 40
 FREED_RECORD_WORDS = FREED_RECORD_SIZE // 8
+# The freed-block index (at history.index, large rings only): its header's size, and the
+# split of a link word: the next record number plus one below, the owner's lap above.
+FREED_INDEX_SIZE = 64
+INDEX_NEXT_BITS = 40
+INDEX_LAP_MASK = (1 << (64 - INDEX_NEXT_BITS)) - 1
+# A key's level takes 5 bits: at most 32 levels.
+INDEX_MAX_LEVELS = 32
 
 # Profile (profiler builds, at header.profile).
 PROFILE_HEADER = 64
@@ -72,7 +79,11 @@ DIRECTORY_HEADER_STRUCT = struct.Struct("<QII")
 THREAD_STRUCT = struct.Struct("<II16s QQQQQ")
 # counter_size, chunk_bits, chunks, flags, started_ns, resets, reports, reserved.
 PROFILE_STRUCT = struct.Struct("<IIII QQQ 24x")
-HISTORY_STRUCT = struct.Struct("<II QQQ QQQ 8x")
+# record_size, flags, capacity, records, written, quarantine_limit, quarantined_bytes, errors,
+# index.
+HISTORY_STRUCT = struct.Struct("<II QQQ QQQ Q")
+# granule_shift, level_shift, levels, head_bits, multiplier, heads, links, disorder, reserved.
+FREED_INDEX_STRUCT = struct.Struct("<IIII QQQQ 16x")
 
 
 def shard_of(region: int) -> int:

@@ -24,6 +24,10 @@ MAX_WRITTEN = 1 << FIELD_BITS
 # 65536 records, is 2.5 MiB), in reads of this size beyond: as Python lists, a
 # full 2^26-record ring would take gigabytes of gdb's memory.
 RING_CHUNK = 1 << 20
+# An index walk reads links and records this many at a time (2 KiB of links, 10 KiB of
+# records), and keeps up to INDEX_CHUNKS_KEPT such reads (40 MiB of records) per Tracer.
+INDEX_CHUNK = 256
+INDEX_CHUNKS_KEPT = 4096
 
 # How far from a block an address may be and still be reported as "N bytes
 # after/before" it. Overflows and underflows land within a few elements of the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .contract import (
     FIELD_BITS,
@@ -283,6 +283,8 @@ class History:
     quarantine_limit: int
     quarantined_bytes: int
     errors: int
+    # The address index over the ring; 0: none (the ring is scanned).
+    index: int = 0
 
     @property
     def enabled(self) -> bool:
@@ -302,6 +304,44 @@ class History:
     def wrapped(self) -> bool:
         """Older frees have been overwritten: the ring only knows the last ``capacity``."""
         return self.written > self.capacity
+
+
+@dataclass(frozen=True)
+class FreedIndex:
+    """The freed-block index's header (``history.index``) and its arithmetic."""
+
+    address: int
+    granule_shift: int
+    level_shift: int
+    levels: int
+    head_bits: int
+    multiplier: int
+    heads: int
+    links: int
+    disorder: int
+
+    def shift(self, level: int) -> int:
+        """The granule shift of ``level``."""
+        return self.granule_shift + self.level_shift * level
+
+    def bucket(self, level: int, granule: int) -> int:
+        """The chain head of ``granule`` of ``level``: eight neighbouring granules share a
+        line of heads, whose place is hashed."""
+        key = (((granule >> 3) << 5) | level) & MASK64
+        line = ((key * self.multiplier) & MASK64) >> (67 - self.head_bits)
+        return (line << 3) | (granule & 7)
+
+    def buckets(self, addr: int) -> List[int]:
+        """The distinct chain heads a block containing ``addr`` can hang from: at each
+        level, the granule of ``addr`` and the one before (a block starting there
+        reaches at most one granule further)."""
+        out = []
+        for level in range(self.levels):
+            q = addr >> self.shift(level)
+            out.append(self.bucket(level, q))
+            if q:
+                out.append(self.bucket(level, q - 1))
+        return sorted(set(out))
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,19 @@ from .contract import (
     COUNTER_SIZE,
     COUNTER_WORDS,
     DIRECTORY_HEADER_STRUCT,
+    FIELD_BITS,
     FIELD_MASK,
+    FREED_INDEX_SIZE,
+    FREED_INDEX_STRUCT,
     FREED_RECORD_SIZE,
     FREED_RECORD_WORDS,
     HEADER_SIZE,
     HEADER_STRUCT,
     HISTORY_HEADER_SIZE,
     HISTORY_STRUCT,
+    INDEX_LAP_MASK,
+    INDEX_MAX_LEVELS,
+    INDEX_NEXT_BITS,
     LARGE_SHARD,
     LAYOUT_VERSION,
     MAGIC,
@@ -49,6 +55,8 @@ from .contract import (
 from .errors import BadMagic, Corrupt, Inaccessible, NotLoaded, VersionMismatch
 from .limits import (
     DEFAULT_MAX_GAP,
+    INDEX_CHUNK,
+    INDEX_CHUNKS_KEPT,
     MAX_CAPACITY,
     MAX_FRAMES,
     MAX_HISTORY_CAPACITY,
@@ -64,6 +72,7 @@ from .records import (
     Counts,
     Event,
     FreedBlock,
+    FreedIndex,
     Header,
     History,
     Match,
@@ -95,6 +104,28 @@ def _u64s(data: bytes) -> Sequence[int]:
 def _as_list(column: Sequence[int]) -> List[int]:
     """A column as a list (memoryview.tolist() is one C call)."""
     return column.tolist() if hasattr(column, "tolist") else list(column)
+
+
+def _containing(cols: Sequence[Sequence[int]], addr: int) -> List[Tuple[int, FreedBlock]]:
+    """(index, record) of every record of a part of the ring (five word columns) whose
+    block contains ``addr``."""
+    # One pass in a comprehension: 262144 records take ~40 ms (see the tests).
+    hits = [
+        i
+        for i, (a, st) in enumerate(zip(cols[0], cols[1]))
+        if 0 < a <= addr and (a == addr or addr < a + (st & FIELD_MASK))
+    ]
+    return [(i, decode_freed([c[i] for c in cols])) for i in hits]
+
+
+def _slot_ranges(first: int, end: int, capacity: int) -> List[Tuple[int, int]]:
+    """Records ``first..end`` as (first slot, count) ranges of a ring of ``capacity``."""
+    if end <= first:
+        return []
+    start, n = first % capacity, min(end - first, capacity)
+    if start + n <= capacity:
+        return [(start, n)]
+    return [(start, capacity - start), (0, start + n - capacity)]
 
 
 def _decode_thread(index: int, raw: bytes) -> Optional[Thread]:
@@ -130,6 +161,9 @@ class Tracer:
         self._dirs: Dict[int, Tuple[int, int]] = {}
         self._history: Optional[History] = None
         self._ring: Optional[List[Tuple[Sequence[int], ...]]] = None
+        self._index: Optional[FreedIndex] = None
+        # Chunks of INDEX_CHUNK links or records read by index walks: (array, chunk) -> words.
+        self._index_chunks: Dict[Tuple[int, int], Sequence[int]] = {}
         self._profile: Optional[Profile] = None
 
     # -- reading
@@ -544,7 +578,7 @@ class Tracer:
             what = "the freed-block history header"
             (
                 record_size, flags, capacity, records, written, quarantine_limit,
-                quarantined_bytes, errors,
+                quarantined_bytes, errors, index,
             ) = HISTORY_STRUCT.unpack(self._read(self.header.freed, HISTORY_HEADER_SIZE, what))
             base = self.header.freed
             if record_size != FREED_RECORD_SIZE:
@@ -559,7 +593,7 @@ class Tracer:
             self._history = History(
                 address=base, flags=flags, capacity=capacity, records=records,
                 written=written, quarantine_limit=quarantine_limit,
-                quarantined_bytes=quarantined_bytes, errors=errors,
+                quarantined_bytes=quarantined_bytes, errors=errors, index=index,
             )
         return self._history
 
@@ -612,19 +646,106 @@ class Tracer:
         """Remembered freed blocks whose [addr, addr + size) contains ``addr``.
 
         A zero-size block contains only its start. Newest free first. Records with
-        ``addr == 0`` are empty or being rewritten and never match.
+        ``addr == 0`` are empty or being rewritten and never match. Through the
+        history's address index when it has one (large rings), else by a scan of
+        the ring: the same records either way.
         """
-        out = []
-        for cols in self._ring_parts():
-            # One pass in a comprehension: 262144 records take ~40 ms (see the tests).
-            hits = [
-                i
-                for i, (a, st) in enumerate(zip(cols[0], cols[1]))
-                if 0 < a <= addr and (a == addr or addr < a + (st & FIELD_MASK))
-            ]
-            out += [decode_freed([c[i] for c in cols]) for i in hits]
+        index = self.freed_index()
+        if index is not None:
+            out = self._indexed_frees(index, addr)
+        else:
+            out = [r for cols in self._ring_parts() for _, r in _containing(cols, addr)]
         out.sort(key=lambda r: r.free_seq, reverse=True)
         return out
+
+    # -- the freed-block index
+
+    def freed_index(self) -> Optional[FreedIndex]:
+        """The index over the ring; None when the ring has none (or no record yet)."""
+        history = self.history_header()
+        if history is None or not history.index or not history.held or not history.records:
+            return None
+        if self._index is None:
+            what = "the freed-block index"
+            base = history.index
+            (
+                granule_shift, level_shift, levels, head_bits, multiplier, heads, links,
+                disorder,
+            ) = FREED_INDEX_STRUCT.unpack(self._read(base, FREED_INDEX_SIZE, what))
+            last = granule_shift + level_shift * (levels - 1)
+            if not (1 <= levels <= INDEX_MAX_LEVELS and level_shift >= 1
+                    and FIELD_BITS <= last < 64 and 4 <= head_bits <= 32):
+                raise Corrupt(
+                    f"{what} at {base:#x}: {levels} levels of granules 2^{granule_shift} "
+                    f"times 2^{level_shift} and {head_bits} head bits cannot be read"
+                )
+            if not heads or not links:
+                raise Corrupt(f"{what} at {base:#x}: heads {heads:#x}, links {links:#x}")
+            self._index = FreedIndex(
+                address=base, granule_shift=granule_shift, level_shift=level_shift,
+                levels=levels, head_bits=head_bits, multiplier=multiplier, heads=heads,
+                links=links, disorder=disorder,
+            )
+        return self._index
+
+    def _index_entry(self, base: int, per: int, slot: int, what: str) -> Sequence[int]:
+        """The ``per`` words of entry ``slot`` of an array of ring-sized entries at
+        ``base``, read INDEX_CHUNK entries at a time: chains often visit neighbours
+        (a program frees nearby blocks one after the other)."""
+        chunk = slot // INDEX_CHUNK
+        words = self._index_chunks.get((base, chunk))
+        if words is None:
+            if len(self._index_chunks) >= INDEX_CHUNKS_KEPT:
+                self._index_chunks.clear()
+            first = chunk * INDEX_CHUNK
+            n = min(INDEX_CHUNK, self.history_header().capacity - first)
+            words = _u64s(self._read(base + 8 * per * first, 8 * per * n, what))
+            self._index_chunks[(base, chunk)] = words
+        at = (slot % INDEX_CHUNK) * per
+        return words[at:at + per]
+
+    def _indexed_frees(self, index: FreedIndex, addr: int) -> List[FreedBlock]:
+        """The records containing ``addr``, by the index's chains (docs/LAYOUT.md
+        "Freed-block index"): each chain up to a slot reused since, then the window
+        of the ring such a cut may hide. A chain that loops or names a record never
+        claimed is Corrupt; a loop is found within twice its length (Brent)."""
+        history = self.history_header()
+        cap, written, ring = history.capacity, history.written, history.records
+        hits: Dict[int, FreedBlock] = {}
+        window_end = 0
+        for bucket in index.buckets(addr):
+            chain = f"the freed-block index chain of head {bucket}"
+            nxt = self._read_ptr(index.heads + 8 * bucket, f"{chain}'s head")
+            power, steps, tortoise = 1, 0, -1
+            while nxt:
+                k = nxt - 1
+                if k >= written:
+                    raise Corrupt(f"{chain} names record {k}, but only {written} were written")
+                if k == tortoise:
+                    raise Corrupt(f"{chain} loops (record {k} twice)")
+                steps += 1
+                if steps == power:
+                    tortoise, power, steps = k, power * 2, 0
+                slot = k % cap
+                link = self._index_entry(index.links, 1, slot, "the freed-block index links")[0]
+                if link >> INDEX_NEXT_BITS != (k // cap) & INDEX_LAP_MASK:
+                    # A later record took the slot: what joined the chain before k and
+                    # is still in the ring was claimed less than `disorder` after it.
+                    window_end = max(window_end, k + index.disorder)
+                    break
+                words = self._index_entry(
+                    ring, FREED_RECORD_WORDS, slot, "the freed-block history ring")
+                a = words[0]
+                if 0 < a <= addr and (a == addr or addr < a + (words[1] & FIELD_MASK)):
+                    hits[slot] = decode_freed(words)
+                nxt = link & FIELD_MASK
+        first, end = max(0, written - cap), min(window_end, written)
+        for start, n in _slot_ranges(first, end, cap):
+            for part in range(start, start + n, RING_CHUNK):
+                cols = self._ring_part(ring, part, min(RING_CHUNK, start + n - part))
+                for i, r in _containing(cols, addr):
+                    hits[part + i] = r
+        return list(hits.values())
 
     def history(self, addr: int) -> List[Event]:
         """Every remembered event touching ``addr``, newest first.

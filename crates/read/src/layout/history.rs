@@ -32,6 +32,8 @@ pub struct History {
     pub quarantined_bytes: u64,
     /// Double and invalid frees reported so far.
     pub errors: u64,
+    /// The address index over the ring (0: none; readers then scan the ring).
+    pub index: u64,
 }
 
 impl History {
@@ -122,6 +124,7 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
             quarantine_limit: h.quarantine_limit.load(Relaxed),
             quarantined_bytes: h.quarantined_bytes.load(Relaxed),
             errors: h.errors.load(Relaxed),
+            index: h.index.load(Relaxed) as u64,
         }))
     }
 

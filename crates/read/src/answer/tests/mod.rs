@@ -147,6 +147,7 @@ fn history(flags: u32, capacity: u64, written: u64) -> History {
         quarantine_limit: 0,
         quarantined_bytes: 0,
         errors: 0,
+        index: 0,
     }
 }
 
@@ -159,6 +160,7 @@ const HISTORY_ON: History = History {
     quarantine_limit: 0,
     quarantined_bytes: 0,
     errors: 0,
+    index: 0,
 };
 
 fn stack(id: u32, max: Option<usize>, kind: StackKind) -> Vec<String> {

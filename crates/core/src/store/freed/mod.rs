@@ -11,15 +11,19 @@
 //! writers can only meet on one record if one of them stalls for half a lap of the ring
 //! (`capacity` frees, 65536 by default) in the middle of its four stores; the reader then sees a
 //! mixed record. We accept that rather than lock.
+//!
+//! Rings of at least [`index::MIN_CAPACITY`] records also keep an address [`index`], so that a
+//! reader finds the frees of an address without a pass over the whole ring.
+
+pub mod index;
 
 use crate::arena;
 use core::alloc::Layout;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use mem_trace_format::Block;
 pub use mem_trace_format::Freed;
 use mem_trace_format::{
-    pack_seq_id, unpack_seq_id, FreedHistory, FreedRecord, FREED_BY_REALLOC as BY_REALLOC,
+    pack_seq_id, FreedHistory, FreedRecord, FREED_BY_REALLOC as BY_REALLOC,
     FREED_FLAG_FREE_STACKS as FLAG_FREE_STACKS,
 };
 
@@ -33,7 +37,7 @@ pub static HISTORY: FreedHistory = FreedHistory {
     quarantine_limit: AtomicU64::new(0),
     quarantined_bytes: AtomicU64::new(0),
     errors: AtomicU64::new(0),
-    reserved: 0,
+    index: AtomicPtr::new(core::ptr::null_mut()),
 };
 
 /// Sets the ring's size (called once, at initialisation, before any free is recorded).
@@ -43,6 +47,7 @@ pub fn configure(capacity: u64, free_stacks: bool) {
         if free_stacks { FLAG_FREE_STACKS } else { 0 },
         Ordering::Relaxed,
     );
+    index::configure(capacity);
 }
 
 fn ring() -> Option<(*mut FreedRecord, u64)> {
@@ -61,6 +66,8 @@ fn ring() -> Option<(*mut FreedRecord, u64)> {
 #[inline(never)]
 fn allocate(cap: u64) -> Option<(*mut FreedRecord, u64)> {
     let layout = Layout::array::<FreedRecord>(cap as usize).ok()?;
+    // Before the ring: a thread that sees the ring sees its index.
+    index::allocate(cap);
     // Zeroed records are empty; a published ring is never freed.
     let fresh = arena::allocate_zeroed(layout) as *mut FreedRecord;
     if fresh.is_null() {
@@ -101,18 +108,22 @@ impl Claim {
         }
     }
 
-    /// The ring index of the next record this thread writes.
+    /// The record number of the next record this thread writes, in `ring` of `cap` records;
+    /// `indexed`: the ring keeps an [`index`].
     #[inline(always)]
-    fn take(&self, cap: u64) -> u64 {
+    fn take(&self, ring: *mut FreedRecord, cap: u64, indexed: bool) -> u64 {
         let mut k = self.next.get();
         // Records claimed long ago lie where other threads have written since: a thread that
         // frees rarely claims afresh rather than overwrite newer records.
-        if k == self.end.get() || HISTORY.written.load(Ordering::Relaxed).wrapping_sub(k) > cap / 2
-        {
+        let lag = if indexed { index::LAG } else { cap / 2 };
+        if k == self.end.get() || HISTORY.written.load(Ordering::Relaxed).wrapping_sub(k) > lag {
             // A small ring (`MEM_TRACE_FREED`) is shared out in smaller runs.
             let n = CLAIM.min(cap / 16).max(1);
             k = HISTORY.written.fetch_add(n, Ordering::Relaxed);
             self.end.set(k + n);
+            if indexed {
+                index::clear(ring, cap, k, n);
+            }
         }
         self.next.set(k + 1);
         k
@@ -130,7 +141,12 @@ pub fn push(claim: &Claim, f: &Freed) {
     let Some((ring, cap)) = ring() else {
         return;
     };
-    let k = claim.take(cap);
+    let indexed = index::ON.load(Ordering::Relaxed);
+    let k = claim.take(ring, cap, indexed);
+    if indexed {
+        // On its chain before it is written: a record the ring shows is on its chain.
+        index::insert(k, cap, f.block.addr, f.block.size);
+    }
     // SAFETY: the index is reduced modulo the ring's capacity.
     let r = unsafe { &*ring.add((k % cap) as usize) };
     r.addr.store(0, Ordering::Relaxed);
@@ -148,42 +164,45 @@ pub fn push(claim: &Claim, f: &Freed) {
 
 /// The newest remembered free of a block starting exactly at `addr` (for double-free reports):
 /// the one with the highest sequence number, since threads write the ring in claimed runs.
-/// Scans the whole ring: only called on the rare frees of unknown pointers.
+/// Through the index when the ring has one, else by a pass over the whole ring: only called
+/// on the rare frees of unknown pointers.
 pub(crate) fn newest_at(addr: u64) -> Option<Freed> {
     let cap = HISTORY.capacity.load(Ordering::Relaxed);
     let ring = HISTORY.records.load(Ordering::Acquire);
     if cap == 0 || ring.is_null() {
         return None;
     }
+    if let Some(found) = index::newest_at(ring, cap, addr) {
+        return found;
+    }
     let written = HISTORY.written.load(Ordering::Acquire);
-    let n = written.min(cap);
-    (0..n)
-        .filter_map(|back| {
-            let k = written - 1 - back;
-            // SAFETY: index reduced modulo capacity; records are never freed.
-            let r = unsafe { &*ring.add((k % cap) as usize) };
-            if r.addr.load(Ordering::Acquire) != addr {
-                return None;
-            }
-            let (free_seq, free_stack) = unpack_seq_id(r.free_seq_stack.load(Ordering::Relaxed));
-            Some(Freed {
-                block: Block::unpack(
-                    addr,
-                    r.size_thread.load(Ordering::Relaxed),
-                    r.seq_stack.load(Ordering::Relaxed),
-                ),
-                free_seq,
-                free_stack,
-                free_thread: r.free_thread.load(Ordering::Relaxed),
-                by_realloc: r.flags.load(Ordering::Relaxed) & BY_REALLOC != 0,
-            })
+    (0..written.min(cap))
+        .filter_map(|slot| {
+            // SAFETY: a slot below the capacity; records are never freed.
+            let w = words(unsafe { &*ring.add(slot as usize) });
+            (w[0] == addr).then(|| Freed::unpack(&w))
         })
         .max_by_key(|f| f.free_seq)
+}
+
+/// A record's five words, as a reader copies them (`addr` first, with acquire: the other
+/// words then belong to it).
+fn words(r: &FreedRecord) -> [u64; 5] {
+    let last = u64::from(r.free_thread.load(Ordering::Relaxed))
+        | u64::from(r.flags.load(Ordering::Relaxed)) << 32;
+    [
+        r.addr.load(Ordering::Acquire),
+        r.size_thread.load(Ordering::Relaxed),
+        r.seq_stack.load(Ordering::Relaxed),
+        r.free_seq_stack.load(Ordering::Relaxed),
+        last,
+    ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mem_trace_format::Block;
 
     #[test]
     fn records_round_trip_newest_first() {
