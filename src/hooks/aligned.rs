@@ -1,22 +1,19 @@
 //! The aligned allocators (`posix_memalign`, `aligned_alloc`, `memalign`, `valloc`,
 //! `pvalloc`) and `malloc_usable_size`.
 
-use super::alloc::again;
+use super::alloc::from_glibc;
 use crate::glibc;
 use core::ffi::{c_int, c_void};
 use mem_trace_core::guard::Guard;
 use mem_trace_core::record::{self, nested};
 
 /// `ask()`, and once more if glibc ran out of memory while the quarantine held blocks (see
-/// `alloc::again`); only for the outermost call (`g`), not the tracer's own.
+/// `alloc::from_glibc`); only for the outermost call (`g`), not the tracer's own.
 #[inline(always)]
 fn retried(g: &Option<Guard>, size: usize, ask: impl Fn() -> *mut c_void) -> *mut c_void {
-    let Some(g) = g else {
-        return ask();
-    };
-    match g.in_glibc(&ask) {
-        p if p.is_null() => again(g, size, ask),
-        p => p,
+    match g {
+        Some(g) => from_glibc(g, size, ask),
+        None => ask(),
     }
 }
 

@@ -18,11 +18,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     let mut p = record::reuse(&g, size);
     if p.is_null() {
         // SAFETY: glibc's malloc has no preconditions.
-        let ask = || unsafe { glibc::__libc_malloc(size) };
-        p = g.in_glibc(ask);
-        if p.is_null() {
-            p = again(&g, size, ask);
-        }
+        p = from_glibc(&g, size, || unsafe { glibc::__libc_malloc(size) });
     }
     record::allocated(&g, p, size);
     p
@@ -47,6 +43,16 @@ fn nested_calloc(n: usize, size: usize) -> *mut c_void {
     match nested::calloc(n, size) {
         // SAFETY: glibc's calloc has no preconditions.
         p if p.is_null() => unsafe { glibc::__libc_calloc(n, size) },
+        p => p,
+    }
+}
+
+/// `ask()`, a call into glibc's allocator for `size` bytes (marked, see `Guard::in_glibc`),
+/// and once more through [`again`] if it returned null.
+#[inline(always)]
+pub(super) fn from_glibc(g: &Guard, size: usize, ask: impl Fn() -> *mut c_void) -> *mut c_void {
+    match g.in_glibc(&ask) {
+        p if p.is_null() => again(g, size, ask),
         p => p,
     }
 }
@@ -85,14 +91,10 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
             unsafe { ptr::write_bytes(p.cast::<u8>(), 0, total) };
             p
         }
-        _ => {
-            // SAFETY: glibc's calloc has no preconditions.
-            let ask = || unsafe { glibc::__libc_calloc(n, size) };
-            match g.in_glibc(ask) {
-                p if p.is_null() => again(&g, n.saturating_mul(size), ask),
-                p => p,
-            }
-        }
+        // SAFETY: glibc's calloc has no preconditions.
+        _ => from_glibc(&g, n.saturating_mul(size), || unsafe {
+            glibc::__libc_calloc(n, size)
+        }),
     };
     // Non-null means the product did not overflow.
     record::allocated(&g, p, n.wrapping_mul(size));
