@@ -121,8 +121,7 @@ fn left(state: &ThreadState, sp: usize, guard_sp: usize) {
     state.nested_from_arena.set(false);
     static SAID: AtomicBool = AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
-        // SAFETY: writes a static byte string to stderr; no allocation, no lock.
-        unsafe { libc::write(2, LEFT_NOTE.as_ptr().cast(), LEFT_NOTE.len()) };
+        crate::out::note(LEFT_NOTE);
     }
 }
 

@@ -4,6 +4,14 @@
 
 use core::fmt::{self, Write};
 
+/// Writes a one-line note to stderr in one `write(2)`, with no buffer: for the tracer's
+/// notes from places where even [`Out`]'s 2 KiB of stack is too much (a signal handler's
+/// small stack) or nothing may be taken (inside a failing allocation).
+pub(crate) fn note(line: &[u8]) {
+    // SAFETY: writes the caller's initialised bytes; no allocation, no lock.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
 /// A small output buffer written to a file descriptor with `write(2)`, flushed when full and on
 /// drop. Formatting into it never allocates.
 pub struct Out {

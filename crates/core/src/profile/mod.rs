@@ -131,8 +131,7 @@ pub(crate) fn exiting() {
         }
         reporter::stop();
         if crate::record::degraded() && !room_for_the_report() {
-            // SAFETY: writes a static byte string to stderr; no allocation, no lock.
-            unsafe { libc::write(2, NO_ROOM_NOTE.as_ptr().cast(), NO_ROOM_NOTE.len()) };
+            crate::out::note(NO_ROOM_NOTE);
             return;
         }
         full_report(report::Kind::Exit, None);

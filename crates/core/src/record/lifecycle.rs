@@ -65,8 +65,7 @@ fn degrade() {
         return;
     }
     stop_taking_memory();
-    // SAFETY: writes a static byte string to stderr; no allocation, no lock.
-    unsafe { libc::write(2, DEGRADED_NOTE.as_ptr().cast(), DEGRADED_NOTE.len()) };
+    crate::out::note(DEGRADED_NOTE);
 }
 
 /// What degraded means for the paths that still run: frees capture no stack (the unwinder
