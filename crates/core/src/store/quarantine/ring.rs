@@ -84,6 +84,11 @@ impl<T: Copy> Ring<T> {
         Some(unsafe { self.slot(self.len).read() })
     }
 
+    /// The newest element, as a reference (for prefetching its address).
+    pub(super) fn back(&self) -> Option<&T> {
+        self.get(self.len.checked_sub(1)?)
+    }
+
     /// The element `i` places from the front, as a reference (for prefetching its address).
     pub(super) fn get(&self, i: usize) -> Option<&T> {
         // SAFETY: `i < len`: an element written by `push_back`, borrowed with `self`.
