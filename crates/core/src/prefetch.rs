@@ -14,17 +14,3 @@ pub fn line(p: *const u8) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
-
-/// Starts loading the cache line holding `p` to be written (`prefetchw`): the line arrives
-/// owned, so the store that follows needs no read-for-ownership of its own. Where the CPU
-/// lacks the instruction it does nothing. Any address is fine, as for [`line`].
-#[inline(always)]
-pub fn line_for_write(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `prefetchw` reads nothing architecturally and cannot fault.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_ET0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
