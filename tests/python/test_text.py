@@ -395,9 +395,9 @@ class InfoTextTests(unittest.TestCase):
             "  freed history:   none (header.freed is 0)",
         ])
         facts, _, _ = self.facts(history_capacity=0, history_flags=0, quarantine_limit=4096,
-                                 quarantined_bytes=100, errors=2, flags=0)
+                                 quarantined_bytes=100, errors=2, flags=8)
         self.assertEqual(info.lines(facts)[6:], [
-            "  flags:           none",
+            "  flags:           profile mode",
             "  freed history:   off (MEM_TRACE_FREED=0)",
             "  free stacks:     off (MEM_TRACE_FREE_STACKS=0)",
             "  quarantine:      100 of 4096 bytes held",

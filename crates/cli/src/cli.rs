@@ -76,6 +76,11 @@ passed on. Reports go to DIR: mem-trace.<pid>.<n>.txt, with .folded and .svg bes
 the exit report's leak check in mem-trace.<pid>.<n>.leaks.txt."
 )]
 pub struct RunArgs {
+    /// What the tracer records: `profile` (allocation stacks only, the cheaper) or `debug`
+    /// (also who freed each block, a history of frees and a quarantine, for dangling
+    /// pointers). Default: $MEM_TRACE_MODE if set, else profile.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub mode: Option<Mode>,
     /// Also write a report every MEM_TRACE_PROFILE_INTERVAL seconds (default 30), not only at
     /// exit.
     #[arg(long)]
@@ -91,6 +96,26 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub command: Vec<std::ffi::OsString>,
+}
+
+/// `mem-trace run --mode`: the library's `MEM_TRACE_MODE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Allocation stacks only: where the memory goes.
+    Profile,
+    /// Allocation and free stacks, the history of frees and the quarantine: where a pointer
+    /// came from, and who freed it.
+    Debug,
+}
+
+impl Mode {
+    /// The value of `MEM_TRACE_MODE`.
+    pub fn as_env(self) -> &'static str {
+        match self {
+            Mode::Profile => "profile",
+            Mode::Debug => "debug",
+        }
+    }
 }
 
 /// What every reading subcommand reads.

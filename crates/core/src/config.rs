@@ -85,6 +85,17 @@ impl RankBy {
     }
 }
 
+/// What the tracer is for (`MEM_TRACE_MODE`): the defaults of the freed-block features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `debug` (the default): free stacks, the freed-block history and the quarantine, so
+    /// that a dangling pointer's block can be told with who freed it.
+    Debug,
+    /// `profile`: allocation stacks only, for where the memory goes (heaptrack's job), at
+    /// about half debug's cost: no second capture per block, no history, no quarantine.
+    Profile,
+}
+
 /// How stacks are captured (`MEM_TRACE_UNWIND`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Unwind {
@@ -99,6 +110,8 @@ pub(crate) enum Unwind {
 /// A parsed configuration, separate from the globals so it can be tested.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Config {
+    /// The mode the freed-block defaults came from.
+    pub mode: Mode,
     pub frames: usize,
     pub unwind: Unwind,
     pub stats: bool,
@@ -125,6 +138,7 @@ pub(crate) struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            mode: Mode::Debug,
             frames: DEFAULT_FRAMES,
             unwind: Unwind::Cfi,
             stats: false,
@@ -167,6 +181,19 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
             expected,
         })
     };
+    // First: the mode sets defaults that the variables of each feature then override.
+    if let Some(v) = get("MEM_TRACE_MODE") {
+        match v.trim() {
+            "debug" => {}
+            "profile" => {
+                c.mode = Mode::Profile;
+                c.free_stacks = false;
+                c.freed = 0;
+                c.quarantine = 0;
+            }
+            _ => reject("MEM_TRACE_MODE", v, "debug or profile"),
+        }
+    }
     if let Some(v) = get("MEM_TRACE_FRAMES") {
         match number(&v) {
             Some(n) if (1..=MAX_FRAMES as u64).contains(&n) => c.frames = n as usize,
@@ -533,6 +560,43 @@ mod tests {
     }
 
     #[test]
+    fn modes_set_defaults_that_variables_override() {
+        let (c, bad) = parse(env(&[("MEM_TRACE_MODE", "profile")]));
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(c.mode, Mode::Profile);
+        assert!(!c.free_stacks);
+        assert_eq!((c.freed, c.quarantine), (0, 0));
+        // Each feature's own variable still wins, whichever order the environment lists them.
+        let (c, bad) = parse(env(&[
+            ("MEM_TRACE_QUARANTINE", "1M"),
+            ("MEM_TRACE_MODE", " profile "),
+            ("MEM_TRACE_FREE_STACKS", "1"),
+        ]));
+        assert!(bad.is_empty(), "{bad:?}");
+        assert!(c.free_stacks);
+        assert_eq!((c.freed, c.quarantine), (0, 1 << 20));
+        let (c, bad) = parse(env(&[
+            ("MEM_TRACE_MODE", "debug"),
+            ("MEM_TRACE_FREED", "0"),
+        ]));
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!((c.mode, c.freed, c.free_stacks), (Mode::Debug, 0, true));
+        assert_eq!(
+            parse(env(&[("MEM_TRACE_MODE", "debug")])).0,
+            Config::default()
+        );
+        for v in ["fast", "Profile", "1"] {
+            let (c, bad) = parse(env(&[("MEM_TRACE_MODE", v)]));
+            assert_eq!(c, Config::default(), "{v}");
+            assert_eq!(bad.len(), 1, "{v}");
+            assert_eq!(
+                (bad[0].var, bad[0].expected),
+                ("MEM_TRACE_MODE", "debug or profile")
+            );
+        }
+    }
+
+    #[test]
     fn profile_settings() {
         let (c, bad) = parse(env(&[
             ("MEM_TRACE_PROFILE_INTERVAL", "0.25"),
@@ -668,6 +732,7 @@ mod tests {
     #[test]
     fn empty_values_are_unset() {
         for var in [
+            "MEM_TRACE_MODE",
             "MEM_TRACE_FRAMES",
             "MEM_TRACE_UNWIND",
             "MEM_TRACE_STATS",

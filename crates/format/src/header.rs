@@ -20,6 +20,9 @@ pub const FLAG_INITIALISED: u64 = 1;
 pub const FLAG_PROFILER: u64 = 2;
 /// Header flag: free stacks are recorded (`MEM_TRACE_FREE_STACKS`).
 pub const FLAG_FREE_STACKS: u64 = 4;
+/// Header flag: started in profile mode (`MEM_TRACE_MODE=profile`): the freed-block features
+/// are off unless a variable of their own turned one back on.
+pub const FLAG_PROFILE_MODE: u64 = 8;
 
 /// The header (128 bytes, 16-byte aligned). Fields are in `docs/LAYOUT.md` order.
 #[repr(C, align(16))]

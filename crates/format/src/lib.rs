@@ -33,7 +33,9 @@ pub use freed::{
     link_next, pack_link, FreedHistory, FreedIndex, FreedRecord, IndexGeometry, FREED_BY_REALLOC,
     FREED_FLAG_FREE_STACKS, INDEX_GRANULE_SHIFT, INDEX_LEVELS, INDEX_LEVEL_SHIFT, INDEX_MULTIPLIER,
 };
-pub use header::{Header, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER, MAGIC, VERSION};
+pub use header::{
+    Header, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER, FLAG_PROFILE_MODE, MAGIC, VERSION,
+};
 pub use packing::{
     pack_seq_id, pack_size_thread, unpack_seq_id, unpack_size_thread, LOW40, SIZE_BITS,
 };

@@ -10,6 +10,7 @@ from .contract import (
     FIELD_MASK,
     FLAG_FREE_STACKS,
     FLAG_INITIALISED,
+    FLAG_PROFILE_MODE,
     FLAG_PROFILER,
     FREED_BY_REALLOC,
     HISTORY_FLAG_FREE_STACKS,
@@ -50,6 +51,10 @@ class Header:
     @property
     def free_stacks(self) -> bool:
         return bool(self.flags & FLAG_FREE_STACKS)
+
+    @property
+    def profile_mode(self) -> bool:
+        return bool(self.flags & FLAG_PROFILE_MODE)
 
 
 @dataclass(frozen=True)

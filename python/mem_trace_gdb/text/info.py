@@ -35,7 +35,8 @@ def lines(facts: InfoFacts) -> List[str]:
     h, t = facts.header, facts.totals
     flags = [name for bit, name in ((h.initialised, "initialised"),
                                     (h.profiler, "profiler"),
-                                    (h.free_stacks, "free stacks")) if bit]
+                                    (h.free_stacks, "free stacks"),
+                                    (h.profile_mode, "profile mode")) if bit]
     return [
         f"mem-trace is loaded: header at {h.address:#x}, layout version {h.version}",
         f"  live blocks:     {t.live_blocks} ({t.live_bytes} bytes)",

@@ -1,4 +1,4 @@
-//! `mem-trace run [--profile] [-o DIR] [--] PROGRAM [ARGS...]`: the program under the tracer,
+//! `mem-trace run [--mode MODE] [--profile] [-o DIR] [--] PROGRAM [ARGS...]`: the program under the tracer,
 //! as if run directly, and its reports in a directory.
 //!
 //! - `library`: which `libmem_trace.so` to preload, checked to be the profiler build;
@@ -13,6 +13,7 @@
 //! | `MEM_TRACE_OUT` | the directory, absolute | each report a file there, not on the program's stderr |
 //! | `MEM_TRACE_LEAKS` | `1` | the exit report is written only with its leak check |
 //! | `MEM_TRACE_PROFILE_INTERVAL` | `0` without `--profile` | only the exit report; with `--profile` the user's interval (default 30 s) |
+//! | `MEM_TRACE_MODE` | `--mode`, else the user's, else `profile` | a profile needs allocation stacks only, at about half the cost of `debug`'s free stacks, history and quarantine |
 //!
 //! Its stdin, stdout and stderr are ours, untouched. The reports' files are written by the
 //! library itself (`crates/core/src/profile/`); `outputs` completes them afterwards.
@@ -21,7 +22,7 @@ mod child;
 mod library;
 mod outputs;
 
-use crate::cli::{By, RunArgs};
+use crate::cli::{By, Mode, RunArgs};
 use crate::error::{Error, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ use std::path::{Path, PathBuf};
 pub fn run(args: &RunArgs) -> Result<u8> {
     let Some((program, program_args)) = args.command.split_first() else {
         return Err(Error::new(
-            "run: no program given: mem-trace run [--profile] [-o DIR] [--] PROGRAM [ARGS...]",
+            "run: no program given: mem-trace run [--mode MODE] [--profile] [-o DIR] [--] PROGRAM [ARGS...]",
         ));
     };
     let lib = library::find()?;
@@ -40,6 +41,10 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         ("LD_PRELOAD", preload(&lib, std::env::var_os("LD_PRELOAD"))),
         ("MEM_TRACE_OUT", dir.clone().into_os_string()),
         ("MEM_TRACE_LEAKS", "1".into()),
+        (
+            "MEM_TRACE_MODE",
+            mode(args.mode, std::env::var_os("MEM_TRACE_MODE")),
+        ),
     ];
     if !args.profile {
         env.push(("MEM_TRACE_PROFILE_INTERVAL", "0".into()));
@@ -63,6 +68,16 @@ fn preload(lib: &Path, existing: Option<OsString>) -> OsString {
         }
     }
     out
+}
+
+/// `MEM_TRACE_MODE` for the program: `--mode`, else the user's own setting (the library
+/// reports a bad one), else profile: `run` is for where the memory goes.
+fn mode(given: Option<Mode>, existing: Option<OsString>) -> OsString {
+    match (given, existing) {
+        (Some(m), _) => m.as_env().into(),
+        (None, Some(v)) if !v.is_empty() => v,
+        (None, _) => Mode::Profile.as_env().into(),
+    }
 }
 
 /// The directory the reports go to, made if needed, as an absolute path: `dir`, or a new
@@ -109,6 +124,15 @@ fn ranked_by() -> By {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mode_is_the_options_then_the_users_then_profile() {
+        assert_eq!(mode(None, None), "profile");
+        assert_eq!(mode(None, Some("".into())), "profile");
+        assert_eq!(mode(None, Some("debug".into())), "debug");
+        assert_eq!(mode(Some(Mode::Profile), Some("debug".into())), "profile");
+        assert_eq!(mode(Some(Mode::Debug), None), "debug");
+    }
 
     #[test]
     fn the_library_goes_first_and_the_users_preloads_stay() {

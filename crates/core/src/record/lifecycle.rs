@@ -23,7 +23,7 @@ use crate::store::{freed, quarantine, stacks, table, threads};
 use crate::{arena, config};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED};
+use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE};
 
 const UNINIT: u8 = 0;
 const INITIALISING: u8 = 1;
@@ -100,6 +100,9 @@ fn init() -> bool {
     let mut flags = FLAG_INITIALISED;
     if c.free_stacks {
         flags |= FLAG_FREE_STACKS;
+    }
+    if c.mode == config::Mode::Profile {
+        flags |= FLAG_PROFILE_MODE;
     }
     header().flags.fetch_or(flags, Ordering::Relaxed);
     // Not over `DEGRADED`, should memory have run out while initialising: the settings just

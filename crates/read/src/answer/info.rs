@@ -5,7 +5,7 @@ use super::parts::error_text;
 use crate::layout::{Error, History, Tables, Totals};
 use crate::memory::Memory;
 use core::sync::atomic::Ordering::Relaxed;
-use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER};
+use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER, FLAG_PROFILE_MODE};
 
 /// The header's figures, the process-wide counters and the freed-block history's header.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +66,7 @@ pub fn lines(facts: &InfoFacts) -> Vec<String> {
         (FLAG_INITIALISED, "initialised"),
         (FLAG_PROFILER, "profiler"),
         (FLAG_FREE_STACKS, "free stacks"),
+        (FLAG_PROFILE_MODE, "profile mode"),
     ]
     .into_iter()
     .filter(|&(bit, _)| facts.flags & bit != 0)

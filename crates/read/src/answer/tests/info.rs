@@ -75,12 +75,12 @@ fn history_variants() {
     let (_, out) = info(|b| {
         b.history_capacity = Some(0);
         b.history_flags = 0;
-        (b.quarantine_limit, b.quarantined_bytes, b.errors, b.flags) = (4096, 100, 2, 0);
+        (b.quarantine_limit, b.quarantined_bytes, b.errors, b.flags) = (4096, 100, 2, 8);
     });
     assert_eq!(
         out[6..],
         [
-            "  flags:           none",
+            "  flags:           profile mode",
             "  freed history:   off (MEM_TRACE_FREED=0)",
             "  free stacks:     off (MEM_TRACE_FREE_STACKS=0)",
             "  quarantine:      100 of 4096 bytes held",
