@@ -1,33 +1,34 @@
 //! The walk with framehop alone: for a thread whose cache is gone (it is exiting), and the
-//! tests' reference unwinder.
+//! reference the fast walk is checked against (`MEM_TRACE_CHECK_STACKS`, the tests).
 
 use super::fp::KnownModule;
 use super::frames::{record, Own, Walk};
 use super::modules::ModuleSet;
+use super::signal;
 use super::stack::Stack;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
-use framehop::Unwinder;
+use framehop::{FrameAddress, Unwinder};
 
-/// The walk with framehop alone: for a thread whose cache is gone, and the tests' reference.
+/// The walk with framehop alone, one frame at a time so that it goes on through the
+/// kernel's signal frame as the fast walk does (framehop does not evaluate the CFI
+/// expressions glibc's restorer is described with, and would stop there): from the restorer,
+/// at the interrupted registers. Those may lie on `home`, the thread's own stack, when the
+/// walk starts on an alternate signal stack; the walk then reads `home` from there on.
 pub(super) fn walk_framehop(
     set: &ModuleSet,
-    stack: Stack,
+    mut stack: Stack,
     (pc, sp, bp): (u64, u64, u64),
     out: &mut [u64],
     own: Own,
     cache: &mut CacheX86_64,
+    home: Option<Stack>,
 ) -> Walk {
-    let mut read_stack = |a| stack.read(a).ok_or(());
-    let mut frames = set.unwinder.iter_frames(
-        pc,
-        UnwindRegsX86_64::new(pc, sp, bp),
-        cache,
-        &mut read_stack,
-    );
+    let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
+    let mut address = FrameAddress::InstructionPointer(pc);
     let mut n = 0;
     let mut known = KnownModule::default();
-    while let Ok(Some(frame)) = frames.next() {
-        let a = frame.address();
+    loop {
+        let a = address.address();
         if !record(set, own, a, out, &mut n) || n >= out.len() {
             break;
         }
@@ -39,6 +40,33 @@ pub(super) fn walk_framehop(
                 outside: true,
                 ..Walk::default()
             };
+        }
+        if let FrameAddress::ReturnAddress(_) = address {
+            let interrupted = set
+                .find(a)
+                .and_then(|m| signal::interrupted(stack, m.start..m.end, a, regs.sp()));
+            if let Some((rip, rsp, rbp)) = interrupted {
+                if stack.read(rsp).is_none() {
+                    match home {
+                        Some(h) if h.lo <= rsp && rsp < h.hi => stack = Stack { lo: rsp, ..h },
+                        _ => break,
+                    }
+                }
+                regs = UnwindRegsX86_64::new(rip, rsp, rbp);
+                address = FrameAddress::InstructionPointer(rip);
+                continue;
+            }
+        }
+        let mut read = |x| stack.read(x).ok_or(());
+        match set
+            .unwinder
+            .unwind_frame(address, &mut regs, cache, &mut read)
+        {
+            Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
+                Some(next) => address = next,
+                None => break,
+            },
+            _ => break,
         }
     }
     Walk {

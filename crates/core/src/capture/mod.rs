@@ -183,19 +183,34 @@ fn start_regs(local: &Local) -> ((u64, u64, u64), u64) {
 /// walk is checked against (`MEM_TRACE_CHECK_STACKS`). From the same registers and skipping
 /// the same frames as [`capture_interned`], so the two agree frame for frame when both are
 /// right. Slow (a fresh cache computes every rule) and ~10 KiB of stack: a diagnostic.
+/// Like the capture, it goes on through signal frames, and from a handler on the alternate
+/// signal stack into the interrupted frames on the thread's own.
 #[inline(never)]
 pub(crate) fn reference(local: &Local, out: &mut [u64]) -> usize {
     let (regs, entry) = start_regs(local);
-    let hi = local.bounds.hi.get();
-    if hi == 0 || regs.1 < local.bounds.lo.get() || regs.1 >= hi {
+    let (lo, hi) = (local.bounds.lo.get(), local.bounds.hi.get());
+    if hi == 0 {
         return 0;
     }
+    let (stack, home) = if (lo..hi).contains(&regs.1) {
+        (Stack { lo: regs.1, hi }, None)
+    } else {
+        match signal::alt_stack() {
+            Some((alt_lo, alt_hi)) if (alt_lo..alt_hi).contains(&regs.1) => (
+                Stack {
+                    lo: regs.1,
+                    hi: alt_hi,
+                },
+                Some(Stack { lo, hi }),
+            ),
+            _ => return 0,
+        }
+    };
     let Some(set) = modules::current() else {
         return 0;
     };
-    let stack = Stack { lo: regs.1, hi };
     let own = Own::Skip { entry };
-    walk_framehop(set, stack, regs, out, own, &mut CacheX86_64::new()).frames
+    walk_framehop(set, stack, regs, out, own, &mut CacheX86_64::new(), home).frames
 }
 
 /// Makes the thread's captures start from `regs` (read by the caller at its own entry) until
@@ -333,6 +348,14 @@ fn walk(set: &ModuleSet, local: &Local, regs: (u64, u64, u64), out: &mut [u64], 
         }
         // Framehop's cache is made here, on the stack.
         None if cache::room(floor) < cache::FRAMEHOP_ROOM => Walk::default(),
-        None => walk_framehop(set, stack, regs, out, how.own, &mut CacheX86_64::new()),
+        None => walk_framehop(
+            set,
+            stack,
+            regs,
+            out,
+            how.own,
+            &mut CacheX86_64::new(),
+            None,
+        ),
     }
 }
