@@ -1,10 +1,12 @@
 //! The fast walk (rule cache, take-overs, kept walks, the call tree) against framehop's walk
 //! from a fresh cache, on real programs with deep and varied stacks: the benchmark's `deep`
-//! workload (C, 40-80 frames, loops of short calls at the bottom) and python3 running the
-//! benchmark's `py_records.py`. `MEM_TRACE_CHECK_STACKS=N` makes the preload walk every Nth
-//! capture again with the reference and compare it with the stack id the capture was
-//! interned as, allocations and frees alike; the unit tests in `capture/tests/accuracy.rs` do
-//! the same for the test binary's own frames.
+//! workload (C, 40-80 frames, loops of short calls at the bottom), python3 running the
+//! benchmark's `py_records.py` and its Rust workload. `MEM_TRACE_CHECK_STACKS=1` makes the
+//! preload walk every capture again with the reference and compare it with the stack id the
+//! capture was interned as, allocations and frees alike: every one must agree. The unit tests
+//! in `capture/tests/accuracy.rs` do the same for the test binary's own frames, and
+//! `capture_junctions.rs` for stacks changed under the walk (longjmp, exceptions, signals,
+//! swapcontext, fork, dlopen).
 
 mod common;
 
@@ -12,9 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{manifest_dir, target_dir, Job, Output};
-
-/// The least share of checked stacks that must be identical to the reference.
-const AGREEMENT: f64 = 99.0;
 
 fn work_dir() -> PathBuf {
     let dir = target_dir().join("mem-trace-tests").join("stack-accuracy");
@@ -36,6 +35,21 @@ fn deep_binary() -> PathBuf {
     bin
 }
 
+/// Builds `bench/workloads/rust_alloc` with `System` (no dependency: rustc alone), optimised
+/// as the benchmark builds it.
+fn rust_binary() -> PathBuf {
+    let bin = work_dir().join("rust_alloc");
+    let src = manifest_dir().join("bench/workloads/rust_alloc/src/main.rs");
+    let status = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+        .args(["-O", "-g", "--edition", "2021", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run rustc");
+    assert!(status.success(), "rustc {} failed", src.display());
+    bin
+}
+
 /// `(agreed, checked)` from the preload's check line.
 fn check_line(out: &Output) -> (u64, u64) {
     let line = out
@@ -49,11 +63,10 @@ fn check_line(out: &Output) -> (u64, u64) {
     (agreed, checked)
 }
 
-/// Runs `job` plain and traced with every `every`th stack checked; asserts the same output
-/// and at least `min_checked` checks, [`AGREEMENT`] percent of them identical.
-fn assert_stacks_agree(mut job: Job, every: u32, min_checked: u64) {
-    job.env
-        .push(("MEM_TRACE_CHECK_STACKS".into(), every.to_string()));
+/// Runs `job` plain and traced with every stack checked; asserts the same output and at
+/// least `min_checked` checks, every one identical.
+fn assert_stacks_agree(mut job: Job, min_checked: u64) {
+    job.env.push(("MEM_TRACE_CHECK_STACKS".into(), "1".into()));
     job.log_dir = Some(work_dir());
     let traced = job.assert_same_with_preload();
     let (agreed, checked) = check_line(&traced);
@@ -63,10 +76,10 @@ fn assert_stacks_agree(mut job: Job, every: u32, min_checked: u64) {
         "only {checked} stacks checked\n{}",
         traced.describe()
     );
-    let pct = agreed as f64 * 100.0 / checked as f64;
-    assert!(
-        pct >= AGREEMENT,
-        "{agreed} of {checked} stacks identical ({pct:.2}%)\n{}",
+    assert_eq!(
+        agreed,
+        checked,
+        "{agreed} of {checked} stacks identical\n{}",
         traced.describe()
     );
 }
@@ -75,8 +88,8 @@ fn assert_stacks_agree(mut job: Job, every: u32, min_checked: u64) {
 fn deep_c_stacks_match_the_reference() {
     let mut job = Job::new(deep_binary(), "deep");
     job.args = vec!["4000".into()];
-    // ~200k captures (allocations and frees), every 37th checked.
-    assert_stacks_agree(job, 37, 3000);
+    // ~390k captures (allocations and frees).
+    assert_stacks_agree(job, 300_000);
 }
 
 #[test]
@@ -92,9 +105,18 @@ fn python_stacks_match_the_reference() {
             .join("bench/workloads/py_records.py")
             .to_string_lossy()
             .into_owned(),
-        "4000".into(),
+        "300".into(),
     ];
     // Every object through malloc, so that the interpreter's own stacks are captured.
     job.env.push(("PYTHONMALLOC".into(), "malloc".into()));
-    assert_stacks_agree(job, 37, 3000);
+    // ~140k captures.
+    assert_stacks_agree(job, 100_000);
+}
+
+#[test]
+fn rust_stacks_match_the_reference() {
+    let mut job = Job::new(rust_binary(), "rust_alloc");
+    job.args = vec!["1".into()];
+    // ~230k captures.
+    assert_stacks_agree(job, 150_000);
 }
