@@ -2,7 +2,8 @@
 //! (`tests/fixtures/junctions.cpp`): after `longjmp`, after a C++ exception unwound through
 //! many frames, in signal handlers on the thread's stack and on an alternate one, after
 //! `swapcontext` to another stack and back, in forked children, and across `dlclose` and
-//! `dlopen` of other code at the same address. A capture taken over from stale frames of an
+//! `dlopen` of other code at the same address, and below outer frames that changed past the
+//! frames a capture keeps. A capture taken over from stale frames of an
 //! earlier walk records a stack the thread no longer has; these runs check every capture
 //! (`MEM_TRACE_CHECK_STACKS=1`) against framehop's walk from a fresh cache, in both modes
 //! (debug captures a stack at each free too, which changes what the next capture joins).
@@ -98,6 +99,14 @@ fn in_forked_children() {
             out.describe()
         );
     }
+}
+
+/// Frames past the 64 a capture keeps change (another caller of a descent of 100 levels)
+/// while the inner ones stay: a capture that takes the kept frames from the last walk must
+/// not let its stale outer steps name a later, shallower stack.
+#[test]
+fn after_the_frames_past_those_kept_changed() {
+    every_capture_matches("phantom", &[], 7_000);
 }
 
 #[test]

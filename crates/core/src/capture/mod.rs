@@ -302,7 +302,7 @@ fn on_alt_stack(local: &Local, out: &mut [u64], regs: (u64, u64, u64), own: Own)
         ..first
     };
     let n = first.frames;
-    let Some(&last) = cache.last.steps[..cache.last.len].last() else {
+    let Some(last) = cache.outermost() else {
         return Some(alone);
     };
     if n == 0 || out[n - 1] != last.pc || !local.bounds.contains(last.sp) {

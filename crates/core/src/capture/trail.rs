@@ -51,6 +51,12 @@ pub(super) enum Ending {
 
 /// A walk's steps, kept so that the next capture can take over its upper part.
 ///
+/// Two orientations: the walk being made (and a kept walk) holds its steps innermost first,
+/// in the order they are walked; the last walk, the *record*, holds them outermost first, so
+/// that a capture joining it at step `d` leaves steps `..=d` where they are and writes only
+/// its own new steps above them (see [`take_over_record`]). `first` counts from the innermost
+/// step in both.
+///
 /// Why this is exact: a walk is a function of the registers at a frame and of the stack words
 /// it reads from there on. If the new walk reaches a frame with the same pc and sp as step
 /// `j` of the last one (and the same rbp, when a later step depends on it), and every word
@@ -101,15 +107,15 @@ impl Trail {
         })
     }
 
-    /// Ends a walk of `len` steps: marks, from step `fresh` backwards, the steps whose
-    /// continuation reads their entry rbp (steps from `fresh` on are marked already).
-    pub(super) fn finish(&mut self, len: usize, fresh: usize, ending: Ending) {
+    /// Ends the record (outermost first) at `len` steps: marks, from step `fresh` on (the
+    /// steps this capture walked; those below are marked already), the steps whose
+    /// continuation reads their entry rbp.
+    pub(super) fn finish_record(&mut self, len: usize, fresh: usize) {
         self.len = len;
-        self.ending = ending;
-        let mut needed = self.steps[..len]
-            .get(fresh)
-            .is_some_and(|s| s.flags & BP_NEEDED != 0);
-        for s in self.steps[..fresh.min(len)].iter_mut().rev() {
+        let mut needed = fresh
+            .checked_sub(1)
+            .is_some_and(|d| self.steps[d].flags & BP_NEEDED != 0);
+        for s in &mut self.steps[fresh..len] {
             needed = s.flags & USES_BP != 0 || (s.flags & RESTORES_BP == 0 && needed);
             if needed {
                 s.flags |= BP_NEEDED;
@@ -129,16 +135,6 @@ pub(super) enum Taken {
         ending: Ending,
         named: bool,
     },
-    /// The old walk stopped at the most steps a walk keeps, and this one, which has fewer
-    /// steps below, goes on past it: every step of the old walk was checked and copied into
-    /// `next` from `at`, but the last, from which the walk goes on (pushing it again itself);
-    /// `frames` were counted. `first`: where in `next` the first copied step recorded as a
-    /// frame is.
-    Resume {
-        at: usize,
-        frames: usize,
-        first: usize,
-    },
     /// Walk on, and try no step of the old walk below this one again.
     Retry(usize),
 }
@@ -153,8 +149,8 @@ pub(super) enum Taken {
 /// capture cost at most one pass over the old walk.
 ///
 /// `WRITE`: write the frames (not when the caller knows their stack id already). `COPY`:
-/// copy the steps into `next` (not when the old walk is kept as it is); only then may the
-/// walk resume past the old walk's end.
+/// copy the steps into `next` (not when the old walk is kept as it is). For kept walks, which
+/// are innermost first; the record is taken over by [`take_over_record`].
 #[inline(never)]
 pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
     View {
@@ -176,8 +172,7 @@ pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
     }
     let (outside, recorded) = match ending {
         Ending::Fixed { outside, recorded } => (outside, recorded),
-        // The old walk stopped at the most steps a walk keeps: this one goes on past it if
-        // it has fewer steps below.
+        // The old walk stopped at the most steps a walk keeps.
         Ending::Full => (false, true),
         Ending::Other => return Taken::Retry(last.len()),
     };
@@ -190,20 +185,10 @@ pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
         return Taken::Retry(last.len());
     }
     let cut = steps < tail.len();
-    let resume = COPY && ending == Ending::Full && !cut && i + steps < next.len();
     let tail = &tail[..steps];
     // The frames it recorded from step j on: not the tracer's own leading steps.
     let skip = first.saturating_sub(j).min(steps);
     let count = recorded_from(steps, skip, recorded || cut);
-    // Resuming from the old walk's last step takes its rbp as it stands: it must be what
-    // this walk would compute there, which is the last saved rbp the tail restores (checked
-    // by value below), or, if none, the rbp this walk has now.
-    let last_restore = tail[..steps - 1]
-        .iter()
-        .rposition(|s| s.flags & RESTORES_BP != 0);
-    if resume && last_restore.is_none() && s.bp != bp {
-        return Taken::Retry(j + 1);
-    }
     // One pass: check every word the old walk read from step j on, copy the steps (unless
     // the old walk is kept as it is), write the frames. On a mismatch the copies are garbage
     // the walk overwrites.
@@ -214,18 +199,7 @@ pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
     };
     for (k, w) in tail.windows(2).enumerate() {
         let (from, to) = (w[0], w[1]);
-        let mut same = from.flags & OPAQUE == 0 && stack.read(to.sp.wrapping_sub(8)) == Some(to.pc);
-        if same && from.flags & RESTORES_BP != 0 {
-            // The saved rbp matters only if a step from `to` on reads rbp before restoring
-            // it again (`BP_NEEDED`), or it is the rbp a resumed walk goes on with;
-            // otherwise its value changes nothing the walk computes, and only its
-            // readability (which ends a walk when lost) is checked.
-            let at = to.sp.wrapping_add(from.bp_offset as i64 as u64);
-            let v = stack.read(at);
-            let needed = to.flags & BP_NEEDED != 0 || (resume && last_restore == Some(k));
-            same = v.is_some() && (!needed || v == Some(to.bp));
-        }
-        if !same {
+        if !still_holds(stack, from, to) {
             return Taken::Retry(j + k + 1);
         }
         if COPY {
@@ -240,14 +214,6 @@ pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
             *o = s.pc;
         }
     }
-    if resume {
-        // The last step is pushed again by the walk, which counts its frame itself.
-        return Taken::Resume {
-            at: i + steps - 1,
-            frames: n + count - 1,
-            first: i + skip,
-        };
-    }
     let walk = Walk {
         frames: (n + count).min(out.len()),
         // An address outside every module past the frames kept changes nothing they show.
@@ -260,6 +226,136 @@ pub(super) fn take_over<const COPY: bool, const WRITE: bool>(
         ending: if cut { Ending::Full } else { ending },
         named: !cut,
     }
+}
+
+/// Whether the stack still holds what the walk read to go from step `from` to its caller's
+/// step `to`: the return address, and the saved rbp where its value matters.
+#[inline(always)]
+fn still_holds(stack: Stack, from: Step, to: Step) -> bool {
+    if from.flags & OPAQUE != 0 || stack.read(to.sp.wrapping_sub(8)) != Some(to.pc) {
+        return false;
+    }
+    if from.flags & RESTORES_BP == 0 {
+        return true;
+    }
+    // The saved rbp matters only if a step from `to` on reads rbp before restoring it again
+    // (`BP_NEEDED`); otherwise its value changes nothing the walk computes, and only its
+    // readability (which ends a walk when lost) is checked.
+    let v = stack.read(to.sp.wrapping_add(from.bp_offset as i64 as u64));
+    v.is_some() && (to.flags & BP_NEEDED == 0 || v == Some(to.bp))
+}
+
+/// Whether the stack still holds every word the record's `window` (outermost first; the
+/// junction last) read, as [`still_holds`] checks them pair by pair — in one pass without a
+/// branch per step: the return addresses are compared by xor into one accumulator, and the
+/// rare steps that need more (one framehop unwound; a saved rbp whose value is used) send
+/// the whole window to the exact check.
+#[inline(always)]
+fn window_holds(stack: Stack, window: &[Step]) -> bool {
+    const _: () = assert!(BP_NEEDED >> 3 == RESTORES_BP);
+    if stack.hi < stack.lo + 8 {
+        return false;
+    }
+    let last_word = stack.hi - 8;
+    let mut differ = 0u64;
+    let mut special = 0u16;
+    for w in window.windows(2) {
+        let (to, from) = (w[0], w[1]);
+        let at = to.sp.wrapping_sub(8);
+        // Clamped into the stack rather than branched on: a slot outside it (never, on a
+        // sane record) reads some stack word and is counted as a difference.
+        let inside = at.clamp(stack.lo, last_word);
+        // SAFETY: `[lo, hi)` is the live part of this thread's stack (see `Stack::read`) and
+        // `inside` lies in it.
+        let word = unsafe { (inside as *const u64).read_unaligned() };
+        differ |= (word ^ to.pc) | u64::from(inside != at);
+        special |= from.flags & OPAQUE | from.flags & RESTORES_BP & (to.flags >> 3);
+    }
+    match (differ, special) {
+        (0, 0) => true,
+        (0, _) => window.windows(2).all(|w| still_holds(stack, w[1], w[0])),
+        _ => false,
+    }
+}
+
+/// What [`take_over_record`] made of the record from step `d`.
+pub(super) enum FromRecord {
+    /// The walk is complete: `walk`, its frames written; the record's steps `..=d` are its
+    /// outer part as they stand.
+    Done(Walk),
+    /// Walk on, and try no step of the record at or above this index again (a word it
+    /// read no longer holds, see [`take_over`]'s `Retry`).
+    Retry(usize),
+}
+
+/// Completes the walk now at step `d` of the record `rec` (outermost first), with register
+/// `bp` and `n` frames counted, from the record if the stack still holds what it read.
+///
+/// Only the words that reach the frames the capture keeps are checked: the rest of the
+/// record (an interpreter's outer frames, past the 64 kept) is neither read nor copied. That
+/// is exact for what the capture returns: the frames written are checked word by word, and
+/// the stack id the call tree gives is that of the same frames, because a node names the
+/// record's steps from the outermost on and the kept frames are a prefix, innermost first,
+/// of that path. Steps past the window may be stale, which only makes a later capture that
+/// reaches them check them then.
+#[inline(never)]
+pub(super) fn take_over_record(
+    rec: &Trail,
+    d: usize,
+    stack: Stack,
+    bp: u64,
+    out: &mut [u64],
+    n: usize,
+) -> FromRecord {
+    let steps = &rec.steps[..=d];
+    let s = steps[d];
+    if (s.flags & BP_NEEDED != 0 && s.bp != bp) || (s.flags & AFTER_OWN != 0) != (n > 0) {
+        return FromRecord::Retry(d);
+    }
+    let (outside, recorded) = match rec.ending {
+        Ending::Fixed { outside, recorded } => (outside, recorded),
+        Ending::Full => (false, true),
+        Ending::Other => return FromRecord::Retry(0),
+    };
+    let len = d + 1;
+    // The junction as an index from the record's innermost step, and the frames recorded
+    // from it outwards: not the tracer's own leading steps.
+    let j = rec.len - 1 - d;
+    let skip = rec.first.saturating_sub(j).min(len);
+    let count = recorded_from(len, skip, recorded);
+    let room = out.len().saturating_sub(n);
+    if rec.ending == Ending::Full && count < room {
+        // The record stopped at the most steps a walk has, short of the thread's first
+        // frame, and the frames it holds from here do not fill the capture: the stack goes
+        // on past them. A walk from here has fewer steps below, and goes farther.
+        return FromRecord::Retry(0);
+    }
+    // The steps checked, as offsets outwards from the junction: all of them when the frames
+    // fit (how the walk ended then shows), else up to the last frame written.
+    let reach = match count.min(room) {
+        w if w == count => len - 1,
+        // No frame left to write: nothing past the junction shows.
+        0 => 0,
+        w => skip + w - 1,
+    };
+    if !window_holds(stack, &steps[d - reach..=d]) {
+        // Which word changed, and so where the walk may join the record again.
+        for k in 1..=reach {
+            if !still_holds(stack, steps[d + 1 - k], steps[d - k]) {
+                return FromRecord::Retry(d - k + 1);
+            }
+        }
+    }
+    let written = n.min(out.len());
+    for (o, k) in out[written..].iter_mut().zip(skip..skip + count) {
+        *o = steps[d - k].pc;
+    }
+    FromRecord::Done(Walk {
+        frames: (n + count).min(out.len()),
+        // An address outside every module past the frames kept changes nothing they show.
+        outside: outside && n + count <= out.len(),
+        ..Walk::default()
+    })
 }
 
 /// Frames a walk records over `len` steps after skipping the first `skip` (the tracer's own):

@@ -1,5 +1,11 @@
 //! The walk itself (`ThreadCache::walk`): from the capture's registers up the stack, by cached
 //! CFI rules, taking over from the last walk or a kept one where the stack still matches.
+//!
+//! The last walk is held outermost first (the record): a capture that joins it at step `d`
+//! checks only the words that reach the frames it keeps, leaves the record's steps `..=d`
+//! in place, and writes only the steps it walked above them. An interpreter 40-80 frames
+//! deep (two steps a level) used to check and copy its whole walk, ~90 steps of 32 bytes, on
+//! every capture.
 
 use super::cache::ThreadCache;
 use super::cfi::Kind;
@@ -13,24 +19,21 @@ use super::trail::*;
 use super::tree;
 
 impl ThreadCache {
-    /// The last walk, to take over from.
+    /// Kept walk `k`, to take over from.
     #[inline(always)]
-    pub(super) fn last_view<'a>(
-        last: &'a Trail,
-        kept: &'a [Kept],
-        last_kept: Option<usize>,
-    ) -> View<'a> {
-        match last_kept {
-            Some(k) => View {
-                steps: &kept[k].steps[..kept[k].len],
-                ending: kept[k].ending,
-                first: kept[k].first,
-            },
-            None => View {
-                steps: &last.steps[..last.len],
-                ending: last.ending,
-                first: last.first,
-            },
+    fn kept_view(kept: &Kept) -> View<'_> {
+        View {
+            steps: &kept.steps[..kept.len],
+            ending: kept.ending,
+            first: kept.first,
+        }
+    }
+
+    /// The outermost step of the last walk (`None`: there is none).
+    pub(super) fn outermost(&self) -> Option<Step> {
+        match self.last_kept {
+            Some(k) => self.kept[k].steps[..self.kept[k].len].last().copied(),
+            None => self.last.steps[..self.last.len].first().copied(),
         }
     }
 
@@ -69,11 +72,7 @@ impl ThreadCache {
                 node: 0,
             });
         }
-        let view = View {
-            steps: &kept.steps[..kept.len],
-            ending: kept.ending,
-            first: kept.first,
-        };
+        let view = Self::kept_view(kept);
         // Its frames are those interned as `stack_id` when the buffer is as long.
         let id = match want_id && kept.id_len as usize == out.len() {
             true => kept.stack_id,
@@ -105,8 +104,9 @@ impl ThreadCache {
         self.last_kept = Some(k);
     }
 
-    /// Keeps the whole walk now in `next` for later captures of the same stack (see [`Shape`]).
-    pub(super) fn keep(&mut self, stack: Stack) {
+    /// Keeps the whole walk, innermost first in `next`, for later captures of the same stack
+    /// (see [`Shape`]).
+    fn keep(&mut self, stack: Stack) {
         let next = &self.next;
         if next.len == 0 || next.len > KEPT_STEPS || next.ending == Ending::Other {
             return;
@@ -177,64 +177,86 @@ impl ThreadCache {
         let mut i = 0;
         // The first step recorded as a frame (MAX_STEPS: none yet).
         let mut first_recorded = MAX_STEPS;
-        // Cursor into the last walk: its first step at or above the current sp, and the first
-        // step a take-over may start from.
+        // Cursor into a kept last walk (innermost first): its first step at or above the
+        // current sp, and the first step a take-over may start from. Never its step 0, the
+        // capture's own first frame.
         let mut j = 1;
         let mut from = 1;
+        // Cursor into the record (outermost first): steps `..above` are at or above the
+        // current sp, and a take-over may start only below `below`. Never at its innermost
+        // step, for the same reason.
+        let mut above = self.last.len;
+        let mut below = self.last.len.saturating_sub(1);
         let mut key = pc | FIRST;
         let ending = loop {
             if i > 0 {
-                let last = Self::last_view(&self.last, &self.kept[..], self.last_kept);
-                while j < last.steps.len() && last.steps[j].sp < sp {
-                    j += 1;
-                }
-                if j >= from
-                    && j < last.steps.len()
-                    && last.steps[j].sp == sp
-                    && last.steps[j].pc == pc
-                {
-                    let next = &mut self.next;
-                    match take_over::<true, true>(
-                        last,
-                        &mut next.steps[..],
-                        (i, j),
-                        stack,
-                        bp,
-                        out,
-                        n,
-                    ) {
-                        Taken::Done {
-                            mut walk,
-                            steps,
-                            ending,
-                            named,
-                        } => {
-                            self.taken_over += 1;
-                            // This walk becomes the last one: its own steps, then the old
-                            // walk's from step j (valid for it: just checked).
-                            let first = if n > 0 {
-                                first_recorded
-                            } else {
-                                i + last.first - j
-                            };
-                            let known = if named { i } else { MAX_STEPS };
-                            walk.node = self.complete(stack, first, (i + steps, i), ending, known);
-                            return walk;
-                        }
-                        Taken::Resume { at, frames, first } => {
-                            // The old walk's steps are this one's up to its last, from which
-                            // this one walks on; nothing of the old walk is left above.
-                            self.taken_over += 1;
-                            let s = next.steps[at];
-                            if first_recorded == MAX_STEPS && frames > 0 {
-                                first_recorded = first;
+                if let Some(k) = self.last_kept {
+                    let last = Self::kept_view(&self.kept[k]);
+                    while j < last.steps.len() && last.steps[j].sp < sp {
+                        j += 1;
+                    }
+                    if j >= from
+                        && j < last.steps.len()
+                        && last.steps[j].sp == sp
+                        && last.steps[j].pc == pc
+                    {
+                        let next = &mut self.next;
+                        match take_over::<true, true>(
+                            last,
+                            &mut next.steps[..],
+                            (i, j),
+                            stack,
+                            bp,
+                            out,
+                            n,
+                        ) {
+                            Taken::Done {
+                                mut walk,
+                                steps,
+                                ending,
+                                named,
+                            } => {
+                                self.taken_over += 1;
+                                // This walk becomes the last one: its own steps, then the
+                                // kept walk's from step j (valid for it: just checked).
+                                let first = if n > 0 {
+                                    first_recorded
+                                } else {
+                                    i + last.first - j
+                                };
+                                let known = if named { i } else { MAX_STEPS };
+                                self.next.first = first;
+                                self.next.len = i + steps;
+                                self.next.ending = ending;
+                                walk.node = self.commit(stack, None, i, known);
+                                return walk;
                             }
-                            (i, n) = (at, frames);
-                            (pc, sp, bp) = (s.pc, s.sp, s.bp);
-                            key = pc;
-                            j = last.steps.len();
+                            Taken::Retry(k) => from = k,
                         }
-                        Taken::Retry(k) => from = k,
+                    }
+                } else {
+                    let rec = &self.last;
+                    while above > 0 && rec.steps[above - 1].sp < sp {
+                        above -= 1;
+                    }
+                    if let Some(d) = above.checked_sub(1) {
+                        let s = rec.steps[d];
+                        if d < below && s.sp == sp && s.pc == pc && i + d < MAX_STEPS {
+                            match take_over_record(rec, d, stack, bp, out, n) {
+                                FromRecord::Done(mut walk) => {
+                                    self.taken_over += 1;
+                                    let first = if n > 0 {
+                                        first_recorded
+                                    } else {
+                                        i + rec.first - (rec.len - 1 - d)
+                                    };
+                                    self.next.first = first;
+                                    walk.node = self.commit(stack, Some(d), i, i);
+                                    return walk;
+                                }
+                                FromRecord::Retry(k) => below = below.min(k),
+                            }
+                        }
                     }
                 }
             }
@@ -313,7 +335,10 @@ impl ThreadCache {
         };
         // An address outside every module past the frames kept changes nothing they show.
         let outside = matches!(ending, Ending::Fixed { outside: true, .. }) && n <= out.len();
-        let node = self.complete(stack, first_recorded.min(i), (i, i), ending, i);
+        self.next.first = first_recorded.min(i);
+        self.next.len = i;
+        self.next.ending = ending;
+        let node = self.commit(stack, None, i, i);
         Walk {
             frames: n.min(out.len()),
             outside,
@@ -322,58 +347,77 @@ impl ThreadCache {
         }
     }
 
-    /// Makes the walk in `next` the last one: `len` steps, the first `fresh` of them walked
-    /// by this capture, recording from step `first`, ended as `ending`. Ends it, names it in
-    /// the call tree (its steps from `known` on named already), keeps it, and returns its
-    /// node.
-    fn complete(
-        &mut self,
-        stack: Stack,
-        first: usize,
-        (len, fresh): (usize, usize),
-        ending: Ending,
-        known: usize,
-    ) -> u32 {
-        self.next.first = first;
-        self.next.finish(len, fresh, ending);
-        let node = self.name(known);
-        self.keep(stack);
-        core::mem::swap(&mut self.last, &mut self.next);
+    /// Makes the finished walk the last one, names it in the call tree and keeps it; returns
+    /// its node. Either the record's steps `..=d` are its outer part and `next` holds the
+    /// `fresh` steps walked above them (innermost first, `next.first` set), or (`d` None)
+    /// `next` holds the whole walk (`first`, `len`, `ending` set), of which the first `fresh`
+    /// steps were walked and those from `known` on were named already.
+    fn commit(&mut self, stack: Stack, d: Option<usize>, fresh: usize, known: usize) -> u32 {
+        let len = match d {
+            Some(d) => {
+                for m in 0..fresh {
+                    self.last.steps[d + 1 + m] = self.next.steps[fresh - 1 - m];
+                }
+                d + 1 + fresh
+            }
+            None => {
+                let len = self.next.len;
+                for m in 0..len {
+                    self.last.steps[m] = self.next.steps[len - 1 - m];
+                }
+                self.last.ending = self.next.ending;
+                len
+            }
+        };
+        let first = self.next.first;
+        self.last.first = first;
+        self.last.finish_record(len, len - fresh);
         self.last_kept = None;
+        let node = self.name(len.saturating_sub(known));
+        if len <= KEPT_STEPS && self.last.ending != Ending::Other {
+            // Kept walks are innermost first.
+            for m in 0..len {
+                self.next.steps[m] = self.last.steps[len - 1 - m];
+            }
+            self.next.len = len;
+            self.next.ending = self.last.ending;
+            self.next.first = first;
+            self.keep(stack);
+        }
         node
     }
 
-    /// Names the finished walk in `next` in the call tree, its steps from `known` on being
-    /// named already (as taken over from an earlier walk): each recorded step below gets the
-    /// node of its pc under the node of the step above. Returns the node of the first
-    /// recorded step (the whole walk's name), 0 when it has no frames or the tree is full.
-    fn name(&mut self, known: usize) -> u32 {
-        let next = &mut self.next;
-        let len = next.len;
-        let recorded_last = match next.ending {
+    /// Names the record's recorded steps from index `start` inwards (those below are named
+    /// already): each gets the node of its pc under the node of the step below it. Returns
+    /// the node of the innermost recorded step (the whole walk's name), 0 when it has no
+    /// frames or the tree is full.
+    fn name(&mut self, start: usize) -> u32 {
+        let rec = &mut self.last;
+        // The outermost step is no frame when the walk ended on our own trampoline.
+        let lowest = match rec.ending {
             Ending::Fixed {
                 recorded: false, ..
-            } => len.wrapping_sub(1),
-            _ => len,
+            } => 1,
+            _ => 0,
         };
-        let first = next.first;
-        if first >= recorded_last {
+        // The innermost recorded step: the tracer's own steps are above it.
+        let Some(top) = rec.len.checked_sub(rec.first + 1).filter(|&t| t >= lowest) else {
             return 0;
-        }
-        let (mut parent, top) = match known < recorded_last {
-            true => (next.steps[known].node, known),
-            false => (0, recorded_last),
+        };
+        let start = start.max(lowest);
+        let (mut parent, mut named) = match start > lowest {
+            true => (rec.steps[start - 1].node, rec.steps[start - 1].node != 0),
+            false => (0, true),
         };
         // Naming stops at the first node the tree cannot give (out of ids or memory), or
-        // below a taken-over step that was not named: the steps below stay unnamed.
-        let mut named = top == recorded_last || parent != 0;
-        for s in next.steps[first.min(top)..top].iter_mut().rev() {
+        // above a step that was not named: the steps above stay unnamed.
+        for s in rec.steps[..=top].iter_mut().skip(start) {
             if named {
                 parent = tree::child(&mut self.tree, parent, s.pc);
                 named = parent != 0;
             }
             s.node = if named { parent } else { 0 };
         }
-        next.steps[first].node
+        rec.steps[top].node
     }
 }
