@@ -77,7 +77,8 @@ fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::
             "mem-trace: note: table busy ({who}); read without its lock"
         )?;
     }
-    let Some(frames) = stacks::frames(b.stack) else {
+    let mut buf = [0; stacks::MAX_STACK_FRAMES];
+    let Some(frames) = stacks::frames(b.stack, &mut buf) else {
         return writeln!(out, "mem-trace: no stack was recorded for this block");
     };
     printing.write_stack(out, frames)

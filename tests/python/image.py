@@ -1,4 +1,4 @@
-"""Synthetic process images in the mem-trace layout, version 3.
+"""Synthetic process images in the mem-trace layout, version 4.
 
 Written from docs/LAYOUT.md with its own struct formats and constants, not with
 the decoder's, so a misreading of the contract in one does not hide in both.
@@ -82,6 +82,19 @@ def index_link(k, capacity, next_plus_one):
     return ((k // capacity) % 2**24) << 40 | next_plus_one
 
 
+def tree_path(nodes, frames):
+    """The node of ``frames``' innermost frame, made in ``nodes`` from the outermost frame
+    in, sharing the nodes of a path already there."""
+    parent = 0
+    for pc in reversed(frames):
+        try:
+            parent = nodes.index((pc, parent)) + 1
+        except ValueError:
+            nodes.append((pc, parent))
+            parent = len(nodes)
+    return parent
+
+
 class TraceBuilder:
     """Collects blocks, stacks and threads, then lays them out like the tracer."""
 
@@ -90,11 +103,12 @@ class TraceBuilder:
         self.blocks = []  # (addr, size, thread, seq, stack)
         self.tombstones = defaultdict(int)  # shard -> count
         self.stacks = []
+        self.in_tree = set()  # stack ids whose records name their frames in the call tree
         self.threads = []
         self.next_seq = 1
         self.flags = 1
         self.untracked = 0
-        self.version = 3
+        self.version = 4
         # Profiler words of the header (docs/LAYOUT.md "Header").
         self.live_bytes = 0
         self.peak_bytes = 0
@@ -124,6 +138,13 @@ class TraceBuilder:
     def add_stack(self, frames):
         self.stacks.append(list(frames))
         return len(self.stacks)
+
+    def add_tree_stack(self, frames):
+        """A stack whose record names its frames in the call tree; stacks added this way
+        share the nodes of their common outer frames, as the tracer's do."""
+        stack_id = self.add_stack(frames)
+        self.in_tree.add(stack_id)
+        return stack_id
 
     def add_thread(self, tid, name="", exited=False, own_live=0, freed_elsewhere=0,
                    peak_bytes=0, allocated_bytes=0):
@@ -218,6 +239,7 @@ class TraceBuilder:
                 struct.pack("<IIQQQQ", 0, 0, array, len(entries), tomb, live_bytes),
             )
 
+        nodes = []  # the call tree: (pc, parent), node k at index k - 1
         stacks = img.map(16 + 8 * 256)
         where["stacks"] = stacks
         img.write(stacks, struct.pack("<QII", len(self.stacks), 16, 256))
@@ -225,10 +247,24 @@ class TraceBuilder:
             chunk = img.map(8 * 65536)
             img.write_u64(stacks + 16, chunk)
             for i, frames in enumerate(self.stacks, start=1):
-                rec = img.map(8 + 8 * len(frames), align=8)
-                img.write(rec, struct.pack(f"<Q{len(frames)}Q", len(frames), *frames))
+                if i in self.in_tree:
+                    rec = img.map(16, align=8)
+                    node = tree_path(nodes, frames)
+                    img.write(rec, struct.pack("<QQ", (1 << 63) | len(frames), node))
+                else:
+                    rec = img.map(8 + 8 * len(frames), align=8)
+                    img.write(rec, struct.pack(f"<Q{len(frames)}Q", len(frames), *frames))
                 img.write_u64(chunk + 8 * i, rec)
                 where[f"stack{i}"] = rec
+        tree = img.map(16 + 8 * 256)
+        where["tree"] = tree
+        img.write(tree, struct.pack("<QII", len(nodes), 16, 256))
+        if nodes:
+            chunk = img.map(16 * 65536)
+            img.write_u64(tree + 16, chunk)
+            for k, (pc, parent) in enumerate(nodes, start=1):
+                img.write(chunk + 16 * k, struct.pack("<QQ", pc, parent))
+                where[f"node{k}"] = chunk + 16 * k
 
         threads = img.map(16 + 8 * 4096)
         where["threads"] = threads
@@ -293,7 +329,7 @@ class TraceBuilder:
                 "<8sIIIIII12Q",
                 b"MEMTRACE", self.version, 128, 24, 64, 129, 16,
                 shards, stacks, threads, freed, self.next_seq, self.live_bytes, self.flags,
-                self.untracked, profile, self.peak_bytes, self.peak_seq, 0,
+                self.untracked, profile, self.peak_bytes, self.peak_seq, tree,
             ),
         )
         return img, header, where

@@ -59,7 +59,7 @@ class HeaderTests(Fixture):
     def test_header_fields(self):
         t = self.standard()
         h = t.header
-        self.assertEqual(h.version, 3)
+        self.assertEqual(h.version, 4)
         self.assertEqual(h.address, self.header_addr)
         self.assertEqual(h.shards, self.where["shards"])
         self.assertEqual(h.stacks, self.where["stacks"])
@@ -87,9 +87,9 @@ class HeaderTests(Fixture):
     def test_uninitialised_header_is_empty(self):
         img = Image()
         h = img.map(128)
-        # Version 3: shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked,
-        # profile, peak_bytes, peak_seq, reserved.
-        img.write(h, struct.pack("<8sIIIIII12Q", b"MEMTRACE", 3, 128, 24, 64, 129, 16,
+        # Version 4: shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked,
+        # profile, peak_bytes, peak_seq, tree.
+        img.write(h, struct.pack("<8sIIIIII12Q", b"MEMTRACE", 4, 128, 24, 64, 129, 16,
                                  0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0))
         t = Tracer.open(img, h)
         self.assertIsNone(t.find_block(HEAP))
@@ -266,6 +266,40 @@ class StackThreadTests(Fixture):
         self.assertEqual(t.stack(self.s2).frames, (0x5555_5555_5300,))
         self.assertIsNone(t.stack(0))
 
+    def test_stacks_named_in_the_call_tree(self):
+        b = TraceBuilder()
+        flat = b.add_stack([0x1010, 0x2020, 0x3030])
+        # Two stacks sharing their two outer frames, and one that is a path's middle.
+        deep = b.add_tree_stack([0x1111, 0x2222, 0x3333, 0x4444])
+        sibling = b.add_tree_stack([0x5555, 0x3333, 0x4444])
+        short = b.add_tree_stack([0x4444])
+        t = self.build(b)
+        self.assertEqual(t.stack(flat).frames, (0x1010, 0x2020, 0x3030))
+        self.assertEqual(t.stack(deep).frames, (0x1111, 0x2222, 0x3333, 0x4444))
+        self.assertEqual(t.stack(sibling).frames, (0x5555, 0x3333, 0x4444))
+        self.assertEqual(t.stack(short).frames, (0x4444,))
+
+    def test_a_broken_tree_path_is_corrupt(self):
+        b = TraceBuilder()
+        sid = b.add_tree_stack([0x1111, 0x2222])
+        img, header, where = b.build()
+        rec = where[f"stack{sid}"]
+        cases = [
+            # Three frames asked of a path of two.
+            (rec, (1 << 63) | 3, "node 0 is not one of the 2 handed out"),
+            # A node id past the count.
+            (rec + 8, 9, "node 9 is not one of the 2"),
+            # The inner frame's node made its own parent: a loop.
+            (where["node2"] + 8, 2, "has parent 2, not a smaller id"),
+        ]
+        for at, value, why in cases:
+            saved = img.read(at, 8)
+            img.write_u64(at, value)
+            with self.assertRaises(Corrupt) as cm:
+                Tracer.open(img, header).stack(sid)
+            self.assertIn(why, str(cm.exception))
+            img.write(at, saved)
+
     def test_unpublished_stack_is_none(self):
         t = self.standard()
         chunk = struct.unpack("<Q", self.img.read(self.where["stacks"] + 16, 8))[0]
@@ -312,14 +346,14 @@ class ErrorTests(Fixture):
 
     def test_version_mismatch_names_both(self):
         # Versions 1 and 2 (32-byte thread records, other header offsets) are refused too.
-        for version in (1, 2, 4, 0xFFFF_FFFF):
+        for version in (1, 2, 3, 0xFFFF_FFFF):
             self.standard()
             self.img.write_u32(self.header_addr + 8, version)
             msg = self.assert_only(VersionMismatch, lambda: Tracer.open(self.img, self.header_addr))
             self.assertEqual(
                 msg,
                 f"mem-trace layout version {version} in the process, this gdb script reads "
-                "version 3: use the gdb/mem_trace.py from the same build",
+                "version 4: use the gdb/mem_trace.py from the same build",
             )
 
     def test_wrong_sizes(self):
@@ -334,7 +368,7 @@ class ErrorTests(Fixture):
     def test_short_header(self):
         img = Image()
         h = img.map(100)  # the mapping ends inside the header
-        img.write(h, b"MEMTRACE" + struct.pack("<I", 3))
+        img.write(h, b"MEMTRACE" + struct.pack("<I", 4))
         self.assert_only(Inaccessible, lambda: Tracer.open(img, h))
 
     def test_reader_returning_short_bytes(self):

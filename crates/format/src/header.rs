@@ -3,14 +3,14 @@
 
 use crate::freed::FreedHistory;
 use crate::profile::Profile;
-use crate::stacks::StackStore;
+use crate::stacks::{CallTree, StackStore};
 use crate::table::Shard;
 use crate::threads::ThreadTable;
 use core::sync::atomic::AtomicU64;
 
 /// Layout version; bumped on any change of a field's meaning or position. Readers refuse
 /// versions they do not know, naming both.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// `b"MEMTRACE"`, the header's first eight bytes.
 pub const MAGIC: [u8; 8] = *b"MEMTRACE";
 
@@ -66,8 +66,8 @@ pub struct Header {
     /// Sequence number of the event that set `peak_bytes` (or of the reset): a stack's
     /// counters changed after it keep their value at the peak (see `StackCounters`).
     pub peak_seq: AtomicU64,
-    /// Zero.
-    pub reserved: u64,
+    /// The call tree, which stack records may name their frames in (version 4).
+    pub tree: *const CallTree,
 }
 
 // SAFETY: the raw pointers are addresses of statics that are themselves Sync, and are never
@@ -99,6 +99,6 @@ mod tests {
         assert_eq!(offset_of!(Header, profile), 96);
         assert_eq!(offset_of!(Header, peak_bytes), 104);
         assert_eq!(offset_of!(Header, peak_seq), 112);
-        assert_eq!(offset_of!(Header, reserved), 120);
+        assert_eq!(offset_of!(Header, tree), 120);
     }
 }

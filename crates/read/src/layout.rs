@@ -10,16 +10,18 @@
 use crate::memory::{read_plain, read_words, Memory, Unreadable};
 use core::fmt;
 use mem_trace_format::{
-    shard_of, Block, Freed, FreedHistory, FreedIndex, FreedRecord, Header, IndexGeometry, Shard,
-    SlotArray, StackStore, ThreadRecord, ThreadTable, LARGE_SHARD, MAGIC, MAX_STACK_ID,
-    MAX_THREAD_INDEX, REGION_SHIFT, SHARD_COUNT, SLOT_MOVING, STACK_CHUNK_BITS, THREAD_CHUNK_BITS,
-    THREAD_EXITED, VERSION,
+    shard_of, Block, CallTree, Freed, FreedHistory, FreedIndex, FreedRecord, Header, IndexGeometry,
+    Shard, SlotArray, StackStore, ThreadRecord, ThreadTable, TreeNode, LARGE_SHARD, MAGIC,
+    MAX_STACK_ID, MAX_THREAD_INDEX, REGION_SHIFT, SHARD_COUNT, SLOT_MOVING, STACK_CHUNK_BITS,
+    STACK_IN_TREE, THREAD_CHUNK_BITS, THREAD_EXITED, TREE_CHUNK_BITS, VERSION,
 };
 use std::collections::{BTreeMap, HashMap};
 
 pub mod freed_index;
 mod history;
 mod near;
+#[cfg(test)]
+mod tests;
 
 pub use history::{Event, EventKind, History};
 pub use near::{Match, Relation, DEFAULT_MAX_GAP};
@@ -348,10 +350,53 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             return Ok(None);
         };
         let n = read_plain::<u64>(self.mem, record)?;
+        if n & STACK_IN_TREE != 0 {
+            return self.tree_stack(id, n & !STACK_IN_TREE, record).map(Some);
+        }
         if n > MAX_FRAMES {
             return Err(Error::Corrupt(format!("stack {id} has {n} frames")));
         }
         Ok(Some(read_words(self.mem, record + 8, n as usize)?))
+    }
+
+    /// The `n` frames of stack `id` named by the call-tree node in its record's second word
+    /// (docs/LAYOUT.md "Call tree"): the node's pc, its parent's, ... Each parent has a
+    /// smaller id, so the walk ends; a path shorter than `n` is corrupt.
+    fn tree_stack(&self, id: u32, n: u64, record: u64) -> Result<Vec<u64>, Error> {
+        if n > MAX_FRAMES {
+            return Err(Error::Corrupt(format!("stack {id} has {n} frames")));
+        }
+        if self.header.tree.is_null() {
+            return Err(Error::Corrupt(format!(
+                "stack {id} names the call tree, and the header has none"
+            )));
+        }
+        let tree = self.header.tree as u64;
+        let count = read_plain::<u64>(self.mem, tree)?;
+        let dir = tree + core::mem::offset_of!(CallTree, dir) as u64;
+        let size = core::mem::size_of::<TreeNode>() as u64;
+        let mut node = read_plain::<u64>(self.mem, record + 8)?;
+        let mut frames = Vec::with_capacity(n as usize);
+        while (frames.len() as u64) < n {
+            let bad =
+                |why: &str| Error::Corrupt(format!("stack {id}: call-tree node {node} {why}"));
+            if node == 0 || node > count || node > u64::from(u32::MAX) {
+                return Err(bad(&format!("is not one of the {count} handed out")));
+            }
+            let Some(at) = self.directory_entry(dir, node as u32, TREE_CHUNK_BITS, size)? else {
+                return Err(bad("is in no chunk"));
+            };
+            let pc = read_plain::<u64>(self.mem, at)?;
+            // The parent is the low half of the second word (the writer's own `stack` field
+            // is the high half).
+            let parent = read_plain::<u64>(self.mem, at + 8)? as u32;
+            frames.push(pc);
+            if (frames.len() as u64) < n && u64::from(parent) >= node {
+                return Err(bad(&format!("has parent {parent}, not a smaller id")));
+            }
+            node = u64::from(parent);
+        }
+        Ok(frames)
     }
 
     /// Thread indexes handed out.

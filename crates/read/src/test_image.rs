@@ -1,8 +1,9 @@
-//! Synthetic process images in the mem-trace layout, version 3, for the unit tests: the Rust
+//! Synthetic process images in the mem-trace layout, version 4, for the unit tests: the Rust
 //! twin of `tests/python/image.py`, written from docs/LAYOUT.md with its own offsets, not with
 //! the decoder's, so that a misreading of the contract in one does not hide in both.
 
 use crate::memory::{Memory, Unreadable};
+use mem_trace_format::{STACK_IN_TREE, VERSION};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
@@ -115,6 +116,8 @@ pub(crate) struct ThreadSpec {
 pub(crate) struct TraceBuilder {
     pub(crate) blocks: Vec<Slot>,
     pub(crate) stacks: Vec<Vec<u64>>,
+    /// Which stacks are stored as a reference into the call tree (the rest as frames).
+    pub(crate) in_tree: Vec<bool>,
     pub(crate) threads: Vec<ThreadSpec>,
     pub(crate) next_seq: u64,
     pub(crate) flags: u64,
@@ -179,6 +182,22 @@ pub(crate) fn index_bucket(addr: u64, size: u64, head_bits: u32) -> u64 {
     line * 8 + granule % 8
 }
 
+/// The node of `frames`' innermost frame, made in `nodes` from the outermost frame in,
+/// sharing the nodes of a path already there.
+fn tree_path(nodes: &mut Vec<(u64, u32)>, frames: &[u64]) -> u32 {
+    let mut parent = 0u32;
+    for &pc in frames.iter().rev() {
+        parent = match nodes.iter().position(|&n| n == (pc, parent)) {
+            Some(k) => k as u32 + 1,
+            None => {
+                nodes.push((pc, parent));
+                nodes.len() as u32
+            }
+        };
+    }
+    parent
+}
+
 /// Record `k`'s link word: its lap in the high 24 bits, the next record plus one below.
 pub(crate) fn index_link(k: u64, cap: u64, next_plus_one: u64) -> u64 {
     ((k / cap) & 0xff_ffff) << 40 | next_plus_one
@@ -189,6 +208,7 @@ impl TraceBuilder {
         TraceBuilder {
             blocks: Vec::new(),
             stacks: Vec::new(),
+            in_tree: Vec::new(),
             threads: Vec::new(),
             next_seq: 1,
             flags: 1,
@@ -214,7 +234,16 @@ impl TraceBuilder {
 
     pub(crate) fn add_stack(&mut self, frames: &[u64]) -> u32 {
         self.stacks.push(frames.to_vec());
+        self.in_tree.push(false);
         self.stacks.len() as u32
+    }
+
+    /// A stack whose record names its frames in the call tree, whose nodes stacks added this
+    /// way share where their outer frames agree (as the tracer's do).
+    pub(crate) fn add_tree_stack(&mut self, frames: &[u64]) -> u32 {
+        let id = self.add_stack(frames);
+        self.in_tree[id as usize - 1] = true;
+        id
     }
 
     pub(crate) fn add_thread(&mut self, spec: ThreadSpec) -> u32 {
@@ -292,6 +321,8 @@ impl TraceBuilder {
             img.write_u64s(at + 8, &[array, entries.len() as u64, 0, live_bytes]);
         }
 
+        // The call tree's nodes, `(pc, parent)`, id k + 1 at index k.
+        let mut nodes: Vec<(u64, u32)> = Vec::new();
         let stacks = img.map(16 + 8 * 256);
         img.write_u64(stacks, self.stacks.len() as u64);
         img.write(stacks + 8, &[16, 0, 0, 0, 0, 1, 0, 0]);
@@ -299,10 +330,31 @@ impl TraceBuilder {
             let chunk = img.map(8 * 65536);
             img.write_u64(stacks + 16, chunk);
             for (i, frames) in self.stacks.iter().enumerate() {
-                let rec = img.map(8 + 8 * frames.len());
-                img.write_u64(rec, frames.len() as u64);
-                img.write_u64s(rec + 8, frames);
+                let rec = match self.in_tree[i] {
+                    true => {
+                        let rec = img.map(16);
+                        let node = tree_path(&mut nodes, frames);
+                        img.write_u64s(rec, &[STACK_IN_TREE | frames.len() as u64, node.into()]);
+                        rec
+                    }
+                    false => {
+                        let rec = img.map(8 + 8 * frames.len());
+                        img.write_u64(rec, frames.len() as u64);
+                        img.write_u64s(rec + 8, frames);
+                        rec
+                    }
+                };
                 img.write_u64(chunk + 8 * (i as u64 + 1), rec);
+            }
+        }
+        let tree = img.map(16 + 8 * 256);
+        img.write_u64(tree, nodes.len() as u64);
+        img.write(tree + 8, &[16, 0, 0, 0, 0, 1, 0, 0]);
+        if !nodes.is_empty() {
+            let chunk = img.map(16 * 65536);
+            img.write_u64(tree + 16, chunk);
+            for (k, &(pc, parent)) in nodes.iter().enumerate() {
+                img.write_u64s(chunk + 16 * (k as u64 + 1), &[pc, parent.into()]);
             }
         }
 
@@ -398,7 +450,7 @@ impl TraceBuilder {
         }
 
         img.write(header, b"MEMTRACE");
-        for (k, v) in [3u32, 128, 24, 64, 129, 16].iter().enumerate() {
+        for (k, v) in [VERSION, 128, 24, 64, 129, 16].iter().enumerate() {
             img.write(header + 8 + 4 * k as u64, &v.to_le_bytes());
         }
         img.write_u64s(
@@ -415,7 +467,7 @@ impl TraceBuilder {
                 profile,
                 self.peak_bytes,
                 self.peak_seq,
-                0,
+                tree,
             ],
         );
         Built {

@@ -1,4 +1,4 @@
-"""The layout contract, version 3 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
+"""The layout contract, version 4 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
 
 What the tracer writes and this reader must agree on, byte for byte. A change here
 is a change to docs/LAYOUT.md and to the tracer (crates/format), and bumps
@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from typing import List
 
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 MAGIC = b"MEMTRACE"
 
 HEADER_SIZE = 128
@@ -28,6 +28,13 @@ SLOT_ARRAY_HEADER = 16
 STACK_STORE_HEADER = 16
 STACK_CHUNK_BITS = 16
 STACK_CHUNKS = 256
+# A stack record whose first word has this bit names its frames in the call tree: the low 8
+# bits are the frame count, the next word the node of the innermost frame.
+STACK_IN_TREE = 1 << 63
+CALL_TREE_HEADER = 16
+TREE_CHUNK_BITS = 16
+TREE_CHUNKS = 256
+TREE_NODE_SIZE = 16
 THREAD_TABLE_HEADER = 16
 THREAD_CHUNK_BITS = 12
 THREAD_CHUNKS = 4096
@@ -72,8 +79,8 @@ FREED_BY_REALLOC = 1 << 0
 # The records' byte formats, little-endian (the tables in docs/LAYOUT.md).
 # magic, version, header_size, slot_size, shard_size, shard_count, region_shift, shards,
 # stacks, threads, freed, next_seq, live_bytes, flags, untracked, profile, peak_bytes,
-# peak_seq, reserved.
-HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQQ QQQ 8x")
+# peak_seq, tree.
+HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQQ QQQ Q")
 SHARD_STRUCT = struct.Struct("<II QQQQ 24x")
 DIRECTORY_HEADER_STRUCT = struct.Struct("<QII")
 # tid, flags, name, counters, own_live, freed_elsewhere, peak_bytes, allocated_bytes.

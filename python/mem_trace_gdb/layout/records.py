@@ -39,6 +39,8 @@ class Header:
     profile: int = 0
     peak_bytes: int = 0
     peak_seq: int = 0
+    # The call tree that stack records may name their frames in (0: none).
+    tree: int = 0
 
     @property
     def initialised(self) -> bool:

@@ -40,9 +40,13 @@ from .contract import (
     SLOT_ARRAY_HEADER,
     SLOT_SIZE,
     SLOT_TOMBSTONE,
+    CALL_TREE_HEADER,
     STACK_CHUNK_BITS,
     STACK_CHUNKS,
+    STACK_IN_TREE,
     STACK_STORE_HEADER,
+    TREE_CHUNK_BITS,
+    TREE_NODE_SIZE,
     THREAD_CHUNK_BITS,
     THREAD_CHUNKS,
     THREAD_EXITED,
@@ -201,7 +205,7 @@ class Tracer:
         (
             _magic, version, header_size, slot_size, shard_size, shard_count, region_shift,
             shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked, profile,
-            peak_bytes, peak_seq,
+            peak_bytes, peak_seq, tree,
         ) = HEADER_STRUCT.unpack(raw)
         expected = {
             "header_size": (header_size, HEADER_SIZE),
@@ -220,6 +224,7 @@ class Tracer:
             region_shift=region_shift, shards=shards, stacks=stacks, threads=threads,
             freed=freed, next_seq=next_seq, flags=flags, untracked=untracked,
             live_bytes=live_bytes, profile=profile, peak_bytes=peak_bytes, peak_seq=peak_seq,
+            tree=tree,
         )
         return cls(reader, header)
 
@@ -405,12 +410,44 @@ class Tracer:
             return None
         what = f"stack {stack_id}"
         n = self._read_ptr(record, what)
+        if n & STACK_IN_TREE:
+            return Stack(stack_id, self._tree_frames(stack_id, n & ~STACK_IN_TREE, record))
         if n > MAX_FRAMES:
             raise Corrupt(f"{what} at {record:#x}: {n} frames is absurd")
         if n == 0:
             return Stack(stack_id, ())
         frames = tuple(_u64s(self._read(record + 8, 8 * n, what)))
         return Stack(stack_id, frames)
+
+    def _tree_frames(self, stack_id: int, n: int, record: int) -> Tuple[int, ...]:
+        """The ``n`` frames a stack record names by its call-tree node (docs/LAYOUT.md "Call
+        tree"): the node's pc, its parent's, ... Parents have smaller ids, so the walk ends;
+        a path shorter than ``n`` is corrupt."""
+        what = f"stack {stack_id}"
+        if n > MAX_FRAMES:
+            raise Corrupt(f"{what} at {record:#x}: {n} frames is absurd")
+        if not self.header.tree:
+            raise Corrupt(f"{what} names the call tree, and the header has none")
+        count = self._read_ptr(self.header.tree, "the call tree's node count")
+        node = self._read_ptr(record + 8, what)
+        frames = []
+        while len(frames) < n:
+            if node == 0 or node > count or node > 0xFFFF_FFFF:
+                raise Corrupt(f"{what}: call-tree node {node} is not one of the {count} handed out")
+            chunk = self._read_ptr(
+                self.header.tree + CALL_TREE_HEADER + 8 * (node >> TREE_CHUNK_BITS),
+                f"the call-tree directory entry of node {node}",
+            )
+            if not chunk:
+                raise Corrupt(f"{what}: call-tree node {node} is in no chunk")
+            at = chunk + TREE_NODE_SIZE * (node & ((1 << TREE_CHUNK_BITS) - 1))
+            pc, word = _u64s(self._read(at, 16, f"call-tree node {node}"))
+            parent = word & 0xFFFF_FFFF
+            frames.append(pc)
+            if len(frames) < n and parent >= node:
+                raise Corrupt(f"{what}: call-tree node {node} has parent {parent}, not a smaller id")
+            node = parent
+        return tuple(frames)
 
     def thread(self, index: int) -> Optional[Thread]:
         """Thread record ``index``; None for 0 ("unknown") or an unpublished record (tid 0)."""

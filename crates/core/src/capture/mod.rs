@@ -94,7 +94,7 @@ pub use cache::drop_cache;
 pub use local::Local;
 pub(crate) use signal::alt_stack;
 pub use stack::Bounds;
-pub(crate) use tree::{count as tree_nodes, lock_all, unlock_all};
+pub(crate) use tree::{count as tree_nodes, frames as tree_frames, lock_all, unlock_all, TREE};
 
 use crate::config;
 use cache::{cache_for, cache_if_made};
@@ -140,6 +140,9 @@ pub(crate) struct Captured {
     /// `out` is then not written. 0 otherwise: intern `out` and pass the id to
     /// [`remember_id`].
     pub id: u32,
+    /// When `out` was written: the call-tree node whose path, innermost first, begins with
+    /// exactly those frames (0: none), for the stack store to refer to.
+    pub node: u32,
 }
 
 /// Like [`capture`], but a capture that repeats a kept walk returns the stack id noted for
@@ -166,6 +169,7 @@ pub(crate) fn capture_interned(local: &Local, out: &mut [u64]) -> Captured {
     Captured {
         frames: w.frames,
         id,
+        node: w.node,
     }
 }
 

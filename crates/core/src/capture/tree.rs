@@ -10,36 +10,35 @@
 //! benchmark's time). With the tree, the capture's leaf node carries the stack id it was
 //! interned as, and the flat store is asked only once per node.
 //!
-//! Nodes live in the arena, in chunks that never move or die, and are not exported: readers
-//! see only the flat stack store. Lookups go through a per-thread direct-mapped cache and,
-//! on a miss, one of 16 hash-sharded tables under a spin lock.
+//! Nodes live in the arena, in chunks that never move or die, exported (docs/LAYOUT.md "Call
+//! tree"): a stack record may name its frames by the node of its innermost frame instead of
+//! holding them (see `store::stacks`). Lookups go through a per-thread direct-mapped cache
+//! and, on a miss, one of 16 hash-sharded tables under a spin lock.
 
 use crate::arena::{self, Arena};
 use crate::sync::SpinLock;
 use core::alloc::Layout;
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use hashbrown::HashTable;
+use mem_trace_format::{
+    CallTree, TreeNode as Node, TREE_CHUNKS as CHUNKS, TREE_CHUNK_BITS as CHUNK_BITS,
+};
 
-/// Nodes per chunk (1 MiB of nodes).
-const CHUNK_BITS: u32 = 16;
-/// Chunks: at most 2^24 nodes, as many as stack ids.
-const CHUNKS: usize = 256;
 const SHARDS: usize = 16;
 /// Entries of a thread's cache of lookups (256 KiB, resident only as used): the `deep`
 /// benchmark's 54k nodes missed 58% of lookups in 4096 entries, 23% in 32768.
 pub(super) const CACHE: usize = 16384;
 
-/// One frame of a walk, under the node of its caller's frame.
-#[repr(C)]
-struct Node {
-    pc: u64,
-    parent: u32,
-    /// The stack id the walk ending at this node was interned as (0: not yet).
-    stack: AtomicU32,
-}
-
-static DIR: [AtomicPtr<Node>; CHUNKS] = [const { AtomicPtr::new(core::ptr::null_mut()) }; CHUNKS];
-/// Nodes handed out; ids are 1..=COUNT (0 is the root: no caller).
+/// The exported tree: a node is a frame of a walk under the node of its caller's frame; its
+/// `stack` is the id the walk ending at it was interned as (0: not yet).
+pub static TREE: CallTree = CallTree {
+    count: AtomicU64::new(0),
+    chunk_bits: CHUNK_BITS,
+    chunks: CHUNKS as u32,
+    dir: [const { AtomicPtr::new(core::ptr::null_mut()) }; CHUNKS],
+};
+/// Nodes handed out; ids are 1..=COUNT (0 is the root: no caller). Mirrored in `TREE.count`
+/// for readers, after each node is written.
 static COUNT: SpinLock<u32> = SpinLock::new(0);
 
 type Index = HashTable<(u64, u32), Arena>;
@@ -67,7 +66,8 @@ fn hash(parent: u32, pc: u64) -> u64 {
 }
 
 fn node(id: u32) -> Option<&'static Node> {
-    let chunk = DIR
+    let chunk = TREE
+        .dir
         .get((id >> CHUNK_BITS) as usize)?
         .load(Ordering::Acquire);
     if id == 0 || chunk.is_null() {
@@ -125,7 +125,7 @@ fn find_or_make(h: u64, parent: u32, pc: u64) -> u32 {
 fn make(parent: u32, pc: u64) -> Option<u32> {
     let mut count = COUNT.lock();
     let id = *count + 1;
-    let slot = DIR.get((id >> CHUNK_BITS) as usize)?;
+    let slot = TREE.dir.get((id >> CHUNK_BITS) as usize)?;
     let mut chunk = slot.load(Ordering::Relaxed);
     if chunk.is_null() {
         let layout = Layout::array::<Node>(1 << CHUNK_BITS).ok()?;
@@ -148,7 +148,25 @@ fn make(parent: u32, pc: u64) -> Option<u32> {
             })
     };
     *count = id;
+    TREE.count.store(u64::from(id), Ordering::Release);
     Some(id)
+}
+
+/// Writes the `n` frames the walk ending at `id` names, innermost first, into `out`; returns
+/// how many it wrote (fewer when the path is shorter than `n`, which a caller that named the
+/// walk with `n` frames never sees). Lock-free: nodes never move or change.
+pub(crate) fn frames(id: u32, out: &mut [u64]) -> usize {
+    let mut at = id;
+    let mut written = 0;
+    for o in out.iter_mut() {
+        let Some(n) = node(at) else {
+            break;
+        };
+        *o = n.pc;
+        written += 1;
+        at = n.parent;
+    }
+    written
 }
 
 /// The stack id the walk ending at `node` was interned as; 0 when not known yet.

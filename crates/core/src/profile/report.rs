@@ -184,7 +184,8 @@ fn stack_and_folded(
     r: &Ranked,
     folded: Option<(&mut Out, u64)>,
 ) -> fmt::Result {
-    let frames = match stacks::frames(r.stack) {
+    let mut buf = [0; stacks::MAX_STACK_FRAMES];
+    let frames = match stacks::frames(r.stack, &mut buf) {
         Some(frames) if r.stack != 0 => frames,
         _ => &[],
     };

@@ -150,7 +150,7 @@ fn stack_here(state: &ThreadState) -> u32 {
     let c = capture::capture_interned(local, &mut buf[..max]);
     let id = match c.id {
         0 => {
-            let id = stacks::intern_cached(&state.stacks, &buf[..c.frames]);
+            let id = stacks::intern_cached(&state.stacks, &buf[..c.frames], c.node);
             capture::remember_id(local, id, max);
             id
         }

@@ -59,7 +59,8 @@ fn this_call(out: &mut Out, state: &ThreadState, op: Op) {
 }
 
 fn recorded_stack(out: &mut Out, id: u32) {
-    let _ = write_stack(out, stacks::frames(id).unwrap_or(&[]));
+    let mut buf = [0; stacks::MAX_STACK_FRAMES];
+    let _ = write_stack(out, stacks::frames(id, &mut buf).unwrap_or(&[]));
 }
 
 fn finish(out: Out) {

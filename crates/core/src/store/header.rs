@@ -45,7 +45,7 @@ pub const fn initial() -> Header {
         profile: profile_root(),
         peak_bytes: AtomicU64::new(0),
         peak_seq: AtomicU64::new(0),
-        reserved: 0,
+        tree: &crate::capture::TREE,
     }
 }
 

@@ -7,6 +7,12 @@
 //!
 //! Lookup hashes the whole stack once and probes one of 16 hash-sharded tables under a spin
 //! lock; only a stack never seen before takes the append path.
+//!
+//! A stack the call tree named (`capture::tree`) is stored as a reference to the node of its
+//! innermost frame (two words) instead of its frames: its outer frames are shared with every
+//! stack that has them. A program whose stacks keep changing deep inside (an evaluator on
+//! inputs that never repeat: 2 million distinct stacks of 30-90 frames) stored ~450 bytes of
+//! frames per stack, and its first touch of each new page cost it more than the walk.
 
 use crate::arena::{self, Arena};
 use crate::sync::SpinLock;
@@ -16,7 +22,12 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use hashbrown::HashTable;
 use mem_trace_format::{
     StackStore, MAX_STACK_ID as MAX_ID, STACK_CHUNKS as CHUNKS, STACK_CHUNK_BITS as CHUNK_BITS,
+    STACK_IN_TREE,
 };
+
+/// The most frames a stack has (`MEM_TRACE_FRAMES` at most), and so the buffer [`frames`]
+/// writes a stack named in the call tree into.
+pub const MAX_STACK_FRAMES: usize = crate::config::MAX_FRAMES;
 
 /// 256 KiB segments: a typical program has a few thousand distinct stacks of ~20 frames.
 const SEGMENT_WORDS: usize = (256 << 10) / 8;
@@ -81,8 +92,35 @@ pub(crate) fn hash(frames: &[u64]) -> u64 {
     h ^ (h >> 29)
 }
 
-/// The frames of stack `id`, if published. Lock-free: records never move.
-pub fn frames(id: u32) -> Option<&'static [u64]> {
+/// The frames of stack `id`, if published: the record's own, or written into `buf` from the
+/// call tree. Lock-free: records and nodes never move.
+pub fn frames(id: u32, buf: &mut [u64; MAX_STACK_FRAMES]) -> Option<&[u64]> {
+    let rec = record(id)?;
+    // SAFETY: a published record is a length word followed by that many frames, or a tagged
+    // length and a node id; never freed.
+    unsafe {
+        let head = *(rec as *const u64);
+        if head & STACK_IN_TREE == 0 {
+            return Some(core::slice::from_raw_parts(
+                (rec as *const u64).add(1),
+                head as usize,
+            ));
+        }
+        let n = (head as usize & 0xff).min(MAX_STACK_FRAMES);
+        let node = *(rec as *const u64).add(1) as u32;
+        let written = crate::capture::tree_frames(node, &mut buf[..n]);
+        Some(&buf[..written])
+    }
+}
+
+/// Whether stack `id` is `frames_in`, without copying it.
+fn same(id: u32, frames_in: &[u64]) -> bool {
+    let mut buf = [0u64; MAX_STACK_FRAMES];
+    frames(id, &mut buf) == Some(frames_in)
+}
+
+/// The address of stack `id`'s record, if published.
+fn record(id: u32) -> Option<u64> {
     if id == 0 || u64::from(id) > STACKS.count.load(Ordering::Acquire) {
         return None;
     }
@@ -93,25 +131,20 @@ pub fn frames(id: u32) -> Option<&'static [u64]> {
     // SAFETY: a chunk holds 2^CHUNK_BITS entries; the index is masked into range.
     let rec =
         unsafe { &*chunk.add((id & ((1 << CHUNK_BITS) - 1)) as usize) }.load(Ordering::Acquire);
-    if rec == 0 {
-        return None;
-    }
-    // SAFETY: a published record is a length word followed by that many frames, never freed.
-    unsafe {
-        let len = *(rec as *const u64) as usize;
-        Some(core::slice::from_raw_parts((rec as *const u64).add(1), len))
-    }
+    (rec != 0).then_some(rec)
 }
 
 /// [`intern`] through the thread's cache of recent stacks: a hit costs the hash and one
 /// comparison with the stored record, no lock. Programs allocate from a few hot stacks.
+/// `node`: the call-tree node naming exactly these frames (0: none), which a new record
+/// refers to instead of copying them.
 #[inline]
-pub(crate) fn intern_cached(local: &Local, frames_in: &[u64]) -> u32 {
-    intern_with_cache(&local.cache, frames_in)
+pub(crate) fn intern_cached(local: &Local, frames_in: &[u64], node: u32) -> u32 {
+    intern_with_cache(&local.cache, frames_in, node)
 }
 
 #[inline(always)]
-fn intern_with_cache(cache: &[Cell<u64>], frames_in: &[u64]) -> u32 {
+fn intern_with_cache(cache: &[Cell<u64>], frames_in: &[u64], node: u32) -> u32 {
     if frames_in.is_empty() {
         return 0;
     }
@@ -121,11 +154,11 @@ fn intern_with_cache(cache: &[Cell<u64>], frames_in: &[u64]) -> u32 {
     let e = slot.get();
     if e & !0xff_ffff == tag {
         let id = (e & 0xff_ffff) as u32;
-        if frames(id) == Some(frames_in) {
+        if same(id, frames_in) {
             return id;
         }
     }
-    let id = intern_hashed(h, frames_in);
+    let id = intern_hashed(h, frames_in, node);
     if id != 0 {
         slot.set(tag | u64::from(id));
     }
@@ -138,24 +171,24 @@ pub fn intern(frames_in: &[u64]) -> u32 {
     if frames_in.is_empty() {
         return 0;
     }
-    intern_hashed(hash(frames_in), frames_in)
+    intern_hashed(hash(frames_in), frames_in, 0)
 }
 
-fn intern_hashed(h: u64, frames_in: &[u64]) -> u32 {
+fn intern_hashed(h: u64, frames_in: &[u64], node: u32) -> u32 {
     // The shard from bits the table itself does not use: hashbrown places entries by the low
     // bits and tells them apart in a group by the top 7. Sharding by the top 4 left 3 bits
     // to tell entries apart, so a probe compared ~1 in 8 entries of its group in full.
     let mut table = INTERN[(h >> 48) as usize % INTERN_SHARDS].lock();
-    if let Some(&(_, id)) = table.find(h, |&(eh, id)| eh == h && frames(id) == Some(frames_in)) {
+    if let Some(&(_, id)) = table.find(h, |&(eh, id)| eh == h && same(id, frames_in)) {
         return id;
     }
-    locked_intern(&mut table, h, frames_in)
+    locked_intern(&mut table, h, frames_in, node)
 }
 
 /// Stores a new stack with its intern shard locked. Out of line and named so that tests can
 /// stop a thread here, holding the lock, and check that `print_trace` still answers.
 #[inline(never)]
-pub(crate) fn locked_intern(table: &mut InternTable, h: u64, frames_in: &[u64]) -> u32 {
+pub(crate) fn locked_intern(table: &mut InternTable, h: u64, frames_in: &[u64], node: u32) -> u32 {
     let id = STACKS.count.load(Ordering::Relaxed) + 1;
     if id > MAX_ID {
         return 0;
@@ -164,7 +197,11 @@ pub(crate) fn locked_intern(table: &mut InternTable, h: u64, frames_in: &[u64]) 
     if table.try_reserve(1, |&(eh, _)| eh).is_err() {
         return 0;
     }
-    let Some(rec) = append(frames_in) else {
+    let rec = match node {
+        0 => append(frames_in.len() as u64, frames_in),
+        node => append(STACK_IN_TREE | frames_in.len() as u64, &[u64::from(node)]),
+    };
+    let Some(rec) = rec else {
         return 0;
     };
     let Some(id) = publish(rec) else {
@@ -174,9 +211,9 @@ pub(crate) fn locked_intern(table: &mut InternTable, h: u64, frames_in: &[u64]) 
     id
 }
 
-/// Copies a record into the current segment; returns its address.
-fn append(frames_in: &[u64]) -> Option<u64> {
-    let words = frames_in.len() + 1;
+/// Copies a record, `head` then `words_in`, into the current segment; returns its address.
+fn append(head: u64, words_in: &[u64]) -> Option<u64> {
+    let words = words_in.len() + 1;
     let mut seg = SEGMENT.lock();
     if seg.words_left < words {
         let n = SEGMENT_WORDS.max(words);
@@ -191,8 +228,8 @@ fn append(frames_in: &[u64]) -> Option<u64> {
     let rec = seg.next as *mut u64;
     // SAFETY: `words` words from `rec` are inside the segment and unused.
     unsafe {
-        rec.write(frames_in.len() as u64);
-        core::ptr::copy_nonoverlapping(frames_in.as_ptr(), rec.add(1), frames_in.len());
+        rec.write(head);
+        core::ptr::copy_nonoverlapping(words_in.as_ptr(), rec.add(1), words_in.len());
     }
     seg.next += words * 8;
     seg.words_left -= words;
@@ -260,10 +297,11 @@ mod tests {
         assert_ne!(ia, 0);
         assert_ne!(ia, ib);
         assert_eq!(intern(&a), ia);
-        assert_eq!(frames(ia), Some(&a[..]));
-        assert_eq!(frames(ib), Some(&b[..]));
+        let mut buf = [0; MAX_STACK_FRAMES];
+        assert_eq!(frames(ia, &mut buf), Some(&a[..]));
+        assert_eq!(frames(ib, &mut buf), Some(&b[..]));
         assert_eq!(intern(&[]), 0);
-        assert_eq!(frames(0), None);
+        assert_eq!(frames(0, &mut buf), None);
     }
 
     #[test]
@@ -271,13 +309,13 @@ mod tests {
         let cache: [Cell<u64>; 4] = Default::default();
         let a = [0xcafe_0000u64, 1, 2];
         let b = [0xcafe_0000u64, 1, 3];
-        let ia = intern_with_cache(&cache, &a);
-        assert_eq!(intern_with_cache(&cache, &a), ia);
+        let ia = intern_with_cache(&cache, &a, 0);
+        assert_eq!(intern_with_cache(&cache, &a, 0), ia);
         assert_eq!(intern(&a), ia);
-        let ib = intern_with_cache(&cache, &b);
+        let ib = intern_with_cache(&cache, &b, 0);
         assert_ne!(ia, ib);
-        assert_eq!(intern_with_cache(&cache, &a), ia);
-        assert_eq!(intern_with_cache(&cache, &[]), 0);
+        assert_eq!(intern_with_cache(&cache, &a, 0), ia);
+        assert_eq!(intern_with_cache(&cache, &[], 0), 0);
     }
 
     #[test]
@@ -296,7 +334,7 @@ mod tests {
             .collect();
         for h in hs {
             for (s, id) in h.join().unwrap() {
-                assert_eq!(frames(id), Some(&s[..]));
+                assert_eq!(frames(id, &mut [0; MAX_STACK_FRAMES]), Some(&s[..]));
                 assert_eq!(intern(&s), id);
             }
         }

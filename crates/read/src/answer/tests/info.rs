@@ -41,7 +41,7 @@ fn loaded() {
         out,
         [
             format!(
-                "mem-trace is loaded: header at {:#x}, layout version 3",
+                "mem-trace is loaded: header at {:#x}, layout version 4",
                 facts.header
             )
             .as_str(),

@@ -4,7 +4,7 @@
 use super::super::Tables;
 use super::{Match, Relation, DEFAULT_MAX_GAP};
 use crate::test_image::{Built, Image, ThreadSpec, TraceBuilder};
-use mem_trace_format::shard_of;
+use mem_trace_format::{shard_of, VERSION};
 
 pub(crate) const HEAP: u64 = 0x5555_5555_A000;
 pub(crate) const BIG: u64 = 0x7FFF_F000_0000;
@@ -177,7 +177,7 @@ fn an_uninitialised_header_has_no_blocks() {
     let mut img = Image::new();
     let h = img.map(128);
     img.write(h, b"MEMTRACE");
-    for (k, v) in [3u32, 128, 24, 64, 129, 16].iter().enumerate() {
+    for (k, v) in [VERSION, 128, 24, 64, 129, 16].iter().enumerate() {
         img.write(h + 8 + 4 * k as u64, &v.to_le_bytes());
     }
     let t = Tables::open(&img, h).unwrap();
