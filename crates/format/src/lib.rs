@@ -43,7 +43,7 @@ pub use profile::{
     at_peak, non_negative, Counts, Profile, StackCounters, COUNTER_CACHE, COUNTER_CHUNKS,
     COUNTER_CHUNK_BITS,
 };
-pub use stacks::{StackStore, MAX_STACK_ID, STACK_CHUNKS, STACK_CHUNK_BITS};
+pub use stacks::{StackStore, CUT_MARKER, MAX_STACK_ID, STACK_CHUNKS, STACK_CHUNK_BITS};
 pub use table::{
     shard_of, Shard, Slot, SlotArray, LARGE_SHARD, REGION_SHARDS, REGION_SHIFT, SHARD_COUNT,
     SLOT_EMPTY, SLOT_MOVING,
