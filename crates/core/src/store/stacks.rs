@@ -154,14 +154,70 @@ pub(crate) fn is_cut(id: u32) -> bool {
 
 /// The frames of stack `id`, if published. Lock-free: records never move.
 pub fn frames(id: u32) -> Option<&'static [u64]> {
-    STORE.frames(id)
+    frames_of(&STACKS, id)
+}
+
+/// The frames of stack `id` in the store at `root`, if published.
+#[inline(always)]
+fn frames_of(root: &'static StackStore, id: u32) -> Option<&'static [u64]> {
+    if id == 0 || u64::from(id) > root.count.load(Ordering::Acquire) {
+        return None;
+    }
+    let chunk = root.dir[(id >> CHUNK_BITS) as usize].load(Ordering::Acquire);
+    if chunk.is_null() {
+        return None;
+    }
+    // SAFETY: a chunk holds 2^CHUNK_BITS entries; the index is masked into range.
+    let rec =
+        unsafe { &*chunk.add((id & ((1 << CHUNK_BITS) - 1)) as usize) }.load(Ordering::Acquire);
+    if rec == 0 {
+        return None;
+    }
+    // SAFETY: a published record is a length word followed by that many frames, never freed.
+    unsafe {
+        let len = *(rec as *const u64) as usize;
+        Some(core::slice::from_raw_parts((rec as *const u64).add(1), len))
+    }
 }
 
 /// [`intern`] through the thread's cache of recent stacks: a hit costs the hash and one
 /// comparison with the stored record, no lock. Programs allocate from a few hot stacks.
 #[inline]
 pub(crate) fn intern_cached(local: &Local, frames_in: &[u64]) -> u32 {
-    STORE.intern_with_cache(&local.cache, frames_in)
+    // Through `frames`, which reads `STACKS` at its fixed address: `STORE.frames` would load
+    // the root's address first, on every hit.
+    cached(&local.cache, frames_in, frames, |h, f| {
+        STORE.intern_hashed(h, f)
+    })
+}
+
+/// The id of `frames_in` from `cache` when an entry names it (`frames` gives a stored
+/// stack's frames), else from `miss` with the stack's hash, noted in the cache.
+#[inline(always)]
+fn cached(
+    cache: &[Cell<u64>],
+    frames_in: &[u64],
+    frames: impl Fn(u32) -> Option<&'static [u64]>,
+    miss: impl FnOnce(u64, &[u64]) -> u32,
+) -> u32 {
+    if frames_in.is_empty() {
+        return 0;
+    }
+    let h = hash(frames_in);
+    let slot = &cache[(h as usize) % cache.len()];
+    let tag = h >> 24 << 24;
+    let e = slot.get();
+    if e & !0xff_ffff == tag {
+        let id = (e & 0xff_ffff) as u32;
+        if frames(id) == Some(frames_in) {
+            return id;
+        }
+    }
+    let id = miss(h, frames_in);
+    if id != 0 {
+        slot.set(tag | u64::from(id));
+    }
+    id
 }
 
 /// Returns the id of `frames`, storing them if this stack is new. 0 for an empty stack, or
@@ -194,47 +250,17 @@ impl Interner {
     }
 
     fn frames(&self, id: u32) -> Option<&'static [u64]> {
-        if id == 0 || u64::from(id) > self.root.count.load(Ordering::Acquire) {
-            return None;
-        }
-        let chunk = self.root.dir[(id >> CHUNK_BITS) as usize].load(Ordering::Acquire);
-        if chunk.is_null() {
-            return None;
-        }
-        // SAFETY: a chunk holds 2^CHUNK_BITS entries; the index is masked into range.
-        let rec =
-            unsafe { &*chunk.add((id & ((1 << CHUNK_BITS) - 1)) as usize) }.load(Ordering::Acquire);
-        if rec == 0 {
-            return None;
-        }
-        // SAFETY: a published record is a length word followed by that many frames, never
-        // freed.
-        unsafe {
-            let len = *(rec as *const u64) as usize;
-            Some(core::slice::from_raw_parts((rec as *const u64).add(1), len))
-        }
+        frames_of(self.root, id)
     }
 
-    #[inline(always)]
+    #[cfg(test)]
     fn intern_with_cache(&self, cache: &[Cell<u64>], frames_in: &[u64]) -> u32 {
-        if frames_in.is_empty() {
-            return 0;
-        }
-        let h = hash(frames_in);
-        let slot = &cache[(h as usize) % cache.len()];
-        let tag = h >> 24 << 24;
-        let e = slot.get();
-        if e & !0xff_ffff == tag {
-            let id = (e & 0xff_ffff) as u32;
-            if self.frames(id) == Some(frames_in) {
-                return id;
-            }
-        }
-        let id = self.intern_hashed(h, frames_in);
-        if id != 0 {
-            slot.set(tag | u64::from(id));
-        }
-        id
+        cached(
+            cache,
+            frames_in,
+            |id| self.frames(id),
+            |h, f| self.intern_hashed(h, f),
+        )
     }
 
     fn intern(&self, frames_in: &[u64]) -> u32 {
