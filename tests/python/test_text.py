@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 from mem_trace_gdb.frame import Frame, unsymbolized  # noqa: E402
 from mem_trace_gdb.layout import (  # noqa: E402
+    CUT_MARKER,
     Block,
     Corrupt,
     Event,
@@ -35,6 +36,7 @@ from image import TraceBuilder  # noqa: E402
 
 MAIN, WORKER = 1, 2
 ALLOC_STACK, FREE_STACK, DEEP_STACK, EMPTY_STACK, BROKEN_STACK, UNPUBLISHED_STACK = 1, 2, 3, 4, 5, 6
+CUT_STACK, BUCKET_STACK = 7, 8
 
 PC_MAKE, PC_MAIN, PC_FREE, PC_START = 0x55555555518B, 0x5555555551C6, 0x5555555551F3, 0x5555555550D1
 PC_INLINED, PC_UNKNOWN = 0x555555555300, 0x7FFFF7A00010
@@ -65,6 +67,8 @@ class FakeRecords:
             FREE_STACK: Stack(FREE_STACK, (PC_FREE, PC_MAIN)),
             DEEP_STACK: Stack(DEEP_STACK, (PC_INLINED, PC_UNKNOWN, PC_MAIN, PC_START)),
             EMPTY_STACK: Stack(EMPTY_STACK, ()),
+            CUT_STACK: Stack(CUT_STACK, (PC_MAKE, CUT_MARKER)),
+            BUCKET_STACK: Stack(BUCKET_STACK, (CUT_MARKER,)),
         }
         self.threads = {
             MAIN: Thread(MAIN, 18786, False, "demo"),
@@ -298,6 +302,25 @@ class StackTests(unittest.TestCase):
         self.assertEqual(self.stack(UNPUBLISHED_STACK),
                          ["    (allocation stack 6 is not published yet)"])
         self.assertEqual(self.stack(EMPTY_STACK, kind="free"), ["    (empty free stack)"])
+
+    def test_cut_stacks_end_with_the_cut_line(self):
+        """A stack cut by MEM_TRACE_MAX_STACKS: its kept frame, then one line in place of the
+        marker, which is never symbolized (even by --raw, which shows every other address)."""
+        cut = "    (stack cut: the cap on distinct stacks, MEM_TRACE_MAX_STACKS, was reached)"
+        asked = []
+
+        def symbolize(pc):
+            asked.append(pc)
+            return fake_symbolize(pc)
+
+        self.assertEqual(self.stack(CUT_STACK, symbolize=symbolize),
+                         ["    #0 0x55555555518b in new_order at /src/demo.c:16", cut])
+        self.assertEqual(self.stack(BUCKET_STACK, symbolize=symbolize), [cut])
+        self.assertEqual(self.stack(CUT_STACK, 1, symbolize=symbolize),
+                         ["    #0 0x55555555518b in new_order at /src/demo.c:16", cut])
+        self.assertEqual(asked, [PC_MAKE, PC_MAKE])
+        self.assertEqual(self.stack(CUT_STACK, symbolize=unsymbolized, kind="free"),
+                         ["    #0 0x55555555518b", cut])
 
     def test_frame_describe_without_line_or_module(self):
         self.assertEqual(Frame(0x10, "f", file="a.c").describe(), "0x10 in f at a.c")

@@ -188,6 +188,10 @@ fn frame_strings(s: &Stack) -> Vec<String> {
 /// `0xADDR: function (file:line:col)` per symbolized frame; `0xADDR: ??? (in module)` when
 /// nothing names the address.
 fn frame(out: &mut Vec<String>, f: &Frame) {
+    if mem_trace_read::text::is_cut_marker(f.ra) {
+        out.push(mem_trace_read::text::CUT_FOLDED.to_string());
+        return;
+    }
     let module = f
         .module
         .as_ref()
@@ -251,6 +255,32 @@ mod tests {
             column,
             inlined: false,
         }
+    }
+
+    #[test]
+    fn a_cut_stack_ends_with_the_cut_frame() {
+        let s = Stack {
+            id: 3,
+            counts: Counts::default(),
+            frames: vec![
+                Frame {
+                    ra: 0x401234,
+                    symbols: vec![sym("site", Some("/src/p.c"), 3, 0)],
+                    module: None,
+                },
+                Frame {
+                    ra: mem_trace_format::CUT_MARKER,
+                    ..Frame::default()
+                },
+            ],
+        };
+        assert_eq!(
+            frame_strings(&s),
+            [
+                "0x401234: site (/src/p.c:3)",
+                "[stack cut: MEM_TRACE_MAX_STACKS]"
+            ]
+        );
     }
 
     #[test]

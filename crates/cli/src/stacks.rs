@@ -147,6 +147,13 @@ pub fn read(target: &Target, thread: Option<u64>) -> Result<Profile> {
 /// Return address `ra` symbolized through the readers' one symbolizer (which caches each
 /// address, and reads each module from the file checked against its loaded build id).
 fn frame(symbols: &mut Symbols<'_>, ra: u64) -> Frame {
+    // The marker of a cut stack is no address: `write_folded` names it.
+    if mem_trace_read::text::is_cut_marker(ra) {
+        return Frame {
+            ra,
+            ..Frame::default()
+        };
+    }
     // The module of the call instruction, one byte before where the call returns.
     let module = symbols.module_of(ra.saturating_sub(1));
     Frame {
@@ -193,6 +200,28 @@ mod tests {
         let mut line = String::new();
         mem_trace_read::text::write_folded(&mut line, s.folded(), 7).unwrap();
         assert_eq!(line, "main;libx.so+0x1678;outer;inner 7\n");
+    }
+
+    #[test]
+    fn a_cut_stack_folds_under_the_cut_frame() {
+        let s = Stack {
+            id: 9,
+            counts: Counts::default(),
+            frames: vec![
+                Frame {
+                    ra: 0x10,
+                    symbols: vec![sym("site")],
+                    module: None,
+                },
+                Frame {
+                    ra: mem_trace_format::CUT_MARKER,
+                    ..Frame::default()
+                },
+            ],
+        };
+        let mut line = String::new();
+        mem_trace_read::text::write_folded(&mut line, s.folded(), 3).unwrap();
+        assert_eq!(line, "[stack cut: MEM_TRACE_MAX_STACKS];site 3\n");
     }
 
     #[test]

@@ -16,6 +16,12 @@ pub(crate) const MAX_FRAMES: usize = 128;
 /// Default number of frees remembered (`MEM_TRACE_FREED`): 2.5 MiB of records, enough to
 /// explain a dangling pointer freed tens of thousands of frees ago.
 pub(crate) const DEFAULT_FREED: u64 = 1 << 16;
+/// Default cap on distinct stacks (`MEM_TRACE_MAX_STACKS`): far above the few thousand
+/// stacks of most programs. A stack costs up to ~1.3 KB with its call-tree nodes and table
+/// entries (clang++: 320 MB for 255k stacks), so the tracer's stacks stop growing by ~1.3 GB.
+pub(crate) const DEFAULT_MAX_STACKS: u64 = 1 << 20;
+/// The most `MEM_TRACE_MAX_STACKS` may be: stack ids are 24 bits wide.
+const MAX_MAX_STACKS: u64 = (1 << 24) - 1;
 /// Default bytes held back from reuse (`MEM_TRACE_QUARANTINE`).
 pub(crate) const DEFAULT_QUARANTINE: u64 = 4 << 20;
 
@@ -122,6 +128,8 @@ pub(crate) struct Config {
     /// Bytes of freed blocks held back from reuse (`MEM_TRACE_QUARANTINE`, 0 disables).
     pub quarantine: u64,
     pub free_stacks: bool,
+    /// Distinct full stacks stored before new ones are cut (`MEM_TRACE_MAX_STACKS`).
+    pub max_stacks: u64,
     pub abort_on_error: bool,
     /// Milliseconds between periodic profile reports (0: none).
     pub profile_interval_ms: u64,
@@ -146,6 +154,7 @@ impl Default for Config {
             freed: DEFAULT_FREED,
             quarantine: DEFAULT_QUARANTINE,
             free_stacks: true,
+            max_stacks: DEFAULT_MAX_STACKS,
             abort_on_error: false,
             profile_interval_ms: DEFAULT_PROFILE_INTERVAL_MS,
             profile_top: DEFAULT_PROFILE_TOP,
@@ -246,6 +255,16 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
             "1" | "yes" | "true" => c.free_stacks = true,
             "0" | "no" | "false" => c.free_stacks = false,
             _ => reject("MEM_TRACE_FREE_STACKS", v, "0 or 1"),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_MAX_STACKS") {
+        match parse_size(&v) {
+            Some(n) if (1..=MAX_MAX_STACKS).contains(&n) => c.max_stacks = n,
+            _ => reject(
+                "MEM_TRACE_MAX_STACKS",
+                v,
+                "a number of stacks from 1 to 16777215, optionally with K or M",
+            ),
         }
     }
     if let Some(v) = get("MEM_TRACE_ON_ERROR") {
@@ -705,6 +724,24 @@ mod tests {
         assert_eq!(parse(env(&[("MEM_TRACE_FRAMES", "129")])).1.len(), 1);
     }
 
+    #[test]
+    fn max_stacks() {
+        for (v, n) in [("200", 200), ("1", 1), ("64K", 64 << 10), ("2M", 2 << 20)] {
+            let (c, bad) = parse(env(&[("MEM_TRACE_MAX_STACKS", v)]));
+            assert!(bad.is_empty(), "{v}: {bad:?}");
+            assert_eq!(c.max_stacks, n, "{v}");
+        }
+        let (c, bad) = parse(env(&[("MEM_TRACE_MAX_STACKS", "16777215")]));
+        assert!(bad.is_empty());
+        assert_eq!(c.max_stacks, 16_777_215);
+        for v in ["0", "16777216", "16M", "1G", "lots", "-5", "1.5M"] {
+            let (c, bad) = parse(env(&[("MEM_TRACE_MAX_STACKS", v)]));
+            assert_eq!(c.max_stacks, DEFAULT_MAX_STACKS, "{v}");
+            assert_eq!(bad.len(), 1, "{v}");
+            assert_eq!(bad[0].var, "MEM_TRACE_MAX_STACKS");
+        }
+    }
+
     /// One rule for numbers in every variable: digits only, so a sign is refused everywhere
     /// (some took `+5`, one did not).
     #[test]
@@ -713,6 +750,7 @@ mod tests {
             "MEM_TRACE_FRAMES",
             "MEM_TRACE_FREED",
             "MEM_TRACE_QUARANTINE",
+            "MEM_TRACE_MAX_STACKS",
             "MEM_TRACE_PROFILE_TOP",
             "MEM_TRACE_PROFILE_INTERVAL",
             "MEM_TRACE_SNAPSHOT_SIGNAL",
@@ -740,6 +778,7 @@ mod tests {
             "MEM_TRACE_FREED",
             "MEM_TRACE_QUARANTINE",
             "MEM_TRACE_FREE_STACKS",
+            "MEM_TRACE_MAX_STACKS",
             "MEM_TRACE_ON_ERROR",
             "MEM_TRACE_PROFILE_INTERVAL",
             "MEM_TRACE_PROFILE_TOP",

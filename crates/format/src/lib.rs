@@ -44,8 +44,8 @@ pub use profile::{
     COUNTER_CHUNK_BITS,
 };
 pub use stacks::{
-    CallTree, StackStore, TreeNode, MAX_STACK_ID, STACK_CHUNKS, STACK_CHUNK_BITS, STACK_IN_TREE,
-    TREE_CHUNKS, TREE_CHUNK_BITS,
+    CallTree, StackStore, TreeNode, CUT_MARKER, MAX_STACK_ID, STACK_CHUNKS, STACK_CHUNK_BITS,
+    STACK_IN_TREE, TREE_CHUNKS, TREE_CHUNK_BITS,
 };
 pub use table::{
     shard_of, Shard, Slot, SlotArray, LARGE_SHARD, REGION_SHARDS, REGION_SHIFT, SHARD_COUNT,

@@ -8,6 +8,11 @@ pub const STACK_CHUNK_BITS: u32 = 16;
 pub const STACK_CHUNKS: usize = 256;
 /// Ids are 24 bits wide in a slot; id 0 means "no stack".
 pub const MAX_STACK_ID: u64 = (1 << 24) - 1;
+/// A stack's last frame equal to this means the stack was cut: the cap on distinct stacks
+/// (`MEM_TRACE_MAX_STACKS`) was reached, and only the frames before it are the stack's.
+/// It lies in the kernel's half of the address space, above every user-space address
+/// (`0x7fff_ffff_ffff` at most), so no return address of a traced program equals it.
+pub const CUT_MARKER: u64 = 0xffff_ffff_ffff_fffe;
 
 /// A record's first word with this bit set names its frames in the call tree instead of
 /// holding them: the low 8 bits are the frame count `n`, the next word the id of the node of

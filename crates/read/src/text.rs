@@ -18,6 +18,26 @@
 
 use crate::symbolize::SymFrame;
 use core::fmt::{self, Write};
+use mem_trace_format::CUT_MARKER;
+
+/// What a stack cut by the cap on distinct stacks shows in place of its last frame, the
+/// marker (docs/LAYOUT.md "Stack store"), in every report and answer.
+pub const CUT_TEXT: &str =
+    "(stack cut: the cap on distinct stacks, MEM_TRACE_MAX_STACKS, was reached)";
+
+/// The name a folded line gives the marker of a cut stack: the root of every cut stack in a
+/// flame graph.
+pub const CUT_FOLDED: &str = "[stack cut: MEM_TRACE_MAX_STACKS]";
+
+/// Whether return address `ra` is the marker that ends a cut stack (never symbolize it).
+pub fn is_cut_marker(ra: u64) -> bool {
+    ra == CUT_MARKER
+}
+
+/// The line that stands for the marker of a cut stack among frame lines.
+pub fn write_cut(out: &mut impl Write) -> fmt::Result {
+    writeln!(out, "   {CUT_TEXT}")
+}
 
 /// Frame `n`, return address `ra`, symbolized as `f` (an inlined frame says so).
 pub fn write_frame(out: &mut impl Write, n: usize, ra: u64, f: &SymFrame) -> fmt::Result {
@@ -88,6 +108,10 @@ pub fn write_folded<'a>(
         }
         any = true;
         let mut name = FoldedName(out);
+        if is_cut_marker(f.ra) {
+            name.write_str(CUT_FOLDED)?;
+            continue;
+        }
         match (f.symbol.and_then(|s| s.function.as_deref()), f.module) {
             (Some(function), _) => name.write_str(function)?,
             (None, Some((path, bias))) => {
@@ -263,6 +287,34 @@ mod tests {
              \x20  3: 0x7f0000001678 (libfoo.so+0x1678)\n\
              \x20  4: 0x10\n"
         );
+    }
+
+    #[test]
+    fn a_cut_stack_shows_one_line_for_its_marker() {
+        let mut s = String::new();
+        write_frame(&mut s, 0, 0x1234, &frame(Some("site"), None, 0, 0)).unwrap();
+        write_cut(&mut s).unwrap();
+        assert_eq!(
+            s,
+            "   0: site\n   (stack cut: the cap on distinct stacks, MEM_TRACE_MAX_STACKS, was reached)\n"
+        );
+        let site = frame(Some("site"), None, 0, 0);
+        let frames = [
+            FoldedFrame {
+                ra: 0x1234,
+                symbol: Some(&site),
+                module: None,
+            },
+            FoldedFrame {
+                ra: CUT_MARKER,
+                symbol: None,
+                module: None,
+            },
+        ];
+        let mut line = String::new();
+        write_folded(&mut line, frames.into_iter(), 5).unwrap();
+        assert_eq!(line, "[stack cut: MEM_TRACE_MAX_STACKS];site 5\n");
+        assert!(is_cut_marker(CUT_MARKER) && !is_cut_marker(0x1234));
     }
 
     #[test]

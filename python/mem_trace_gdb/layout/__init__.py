@@ -42,6 +42,7 @@ here: import from `mem_trace_gdb.layout`, not from the modules.
 
 from .contract import (
     COUNTER_CACHE,
+    CUT_MARKER,
     COUNTER_CHUNK_BITS,
     COUNTER_CHUNKS,
     COUNTER_SIZE,
@@ -136,6 +137,7 @@ from .tracer import MemoryReader, Tracer
 __all__ = [
     # contract
     "COUNTER_CACHE",
+    "CUT_MARKER",
     "COUNTER_CHUNK_BITS",
     "COUNTER_CHUNKS",
     "COUNTER_SIZE",

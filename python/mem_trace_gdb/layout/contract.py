@@ -35,6 +35,9 @@ CALL_TREE_HEADER = 16
 TREE_CHUNK_BITS = 16
 TREE_CHUNKS = 256
 TREE_NODE_SIZE = 16
+# A stack's last frame equal to this means it was cut: the cap on distinct stacks
+# (MEM_TRACE_MAX_STACKS) was reached, and only the frames before it are the stack's.
+CUT_MARKER = 0xFFFF_FFFF_FFFF_FFFE
 THREAD_TABLE_HEADER = 16
 THREAD_CHUNK_BITS = 12
 THREAD_CHUNKS = 4096

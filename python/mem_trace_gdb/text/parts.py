@@ -11,7 +11,11 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Protocol, Sequence
 
 from ..frame import Frame
-from ..layout import Block, History, MemTraceError, Stack, Thread, Tracer
+from ..layout import CUT_MARKER, Block, History, MemTraceError, Stack, Thread, Tracer
+
+# What a stack cut by the cap on distinct stacks shows in place of its last frame, the marker
+# (docs/LAYOUT.md "Stack store"); crates/read/src/text.rs's CUT_TEXT.
+CUT_TEXT = "(stack cut: the cap on distinct stacks, MEM_TRACE_MAX_STACKS, was reached)"
 
 
 class Records(Protocol):
@@ -143,6 +147,10 @@ def stack_lines(
         return [f"    ({kind} stack {stack_id} is not published yet)"]
     lines: List[str] = []
     for pc in stack.frames:
+        if pc == CUT_MARKER:
+            # Never symbolized: it is no address.
+            lines.append(f"    {CUT_TEXT}")
+            break
         for frame in lookups.symbolize(pc):
             if max_frames is not None and len(lines) >= max_frames:
                 lines.append(f"    ... ({option} {max_frames})")

@@ -94,7 +94,10 @@ pub use cache::drop_cache;
 pub use local::Local;
 pub(crate) use signal::alt_stack;
 pub use stack::Bounds;
-pub(crate) use tree::{count as tree_nodes, frames as tree_frames, lock_all, unlock_all, TREE};
+pub(crate) use tree::{
+    count as tree_nodes, frames as tree_frames, lock_all, stop_growing as stop_naming, unlock_all,
+    TREE,
+};
 
 use crate::config;
 use cache::{cache_for, cache_if_made};

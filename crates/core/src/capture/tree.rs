@@ -12,13 +12,16 @@
 //!
 //! Nodes live in the arena, in chunks that never move or die, exported (docs/LAYOUT.md "Call
 //! tree"): a stack record may name its frames by the node of its innermost frame instead of
-//! holding them (see `store::stacks`). Lookups go through a per-thread direct-mapped cache
-//! and, on a miss, one of 16 hash-sharded tables under a spin lock.
+//! holding them (see `store::stacks`). Once the store reaches its cap on distinct stacks
+//! (`MEM_TRACE_MAX_STACKS`), the tree stops growing with it ([`stop_growing`]): nodes already
+//! made are still found, and a walk the tree cannot name is named by its frames. Lookups go
+//! through a per-thread direct-mapped cache and, on a miss, one of 16 hash-sharded tables
+//! under a spin lock.
 
 use crate::arena::{self, Arena};
 use crate::sync::SpinLock;
 use core::alloc::Layout;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use hashbrown::HashTable;
 use mem_trace_format::{
     CallTree, TreeNode as Node, TREE_CHUNKS as CHUNKS, TREE_CHUNK_BITS as CHUNK_BITS,
@@ -40,6 +43,8 @@ pub static TREE: CallTree = CallTree {
 /// Nodes handed out; ids are 1..=COUNT (0 is the root: no caller). Mirrored in `TREE.count`
 /// for readers, after each node is written.
 static COUNT: SpinLock<u32> = SpinLock::new(0);
+/// New nodes may be made (until [`stop_growing`]).
+static GROWING: AtomicBool = AtomicBool::new(true);
 
 type Index = HashTable<(u64, u32), Arena>;
 static INDEX: [SpinLock<Index>; SHARDS] =
@@ -88,7 +93,7 @@ pub(super) fn child(cache: &mut [Entry; CACHE], parent: u32, pc: u64) -> u32 {
     if e.pc == pc && e.parent == parent {
         return e.node;
     }
-    let id = find_or_make(h, parent, pc);
+    let id = find_or_make(&GROWING, h, parent, pc);
     if id != 0 {
         *e = Entry {
             pc,
@@ -99,8 +104,9 @@ pub(super) fn child(cache: &mut [Entry; CACHE], parent: u32, pc: u64) -> u32 {
     id
 }
 
+/// The node of `(parent, pc)` (hashed `h`), made if new while `growing` says so.
 #[inline(never)]
-fn find_or_make(h: u64, parent: u32, pc: u64) -> u32 {
+fn find_or_make(growing: &AtomicBool, h: u64, parent: u32, pc: u64) -> u32 {
     // The shard from bits the table itself does not use: hashbrown places entries by the low
     // bits and tells them apart in a group by the top 7. Sharding by the top 4 left 3 bits
     // to tell entries apart, so a probe compared ~1 in 8 entries of its group in full.
@@ -110,6 +116,10 @@ fn find_or_make(h: u64, parent: u32, pc: u64) -> u32 {
     };
     if let Some(&(_, id)) = index.find(h, same) {
         return id;
+    }
+    // Read only here, where a node would be made: a lookup that finds one never pays for it.
+    if !growing.load(Ordering::Relaxed) {
+        return 0;
     }
     // Room first: `insert_unique` aborts the program when it cannot grow the table.
     if index.try_reserve(1, |&(eh, _)| eh).is_err() {
@@ -182,6 +192,12 @@ pub(super) fn set_stack(id: u32, stack: u32) {
     }
 }
 
+/// Makes no new node from now on (the stack store reached its cap): a node per new frame
+/// would grow without limit for the stacks the store no longer keeps whole.
+pub(crate) fn stop_growing() {
+    GROWING.store(false, Ordering::Relaxed);
+}
+
 /// Nodes made so far.
 pub(crate) fn count() -> u32 {
     *COUNT.lock()
@@ -225,6 +241,23 @@ mod tests {
         assert_eq!(stack_of(c), 0);
         set_stack(c, 77);
         assert_eq!(stack_of(c), 77);
+        assert_eq!(stack_of(0), 0);
+    }
+
+    #[test]
+    fn a_tree_that_stopped_growing_finds_its_nodes_and_makes_none() {
+        // The process's flag stays up: other tests name walks.
+        let stopped = AtomicBool::new(false);
+        let mut cache = [Entry::default(); CACHE];
+        let root = child(&mut cache, 0, 0x6000_1000);
+        let a = child(&mut cache, root, 0x6000_2000);
+        let find = |parent, pc| find_or_make(&stopped, hash(parent, pc), parent, pc);
+        assert_eq!(find(0, 0x6000_1000), root);
+        assert_eq!(find(root, 0x6000_2000), a);
+        assert_eq!(find(root, 0x6000_3000), 0);
+        assert_eq!(find(a, 0x6000_2000), 0);
+        assert_eq!(find(0, 0x6000_4000), 0);
+        // A walk the tree cannot name gets node 0, which names no stack.
         assert_eq!(stack_of(0), 0);
     }
 }

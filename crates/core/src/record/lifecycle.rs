@@ -23,7 +23,7 @@ use crate::store::{freed, quarantine, stacks, table, threads};
 use crate::{arena, config};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE};
+use mem_trace_format::{CUT_MARKER, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE};
 
 const UNINIT: u8 = 0;
 const INITIALISING: u8 = 1;
@@ -34,6 +34,8 @@ static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 /// Frees seen, for statistics (`MEM_TRACE_STATS=1` only).
 pub(super) static FREES: AtomicU64 = AtomicU64::new(0);
+/// Captures recorded as a cut stack, for statistics (`MEM_TRACE_STATS=1` only).
+pub(super) static CUT: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the tracer is ready to record; initialises it on first call.
 #[inline(always)]
@@ -91,6 +93,8 @@ fn init() -> bool {
     let c = config::load();
     crate::profile::init();
     freed::configure(c.freed, c.free_stacks);
+    stacks::configure(c.max_stacks);
+    stacks::when_capped(capped);
     quarantine::configure(c.quarantine);
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: creates a key with a destructor that only touches our own state.
@@ -114,6 +118,20 @@ fn init() -> bool {
         stop_taking_memory();
     }
     ready
+}
+
+/// The stack store reached `MEM_TRACE_MAX_STACKS` (called once, with no lock held): the call
+/// tree stops growing with it, since its nodes would name stacks that are no longer stored,
+/// and stderr says what happens from now on.
+fn capped() {
+    capture::stop_naming();
+    let _ = core::fmt::write(
+        &mut Out::stderr(),
+        format_args!(
+            "mem-trace: MEM_TRACE_MAX_STACKS={} distinct stacks reached: new stacks keep only their innermost frame\n",
+            stacks::cap()
+        ),
+    );
 }
 
 /// The calling thread's index in the thread table, registering it on first use.
@@ -194,7 +212,12 @@ pub(super) fn check_stack(local: &capture::Local, id: u32, buf: &mut [u64]) {
     let mut ours = [0; stacks::MAX_STACK_FRAMES];
     let ours = stacks::frames(id, &mut ours).unwrap_or(&[]);
     let checked = CHECKED.fetch_add(1, Ordering::Relaxed);
-    if ours == &buf[..n] {
+    // A cut stack agrees when the frames it kept do.
+    let agree = match ours.split_last() {
+        Some((&CUT_MARKER, kept)) => buf[..n].starts_with(kept),
+        _ => ours == &buf[..n],
+    };
+    if agree {
         AGREED.fetch_add(1, Ordering::Relaxed);
         return;
     }
@@ -294,13 +317,14 @@ pub fn on_unload() {
     let _ = core::fmt::write(
         &mut out,
         format_args!(
-            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} stacks={} call_nodes={} allocs={} frees={} untracked={}\n",
+            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} stacks={} cut_captures={} call_nodes={} allocs={} frees={} untracked={}\n",
             live,
             table::peak_live(),
             arena::MAPPED.load(Ordering::Relaxed),
             arena::PEAK_MAPPED.load(Ordering::Relaxed),
             table::slot_bytes(),
             stacks::count(),
+            CUT.load(Ordering::Relaxed),
             capture::tree_nodes(),
             events - frees,
             frees,

@@ -27,7 +27,7 @@ use crate::store::{quarantine, stacks, table};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
 use invalid::unknown_pointer;
-use lifecycle::{is_ready, thread_index, FREES};
+use lifecycle::{is_ready, thread_index, CUT, FREES};
 use mem_trace_format::Block;
 
 /// What the free hook must do with a pointer.
@@ -158,6 +158,10 @@ fn stack_here(state: &ThreadState) -> u32 {
     };
     if config::CHECK_STACKS.load(Ordering::Relaxed) != 0 {
         lifecycle::check_stack(local, id, &mut buf[..max]);
+    }
+    // Counted only when the statistics line was asked for, like frees: a shared counter.
+    if config::STATS.load(Ordering::Relaxed) && stacks::is_cut(id) {
+        CUT.fetch_add(1, Ordering::Relaxed);
     }
     id
 }

@@ -198,6 +198,10 @@ fn write_symbolized_with(
     // none when nothing names it), kept for the folded line, which is written outermost first.
     let mut all: Vec<(u64, Option<SymFrame>)> = Vec::new();
     for &ra in frames {
+        if text::is_cut_marker(ra) {
+            all.push((ra, None));
+            continue;
+        }
         // Return addresses point after the call; the call itself is one byte earlier.
         let probe = ra.saturating_sub(1);
         found.clear();
@@ -220,6 +224,7 @@ fn write_symbolized_with(
     for (n, (ra, f)) in all.iter().enumerate() {
         match f {
             Some(f) => text::write_frame(out, n, *ra, f)?,
+            None if text::is_cut_marker(*ra) => text::write_cut(out)?,
             None => raw_frame(out, n, *ra, set)?,
         }
     }
@@ -254,6 +259,7 @@ fn write_raw(out: &mut Out, frames: &[u64], set: Option<&ModuleSet>, why: &str) 
 fn write_raw_frames(out: &mut Out, frames: &[u64], set: Option<&ModuleSet>) -> fmt::Result {
     for (n, &ra) in frames.iter().enumerate() {
         match set {
+            _ if text::is_cut_marker(ra) => text::write_cut(out)?,
             Some(set) => raw_frame(out, n, ra, set)?,
             None => text::write_raw_frame(out, n, ra, None)?,
         }

@@ -186,6 +186,10 @@ pub(super) fn stack_lines(
     };
     let mut lines = Vec::new();
     for pc in pcs {
+        if crate::text::is_cut_marker(pc) {
+            lines.push(format!("    {}", crate::text::CUT_TEXT));
+            break;
+        }
         for frame in lookups.frames(pc) {
             if max_frames.is_some_and(|max| lines.len() >= max) {
                 lines.push(format!("    ... ({option} {})", max_frames.unwrap_or(0)));

@@ -22,6 +22,8 @@ const DEEP_STACK: u32 = 3;
 const EMPTY_STACK: u32 = 4;
 const BROKEN_STACK: u32 = 5;
 const UNPUBLISHED_STACK: u32 = 6;
+const CUT_STACK: u32 = 7;
+const BUCKET_STACK: u32 = 8;
 
 const PC_MAKE: u64 = 0x5555_5555_518B;
 const PC_MAIN: u64 = 0x5555_5555_51C6;
@@ -91,6 +93,8 @@ impl FakeRecords {
                 (FREE_STACK, vec![PC_FREE, PC_MAIN]),
                 (DEEP_STACK, vec![PC_INLINED, PC_UNKNOWN, PC_MAIN, PC_START]),
                 (EMPTY_STACK, vec![]),
+                (CUT_STACK, vec![PC_MAKE, mem_trace_format::CUT_MARKER]),
+                (BUCKET_STACK, vec![mem_trace_format::CUT_MARKER]),
             ]),
             threads: HashMap::from([
                 (MAIN, thread(18786, false, "demo")),
@@ -250,6 +254,39 @@ fn missing_empty_unreadable_unpublished_stacks() {
     ] {
         assert_eq!(stack(id, None, kind), [want]);
     }
+}
+
+/// A stack cut by MEM_TRACE_MAX_STACKS: its kept frame, then one line in place of the
+/// marker, which is never symbolized (even by `--raw`, which shows every other address).
+#[test]
+fn cut_stacks_end_with_the_cut_line() {
+    const CUT: &str =
+        "    (stack cut: the cap on distinct stacks, MEM_TRACE_MAX_STACKS, was reached)";
+    let records = FakeRecords::new();
+    let mut asked = Vec::new();
+    let mut symbolize = |pc| {
+        asked.push(pc);
+        fake_symbolize(pc)
+    };
+    let mut lookups = Lookups::new(&records, &mut symbolize);
+    let mut lines = |id, max| stack_lines(&mut lookups, id, max, StackKind::Allocation, None, "-n");
+    assert_eq!(
+        lines(CUT_STACK, None),
+        ["    #0 0x55555555518b in new_order at /src/demo.c:16", CUT]
+    );
+    assert_eq!(lines(BUCKET_STACK, None), [CUT]);
+    assert_eq!(
+        lines(CUT_STACK, Some(1)),
+        ["    #0 0x55555555518b in new_order at /src/demo.c:16", CUT]
+    );
+    drop(lookups);
+    assert_eq!(asked, [PC_MAKE]);
+    let mut raw = super::frame::unsymbolized;
+    let mut lookups = Lookups::new(&records, &mut raw);
+    assert_eq!(
+        stack_lines(&mut lookups, CUT_STACK, None, StackKind::Free, None, "-n"),
+        ["    #0 0x55555555518b", CUT]
+    );
 }
 
 #[test]
