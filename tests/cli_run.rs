@@ -377,7 +377,7 @@ fn errors_are_one_line() {
     assert_one_line_error(
         &Run::new("err-no-program", &[&"run"]),
         1,
-        "mem-trace: run: no program given: mem-trace run [--profile] [-o DIR] [--] PROGRAM",
+        "mem-trace: run: no program given: mem-trace run [--mode MODE] [--profile] [-o DIR] [--] PROGRAM",
     );
     assert_one_line_error(
         &Run::new("err-not-found", &[&"run", &"no-such-program-here"]),
