@@ -16,7 +16,9 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use common::mtrace::{comparable_with_gdb, gdb, with_entry_script};
-use common::{c_fixture, mem_trace_binary, profiler_library, run_with_timeout, Fixture, Output};
+use common::{
+    c_fixture, mem_trace_binary, mem_trace_run, profiler_library, run_with_timeout, Fixture, Output,
+};
 
 /// The tests of this file take turns: the speed test compares a program's rate of work in
 /// windows with and without reads, and a neighbour writing a core or driving Chromium on one
@@ -124,16 +126,7 @@ impl Drop for Running {
 
 /// `mem-trace ARGS`, with a timeout, logs next to the fixture.
 fn mem_trace(fixture: &Fixture, label: &str, args: &[&str]) -> Output {
-    let mut cmd = Command::new(mem_trace_binary());
-    cmd.args(args).current_dir(&fixture.dir);
-    run_with_timeout(
-        cmd,
-        &fixture.dir.join(format!("mem-trace.{label}")),
-        false,
-        None,
-        Duration::from_secs(120),
-        &format!("mem-trace {}", args.join(" ")),
-    )
+    mem_trace_run(fixture, label, args)
 }
 
 /// `mem-trace ARGS` succeeded: its stdout.

@@ -8,10 +8,9 @@
 mod common;
 
 use std::fs;
-use std::time::Duration;
 
 use common::mtrace::{comparable_with_gdb, gdb, with_entry_script};
-use common::{c_fixture, fixture_run, mem_trace_binary, run_with_timeout, Fixture, GdbRun};
+use common::{c_fixture, fixture_run, mem_trace_run, Fixture, GdbRun};
 
 /// The cap the scripts set, and the hard limit that follows from it (full stacks, then cut
 /// ones: `cap + cap / 16 + 64`, crates/core/src/store/stacks.rs).
@@ -76,16 +75,7 @@ fn section<'a>(run: &'a GdbRun, name: &str) -> Vec<&'a str> {
 
 /// `mem-trace ARGS` succeeded: its stdout.
 fn mem_trace(fixture: &Fixture, label: &str, args: &[&str]) -> String {
-    let mut cmd = std::process::Command::new(mem_trace_binary());
-    cmd.args(args).current_dir(&fixture.dir);
-    let out = run_with_timeout(
-        cmd,
-        &fixture.dir.join(format!("mem-trace.{label}")),
-        false,
-        None,
-        Duration::from_secs(120),
-        &format!("mem-trace {}", args.join(" ")),
-    );
+    let out = mem_trace_run(fixture, label, args);
     assert!(out.success() && out.stderr.is_empty(), "{}", out.describe());
     out.stdout
 }

@@ -101,6 +101,21 @@ pub fn mem_trace_binary() -> &'static Path {
     }
 }
 
+/// `mem-trace ARGS` run in `fixture`'s directory, with a timeout, its logs beside the
+/// fixture (`mem-trace.LABEL`).
+pub fn mem_trace_run(fixture: &Fixture, label: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(mem_trace_binary());
+    cmd.args(args).current_dir(&fixture.dir);
+    run_with_timeout(
+        cmd,
+        &fixture.dir.join(format!("mem-trace.{label}")),
+        false,
+        None,
+        Duration::from_secs(120),
+        &format!("mem-trace {}", args.join(" ")),
+    )
+}
+
 /// `cargo build --release ARGS` (into `target` when given); the path of `file` it built in
 /// `release/`.
 fn cargo_build(args: &[&str], target: Option<PathBuf>, file: &str) -> Result<PathBuf, String> {
