@@ -350,9 +350,14 @@ fn adopt_or_make() -> Option<&'static Quarantine> {
 /// a big block may push out more on later calls, which keeps each free's work bounded).
 pub(crate) fn hold(local: &Local, addr: u64, size: u64, released: &mut Released) -> bool {
     released.n = 0;
-    let limit = share(limit());
+    let all = limit();
+    // Off (profile mode): no share to compute, a division on every free.
+    if all == 0 {
+        return false;
+    }
+    let limit = share(all);
     let chunk = chunk_of(size);
-    if limit == 0 || chunk > limit {
+    if chunk > limit {
         return false;
     }
     let Some(quarantine) = mine(local) else {
