@@ -162,6 +162,19 @@ fn make(parent: u32, pc: u64) -> Option<u32> {
     Some(id)
 }
 
+/// Whether the path from node `id` outwards begins with exactly `frames` (innermost first).
+/// Lock-free, as [`frames`].
+pub(crate) fn path_is(id: u32, frames_in: &[u64]) -> bool {
+    let mut at = id;
+    for &f in frames_in {
+        match node(at) {
+            Some(n) if n.pc == f => at = n.parent,
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// Writes the `n` frames the walk ending at `id` names, innermost first, into `out`; returns
 /// how many it wrote (fewer when the path is shorter than `n`, which a caller that named the
 /// walk with `n` frames never sees). Lock-free: nodes never move or change.

@@ -170,18 +170,29 @@ pub fn frames(id: u32, buf: &mut [u64; MAX_STACK_FRAMES]) -> Option<&[u64]> {
 
 /// Whether stack `id` of the store at `root` is `frames_in`.
 #[inline(always)]
+///
+/// Compared in place, the record's frames or the tree's nodes one by one: a buffer to copy
+/// them into would be 1 KiB zeroed on every check (every capture of a new stack).
 fn same(root: &'static StackStore, id: u32, frames_in: &[u64]) -> bool {
-    let mut buf = [0u64; MAX_STACK_FRAMES];
-    frames_of(root, id, &mut buf) == Some(frames_in)
+    let Some(rec) = record_of(root, id) else {
+        return false;
+    };
+    // SAFETY: as in `frames_of`.
+    unsafe {
+        let head = *(rec as *const u64);
+        if head & STACK_IN_TREE == 0 {
+            let len = head as usize;
+            return core::slice::from_raw_parts((rec as *const u64).add(1), len) == frames_in;
+        }
+        let n = head as usize & 0xff;
+        let node = *(rec as *const u64).add(1) as u32;
+        n == frames_in.len() && crate::capture::tree_path_is(node, frames_in)
+    }
 }
 
-/// The frames of stack `id` in the store at `root`, if published.
+/// The address of stack `id`'s record in the store at `root`, if published.
 #[inline(always)]
-fn frames_of<'a>(
-    root: &'static StackStore,
-    id: u32,
-    buf: &'a mut [u64; MAX_STACK_FRAMES],
-) -> Option<&'a [u64]> {
+fn record_of(root: &'static StackStore, id: u32) -> Option<u64> {
     if id == 0 || u64::from(id) > root.count.load(Ordering::Acquire) {
         return None;
     }
@@ -192,9 +203,17 @@ fn frames_of<'a>(
     // SAFETY: a chunk holds 2^CHUNK_BITS entries; the index is masked into range.
     let rec =
         unsafe { &*chunk.add((id & ((1 << CHUNK_BITS) - 1)) as usize) }.load(Ordering::Acquire);
-    if rec == 0 {
-        return None;
-    }
+    (rec != 0).then_some(rec)
+}
+
+/// The frames of stack `id` in the store at `root`, if published.
+#[inline(always)]
+fn frames_of<'a>(
+    root: &'static StackStore,
+    id: u32,
+    buf: &'a mut [u64; MAX_STACK_FRAMES],
+) -> Option<&'a [u64]> {
+    let rec = record_of(root, id)?;
     // SAFETY: a published record is a length word followed by that many frames, or a tagged
     // length and a node id; never freed.
     unsafe {
