@@ -1,7 +1,9 @@
 //! The `mem-trace` command against what a hostile or unusual machine holds: a process that
-//! maps a file only past its start (a memfd pool), read running and from its core.
+//! maps a file only past its start (a memfd pool), read running and from its core; a core
+//! whose mapped files have become FIFOs since.
 //!
-//! The program is `tests/fixtures/memfd_pool.c`, run under the profiler build of the library.
+//! The program is `tests/fixtures/memfd_pool.c`, run under a copy of the profiler build of the
+//! library (so that the copy can be replaced after the core is written).
 
 mod common;
 
@@ -100,19 +102,40 @@ fn gcore(pid: u32, path: &Path, log: &Path) {
     );
 }
 
+/// Replaces the file at `path` by a FIFO.
+fn make_fifo(path: &Path) {
+    let _ = fs::remove_file(path);
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+        0,
+        "mkfifo {}",
+        path.display()
+    );
+}
+
 fn text(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
 
 /// A memfd pool mapped from its second half (the file at no offset 0, issue 33): every
-/// subcommand reads the process, and its core, as any other.
+/// subcommand reads the process, and its core, as any other; then the core, once the data file
+/// it maps (left out of the core) and then the library have become FIFOs, answers or refuses
+/// in one line within a second instead of waiting for a writer.
 #[test]
-fn a_memfd_pool_read_live_and_from_its_core() {
+fn a_memfd_pool_read_live_and_from_its_core_then_fifos() {
     let f = memfd_pool();
-    let library = profiler_library();
+    let library = f.dir.join("libmem_trace.so");
+    let data = f.dir.join("mapped.dat");
+    // The FIFOs of an earlier run: writing to them would wait for a reader.
+    let _ = fs::remove_file(&library);
+    let _ = fs::remove_file(&data);
+    fs::copy(profiler_library(), &library).expect("copy the library");
+    fs::write(&data, vec![7u8; 8192]).expect("write the data file");
     let core = f.dir.join("memfd_pool.core");
     {
-        let running = Running::start(&f, library, &[]);
+        let running = Running::start(&f, &library, &[&data]);
         let pid = running.pid.to_string();
         let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
         assert!(
@@ -127,6 +150,39 @@ fn a_memfd_pool_read_live_and_from_its_core() {
     }
     let top = answer(&f, "top-core", &["top", text(&core)]);
     assert!(top.contains(" in hold_site at "), "{top}");
-    answer(&f, "info-core", &["info", text(&core)]);
+    let info = answer(&f, "info-core", &["info", text(&core)]);
+
+    make_fifo(&data);
+    let out = mem_trace(
+        &f,
+        "info-fifo-data",
+        &["info", text(&core)],
+        Duration::from_secs(10),
+    );
+    assert!(
+        out.success() && out.stdout == info && out.elapsed < Duration::from_secs(1),
+        "{}",
+        out.describe()
+    );
+
+    make_fifo(&library);
+    let out = mem_trace(
+        &f,
+        "info-fifo-lib",
+        &["info", text(&core)],
+        Duration::from_secs(10),
+    );
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert!(
+        !out.success()
+            && out.stdout.is_empty()
+            && lines.len() == 1
+            && lines[0].starts_with("mem-trace: ")
+            && lines[0].contains(text(&library))
+            && lines[0].contains("not a regular")
+            && out.elapsed < Duration::from_secs(1),
+        "{}",
+        out.describe()
+    );
     let _ = fs::remove_file(&core);
 }
