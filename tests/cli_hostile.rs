@@ -1,6 +1,6 @@
 //! The `mem-trace` command against what a hostile or unusual machine holds: a process that
 //! maps a file only past its start (a memfd pool), read running and from its core; a core
-//! whose mapped files have become FIFOs since.
+//! whose mapped files have become FIFOs since; outputs whose path is a symlink.
 //!
 //! The program is `tests/fixtures/memfd_pool.c`, run under a copy of the profiler build of the
 //! library (so that the copy can be replaced after the core is written).
@@ -185,4 +185,133 @@ fn a_memfd_pool_read_live_and_from_its_core_then_fifos() {
         out.describe()
     );
     let _ = fs::remove_file(&core);
+}
+
+/// A symlink at the victim's expense: `victim` holds text, `link` points at it.
+fn symlink_to_victim(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let victim = dir.join(format!("{name}.victim"));
+    let link = dir.join(name);
+    let _ = fs::remove_file(&link);
+    fs::write(&victim, "not yours\n").unwrap();
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    (victim, link)
+}
+
+/// `-o` naming a symlink (issue 33): refused in one line, the link and its target untouched;
+/// an existing regular file is replaced, and no temporary file is left beside it.
+#[test]
+fn output_onto_a_symlink_is_refused() {
+    let f = memfd_pool();
+    let dir = f.dir.join("outputs");
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let folded = dir.join("stacks.folded");
+    fs::write(&folded, "main;hold_site 4096\nmain;other 100\n").unwrap();
+    let (victim, link) = symlink_to_victim(&dir, "out.svg");
+    let out = mem_trace(
+        &f,
+        "flamegraph-onto-link",
+        &[
+            "flamegraph",
+            "--from-folded",
+            text(&folded),
+            "-o",
+            text(&link),
+        ],
+        Duration::from_secs(60),
+    );
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert!(
+        !out.success()
+            && lines.len() == 1
+            && lines[0].starts_with("mem-trace: cannot write ")
+            && lines[0].contains("symbolic link"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "not yours\n");
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+
+    let plain = dir.join("plain.svg");
+    fs::write(&plain, "old\n").unwrap();
+    answer(
+        &f,
+        "flamegraph-over-file",
+        &[
+            "flamegraph",
+            "--from-folded",
+            text(&folded),
+            "-o",
+            text(&plain),
+        ],
+    );
+    assert!(fs::read_to_string(&plain).unwrap().contains("hold_site"));
+    let left: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// `MEM_TRACE_OUT` and `mem-trace run -o` with symlinks where their files go (issue 33): the
+/// library passes a report name taken by a symlink over (dangling or not), the command writes
+/// no leak section through one, and no target is touched or made.
+#[test]
+fn run_outputs_never_go_through_a_symlink() {
+    let f = memfd_pool();
+    let dir = f.dir.join("run-outputs");
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let victim = dir.join("victim");
+    fs::write(&victim, "not yours\n").unwrap();
+    let missing = dir.join("missing");
+    // The program is a shell that plants the links under its own pid, which the exec'd
+    // fixture keeps, then becomes the fixture (end of input at once: it exits, with a report).
+    let plant = r#"d="$1"; shift
+ln -s "$d/victim" "$d/mem-trace.$$.1.txt"
+ln -s "$d/missing" "$d/mem-trace.$$.2.txt"
+ln -s "$d/missing" "$d/mem-trace.$$.3.leaks.txt"
+exec "$@" </dev/null"#;
+    let out = mem_trace(
+        &f,
+        "run-onto-links",
+        &[
+            "run",
+            "-o",
+            text(&dir),
+            "--",
+            "sh",
+            "-c",
+            plant,
+            "sh",
+            text(&dir),
+            text(&f.bin),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "not yours\n");
+    assert!(!missing.exists(), "{}", out.describe());
+    let names: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let report = names
+        .iter()
+        .find(|n| n.ends_with(".3.txt"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no report 3 beside the links: {names:?}\n{}",
+                out.describe()
+            )
+        });
+    let text = fs::read_to_string(dir.join(report)).unwrap();
+    assert!(
+        text.contains("(at exit)") && text.contains("leak check"),
+        "{text}"
+    );
 }
