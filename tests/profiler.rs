@@ -241,3 +241,66 @@ fn out_dir_gets_numbered_files_and_never_clobbers() {
 fn rust_frames_are_named_with_rust_paths() {
     fixture_run(&rust_fixture("rust_frames.rs"), "profile").run();
 }
+
+/// Runs `job` plain, then under the profiler build; both must succeed with the same stdout.
+/// Needs root: the programs drop root's privileges.
+fn same_as_plain_under_the_profiler(mut job: Job) -> common::Output {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "{}: the test drops root's privileges: run it as root, as .ci/run does",
+        job.label
+    );
+    let plain = job.run(false);
+    assert!(plain.success(), "fails even plain:\n{}", plain.describe());
+    job.env.push((
+        "LD_PRELOAD".into(),
+        profiler_library().display().to_string(),
+    ));
+    job.env.push(("MEM_TRACE_LEAKS".into(), "0".into()));
+    job.label.push_str(".profiler");
+    let profiled = job.run(false);
+    assert!(
+        profiled.success() && profiled.stdout == plain.stdout,
+        "not as plain under the profiler build:\n{}----- plain -----\n{}",
+        profiled.describe(),
+        plain.describe()
+    );
+    profiled
+}
+
+/// `setpriv` keeps its capabilities across setresuid and raises them again in its own thread
+/// only, then calls setresgid: the profiler's thread, asked by glibc to change its gid too,
+/// must not be left without them (glibc aborts when one thread fails; issue 33).
+#[test]
+fn setpriv_drops_privileges_under_the_profiler() {
+    let f = c_fixture("credentials.c", &["-pthread"]);
+    let mut job = Job::new("setpriv", "setpriv");
+    job.args = ["--reuid=65534", "--regid=65534", "--clear-groups", "id"]
+        .map(String::from)
+        .to_vec();
+    job.log_dir = Some(f.dir.clone());
+    job.cwd = Some(f.dir.clone());
+    job.no_core_dump = true;
+    same_as_plain_under_the_profiler(job);
+}
+
+/// The same sequence as setpriv's in a C program, and setgroups, setresgid and setresuid with
+/// the program's threads running: every thread, the profiler's too, ends with the new
+/// credentials, and the profiler's thread is there again after the changes.
+#[test]
+fn credential_changes_under_the_profiler() {
+    let f = c_fixture("credentials.c", &["-pthread"]);
+    for mode in ["keepcaps", "threads"] {
+        let mut job = Job::fixture(&f);
+        job.args = vec![mode.to_string()];
+        job.label = format!("credentials-{mode}");
+        let out = same_as_plain_under_the_profiler(job);
+        assert!(
+            out.stderr.contains("profiler thread: there"),
+            "{}",
+            out.describe()
+        );
+    }
+}

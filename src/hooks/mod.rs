@@ -1,5 +1,7 @@
-//! The exported malloc family, and the two other entry points the tracer needs to see
-//! (`pthread_create` for stack bounds, `dlclose` for module unloads). Nothing else lives here.
+//! The exported malloc family, and the other entry points the tracer needs to see
+//! (`pthread_create` for stack bounds, `dlclose` for module unloads, and in profiler builds
+//! the credential changes, which the profiler's thread must not be there for). Nothing else
+//! lives here.
 //!
 //! Each hook is the same few lines: enter the reentrancy guard, call glibc, record if this was
 //! the outermost entry (`malloc` and `calloc` first try a block the quarantine recycles, see
@@ -16,5 +18,7 @@
 
 mod aligned;
 mod alloc;
+#[cfg(feature = "profiler")]
+mod credentials;
 mod dlclose;
 mod threads;

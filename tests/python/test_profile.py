@@ -331,6 +331,36 @@ class ProfileTextTests(unittest.TestCase):
             "    #0 0x2000 in churn_site at /src/p.c:64",
         ])
 
+    def test_impossible_numbers_are_flagged(self):
+        # The twin of impossible_numbers_are_flagged in crates/read/src/answer/tests/profile.rs.
+        b = TraceBuilder()
+        b.flags = 3
+        b.profile = {"resets": 0}
+        b.live_bytes, b.peak_bytes, b.peak_seq = 2**64 - 1, 4096, 5
+        b.add_thread(10, "prog", own_live=8192, peak_bytes=4096, allocated_bytes=8192)
+        fine, wrapped = b.add_stack([0x1000]), b.add_stack([0x2000])
+        b.add_counter(fine, live_bytes=4096, live_blocks=1, total_bytes=4096, total_blocks=1,
+                      last_seq=2)
+        b.add_counter(wrapped, live_bytes=-4096, total_bytes=4096, total_blocks=1, last_seq=3)
+        img, header, _ = b.build()
+        t = Tracer.open(img, header)
+        flags = [
+            "inconsistent tables: live bytes 18446744073709551615 above the peak 4096",
+            "inconsistent tables: thread 1 live bytes 8192 above its peak 4096",
+            "inconsistent tables: the counters of 1 stack sum below zero or to more live than "
+            f"ever allocated (stack {wrapped} first)",
+        ]
+        out = profile.top_lines(profile.TopFacts.read(t, "live"), lookups(t), 10)
+        self.assertEqual(out[:4], [
+            "live: 18446744073709551615 bytes in 0 blocks; peak: 4096 bytes; phase 1 (no reset)",
+            *flags,
+        ])
+        out = profile.peaks_lines(profile.PeaksFacts.read(t), lookups(t), 1)
+        self.assertEqual(out[3:7], [*flags, "threads: 1"])
+        t = self.tracer()
+        out = profile.top_lines(profile.TopFacts.read(t, "live"), lookups(t), 10)
+        self.assertFalse([line for line in out if line.startswith("inconsistent")], out)
+
     def test_without_the_profiler(self):
         t = self.tracer(profiler=False)
         with self.assertRaises(profile.NotProfiler) as e:

@@ -13,7 +13,7 @@ use inferno::flamegraph::color::{BasicPalette, Palette};
 use inferno::flamegraph::{self as inferno_fg, Options};
 use std::fs;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `mem-trace flamegraph`.
 pub fn command(args: &FlamegraphArgs) -> Result<()> {
@@ -89,19 +89,73 @@ pub fn svg(folded: &str, title: &str, by: By, out: impl Write) -> io::Result<()>
 }
 
 /// Writes to `path` (`-`: standard output) through `write`; a failure is one line naming it.
+///
+/// A file is written whole under a new name beside `path`, then renamed over it: an existing
+/// file is replaced, never truncated in place, so a symlink planted at `path` (on a shared
+/// machine, where this may run as root) cannot make us write through it. A `path` that is a
+/// symlink is refused outright.
 pub fn write_to(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
-    let result = if path == Path::new("-") {
+    let cannot =
+        |e: &dyn std::fmt::Display| Error::new(format!("cannot write {}: {e}", path.display()));
+    if path == Path::new("-") {
         let stdout = io::stdout();
         let mut lock = stdout.lock();
-        write(&mut lock).and_then(|()| lock.flush())
-    } else {
-        fs::File::create(path).and_then(|f| {
-            let mut w = io::BufWriter::new(f);
-            write(&mut w)?;
-            w.flush()
-        })
+        return write(&mut lock)
+            .and_then(|()| lock.flush())
+            .map_err(|e| cannot(&e));
+    }
+    if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(cannot(&"it is a symbolic link"));
+    }
+    let (tmp, file) = new_file_beside(path).map_err(|e| cannot(&e))?;
+    let mut w = io::BufWriter::new(file);
+    let written = write(&mut w)
+        .and_then(|()| w.flush())
+        .and_then(|()| fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(cannot(&e));
+    }
+    Ok(())
+}
+
+/// A file made for `path`'s contents in its directory, under a name no other file has
+/// (`O_CREAT | O_EXCL`, which follows no symlink either), and its path.
+fn new_file_beside(path: &Path) -> io::Result<(PathBuf, fs::File)> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other("not a file name"))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
     };
-    result.map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+    let mut tries = 0;
+    loop {
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".{}.{tries}.tmp", std::process::id()));
+        let tmp = dir.join(tmp_name);
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes `bytes` to a new file at `path`; false if a file (or a symlink) is there already or
+/// it cannot be made.
+pub fn write_new(path: &Path, bytes: &[u8]) -> bool {
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes))
+        .is_ok()
 }
 
 fn unblock_signals() {

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..layout import Counts, Header, Profile, Thread, Tracer
+from ..layout import Counts, Header, Profile, Thread, Tracer, signed64
 from .parts import Lookups, stack_lines, thread_details, thread_text
 
 # What --by accepts, and how each ranking is named in the answer.
@@ -103,6 +103,33 @@ def rank_thread_blocks(tracer: Tracer, thread: int, by: str) -> Tuple[List[Ranke
     return ranked, sum(r.bytes for r in ranked), sum(r.blocks for r in ranked)
 
 
+def inconsistencies(header: Header, threads: Sequence[Thread],
+                    counts: Dict[int, Counts]) -> List[str]:
+    """What no consistent tables hold, one line each: global or per-thread live bytes above
+    their peak (a count that went below zero reads as a number near 2^64, above any peak),
+    and stacks whose counters sum below zero or to more live than ever allocated (sums that
+    wrapped). A core is exact, so there they mean corrupt tables; a running process may also
+    be caught between two of its updates."""
+    out = []
+    if header.live_bytes > header.peak_bytes:
+        out.append(f"inconsistent tables: live bytes {header.live_bytes} above the peak "
+                   f"{header.peak_bytes}")
+    for t in threads:
+        if t.live_bytes > t.peak_bytes:
+            out.append(f"inconsistent tables: {thread_text(t.index)} live bytes {t.live_bytes} "
+                       f"above its peak {t.peak_bytes}")
+    wrong = [
+        stack for stack, c in sorted(counts.items())
+        if any(signed64(n) < 0 for n in (c.live_bytes_raw, c.live_blocks_raw, c.total_bytes_raw,
+                                         c.total_blocks_raw, c.peak_bytes_raw, c.peak_blocks_raw))
+        or c.live_bytes_raw > c.total_bytes_raw or c.live_blocks_raw > c.total_blocks_raw
+    ]
+    if wrong:
+        out.append(f"inconsistent tables: the counters of {plural(len(wrong), 'stack')} sum below "
+                   f"zero or to more live than ever allocated (stack {wrong[0]} first)")
+    return out
+
+
 @dataclass(frozen=True)
 class TopFacts:
     """What a ranking needs: the process-wide figures and the ranked stacks."""
@@ -116,15 +143,20 @@ class TopFacts:
     thread: Optional[int] = None
     thread_bytes: int = 0
     thread_blocks: int = 0
+    # The inconsistencies() lines.
+    inconsistent: Tuple[str, ...] = ()
 
     @classmethod
     def read(cls, tracer: Tracer, by: str, thread: Optional[int] = None) -> "TopFacts":
         profile = require_profiler(tracer)
         live_blocks = tracer.totals().live_blocks
+        counts = tracer.stack_counts()
+        flags = tuple(inconsistencies(tracer.header, tracer.threads(), counts))
         if thread is None:
-            return cls(tracer.header, profile, live_blocks, by, rank(tracer.stack_counts(), by))
+            return cls(tracer.header, profile, live_blocks, by, rank(counts, by),
+                       inconsistent=flags)
         ranked, n, count = rank_thread_blocks(tracer, thread, by)
-        return cls(tracer.header, profile, live_blocks, by, ranked, thread, n, count)
+        return cls(tracer.header, profile, live_blocks, by, ranked, thread, n, count, flags)
 
 
 def plural(n: int, word: str) -> str:
@@ -172,7 +204,7 @@ def ranking_lines(ranked: Sequence[Ranked], by: str, n: int, lookups: Lookups,
 def top_lines(facts: TopFacts, lookups: Lookups, n: int,
               max_frames: Optional[int] = None) -> List[str]:
     """The answer of `mtrace-top`."""
-    out = [summary_line(facts)]
+    out = [summary_line(facts), *facts.inconsistent]
     what = ""
     if facts.thread is not None:
         out.append(
@@ -193,17 +225,21 @@ class PeaksFacts:
     live_blocks: int
     threads: Sequence[Thread]
     ranked: Sequence[Ranked]
+    # The inconsistencies() lines.
+    inconsistent: Tuple[str, ...] = ()
 
     @classmethod
     def read(cls, tracer: Tracer) -> "PeaksFacts":
         profile = require_profiler(tracer)
         threads = tracer.threads()
+        counts = tracer.stack_counts()
         return cls(
             header=tracer.header,
             profile=profile,
             live_blocks=tracer.totals().live_blocks,
             threads=tuple(threads),
-            ranked=rank(tracer.stack_counts(), "peak"),
+            ranked=rank(counts, "peak"),
+            inconsistent=tuple(inconsistencies(tracer.header, threads, counts)),
         )
 
 
@@ -225,6 +261,7 @@ def peaks_lines(facts: PeaksFacts, lookups: Lookups, n: int,
         f"peak: {plural(h.peak_bytes, 'byte')} (at event #{h.peak_seq}, "
         f"{'since the start' if facts.profile.resets == 0 else 'since the last reset'})",
         f"{phase_text(facts.profile)}",
+        *facts.inconsistent,
         f"threads: {len(facts.threads)}",
     ]
     out += [thread_line(lookups, t) for t in facts.threads]

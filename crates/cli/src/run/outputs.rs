@@ -61,7 +61,9 @@ pub fn complete(dir: &Path, by: By) -> Vec<Report> {
             let kind = kind(&text).to_string();
             let leaks = leak_section(&text).and_then(|section| {
                 let path = txt.with_extension("leaks.txt");
-                (path.exists() || fs::write(&path, section).is_ok()).then_some(path)
+                // Never through a symlink someone left in the directory: only a new file.
+                let there = fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file());
+                (there || flamegraph::write_new(&path, section.as_bytes())).then_some(path)
             });
             let svg = draw_if_missing(&txt, by);
             Report {
@@ -103,7 +105,7 @@ fn leak_section(text: &str) -> Option<String> {
 /// The `.svg` beside `txt`, drawn from its `.folded` if the library did not draw it.
 fn draw_if_missing(txt: &Path, by: By) -> Option<PathBuf> {
     let svg = txt.with_extension("svg");
-    if svg.exists() {
+    if fs::symlink_metadata(&svg).is_ok_and(|m| m.file_type().is_file()) {
         return Some(svg);
     }
     let folded_path = txt.with_extension("folded");

@@ -120,6 +120,17 @@ pub(crate) fn forked() {
     }
 }
 
+/// Runs `change`, a call that changes the process's credentials (`setuid`, `setgroups` and
+/// the rest, which glibc repeats in every thread and aborts on if any one fails), with no
+/// thread of the tracer's in the process: the profiler thread stops first and is made again
+/// after, from the calling thread.
+pub fn changing_credentials<T>(change: impl FnOnce() -> T) -> T {
+    #[cfg(feature = "profiler")]
+    return reporter::without_thread(change);
+    #[cfg(not(feature = "profiler"))]
+    change()
+}
+
 /// From the library's destructor, in the thread that called `exit`: the exit report with the
 /// leak check (`MEM_TRACE_LEAKS`).
 pub(crate) fn exiting() {

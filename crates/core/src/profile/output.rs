@@ -1,6 +1,7 @@
 //! Where a report goes: standard error, or with `MEM_TRACE_OUT=DIR` a file of its own,
 //! `DIR/mem-trace.<pid>.<n>.txt`, created with `O_EXCL` so an existing file is never
-//! overwritten (the next free `n` is taken instead). Files that go with a report (its folded
+//! overwritten (the next free `n` is taken instead), nor a symlink followed (`O_EXCL` fails on
+//! one, dangling or not; `O_NOFOLLOW` says so again). Files that go with a report (its folded
 //! stacks, its flame graph) take the same name with their own extension.
 
 use crate::config;
@@ -30,20 +31,22 @@ pub(crate) fn open() -> (Out, Option<PathBuf>) {
         let fd = unsafe {
             libc::open(
                 path.as_c(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
                 0o644,
             )
         };
         if fd >= 0 {
             return (Out::owning(fd), Some(path));
         }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        // ELOOP: a symlink under that name, passed over as a file there is.
+        if errno != Some(libc::EEXIST) && errno != Some(libc::ELOOP) {
             let mut err = Out::stderr();
             let _ = writeln!(
                 err,
                 "mem-trace: cannot create {}: {}; report on stderr",
                 path.as_str(),
-                std::io::Error::last_os_error()
+                std::io::Error::from_raw_os_error(errno.unwrap_or(0))
             );
             return (err, None);
         }
@@ -59,7 +62,7 @@ pub(crate) fn sibling(report: &PathBuf, ext: &str) -> Option<(Out, PathBuf)> {
     let fd = unsafe {
         libc::open(
             path.as_c(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             0o644,
         )
     };

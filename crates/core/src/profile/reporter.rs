@@ -3,27 +3,59 @@
 //!
 //! It sleeps in `poll` on an eventfd with the interval as timeout: no spinning, no CPU while
 //! idle. It is started from the library's constructor only when it has work (an interval or a
-//! snapshot signal), detached, with every signal blocked (so the program's signals, ours
-//! included, are delivered to the program's threads). It never counts as the program's: it is
-//! created and runs inside the reentrancy guard, so whatever glibc allocates for it (its TLS
-//! vector) and anything it allocates pass through untraced, and its Rust allocations come from
-//! the arena. It does not keep the process alive (`exit` ends it wherever it is) and nothing
-//! at exit waits for it except the exit report, for at most a second, for the right to
-//! symbolize. In a forked child, which inherits neither the thread nor (usefully) the eventfd,
-//! both are made again.
+//! snapshot signal), with every signal blocked (so the program's signals, ours included, are
+//! delivered to the program's threads). It never counts as the program's: it is created and
+//! runs inside the reentrancy guard, so whatever glibc allocates for it (its TLS vector) and
+//! anything it allocates pass through untraced, and its Rust allocations come from the arena.
+//! It does not keep the process alive (`exit` ends it wherever it is) and nothing at exit waits
+//! for it except the exit report, for at most a second, for the right to symbolize. In a
+//! forked child, which inherits neither the thread nor (usefully) the eventfd, both are made
+//! again.
+//!
+//! While the program changes its credentials ([`without_thread`]) the thread is not there:
+//! glibc makes every thread repeat a `setuid` or `setgroups` and aborts when one fails, and
+//! ours would, holding none of the capabilities the program keeps or raises in its own thread
+//! (`PR_SET_KEEPCAPS`, `capset`: `setpriv` does both). It is made again afterwards from the
+//! calling thread, so it starts with that thread's credentials.
 
 use crate::config;
 use crate::guard;
 use crate::out::Out;
 use crate::profile::report::{self, Kind};
 use crate::report::frames::Printing;
+use crate::sync::SpinLock;
 use core::fmt::Write;
-use core::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU32,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
-/// The eventfd the signal handler writes to and the thread polls (-1: none).
+/// The eventfd the signal handler writes to and the thread polls (-1: none, or the program
+/// closed it).
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 /// Set when the exit report begins: the thread writes no more reports.
 static EXITING: AtomicBool = AtomicBool::new(false);
+/// Set once the constructor has made the thread: a forked child makes its own.
+static STARTED: AtomicBool = AtomicBool::new(false);
+/// Non-zero asks the thread to return; a futex word, so a thread waiting on it wakes at once.
+static STOP: AtomicU32 = AtomicU32::new(0);
+
+/// The thread and the credential changes under way.
+struct Thread {
+    /// The running thread's `pthread_t` (joinable), as a word: an integer in glibc, a pointer
+    /// in musl.
+    running: Option<usize>,
+    /// Credential changes in progress: the thread is made again when the last one ends.
+    changes: u32,
+    /// Whether the first of them stopped a thread.
+    stopped: bool,
+}
+
+static THREAD: SpinLock<Thread> = SpinLock::new(Thread {
+    running: None,
+    changes: 0,
+    stopped: false,
+});
 
 /// Starts the thread and installs the snapshot signal, if configured.
 pub(crate) fn start() {
@@ -32,21 +64,43 @@ pub(crate) fn start() {
     if interval == 0 && sig == 0 {
         return;
     }
-    if spawn() && sig != 0 {
-        super::signal::install(sig);
+    if !make_eventfd() {
+        return;
+    }
+    let mut thread = THREAD.lock();
+    thread.running = make_thread();
+    if thread.running.is_some() {
+        STARTED.store(true, Relaxed);
+        if sig != 0 {
+            super::signal::install(sig);
+        }
     }
 }
 
 /// In a forked child: a new eventfd (the inherited one is shared with the parent, whose
 /// thread would get the child's snapshots) and a new thread.
 pub(crate) fn forked() {
-    let old = WAKE_FD.swap(-1, Relaxed);
-    if old < 0 {
+    if !STARTED.load(Relaxed) {
         return;
     }
-    // SAFETY: the descriptor is ours (made by `spawn` in the parent).
-    unsafe { libc::close(old) };
-    spawn();
+    // The child's only thread is the one that forked, which was not changing credentials (it
+    // was in fork): whatever the lock and the state say belongs to the parent's threads.
+    THREAD.raw().unlock();
+    let mut thread = THREAD.lock();
+    *thread = Thread {
+        running: None,
+        changes: 0,
+        stopped: false,
+    };
+    STOP.store(0, Relaxed);
+    let old = WAKE_FD.swap(-1, Relaxed);
+    if old >= 0 {
+        // SAFETY: the descriptor is ours (made by `make_eventfd` in the parent).
+        unsafe { libc::close(old) };
+    }
+    if make_eventfd() {
+        thread.running = make_thread();
+    }
 }
 
 /// Async-signal-safe: wakes the thread for a snapshot.
@@ -62,6 +116,69 @@ pub(crate) fn wake() {
 /// The exit report begins: no more reports from the thread.
 pub(crate) fn stop() {
     EXITING.store(true, Relaxed);
+}
+
+/// Runs `change`, a call that changes the process's credentials, with the thread stopped,
+/// and makes it again after the last of such calls in progress.
+pub(crate) fn without_thread<T>(change: impl FnOnce() -> T) -> T {
+    {
+        let mut thread = THREAD.lock();
+        if thread.changes == 0 {
+            thread.stopped = match thread.running.take() {
+                Some(t) => {
+                    end(t);
+                    true
+                }
+                None => false,
+            };
+        }
+        thread.changes += 1;
+    }
+    let result = change();
+    // SAFETY: __errno_location returns this thread's errno: the change's, kept for its
+    // caller across the thread's creation.
+    let errno = unsafe { *libc::__errno_location() };
+    {
+        let mut thread = THREAD.lock();
+        thread.changes -= 1;
+        if thread.changes == 0 && thread.stopped {
+            thread.stopped = false;
+            thread.running = make_thread();
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    result
+}
+
+/// Asks the thread `t` to return and waits until it has.
+fn end(t: usize) {
+    STOP.store(1, Release);
+    // SAFETY: wakes whoever waits on the STOP word (a thread with no eventfd left to poll).
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            STOP.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+    // The thread returns before reading what this adds; taken back below.
+    wake();
+    // SAFETY: `t` is the joinable thread `make_thread` made, joined only here, once (it was
+    // taken out of `THREAD.running` under the lock).
+    unsafe { libc::pthread_join(t as libc::pthread_t, core::ptr::null_mut()) };
+    STOP.store(0, Relaxed);
+    let fd = WAKE_FD.load(Relaxed);
+    if fd >= 0 {
+        let mut n = 0u64;
+        // SAFETY: reads the (non-blocking) eventfd's counter into a local.
+        let read = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
+        if read == 8 && n > 1 {
+            // A snapshot signal came meanwhile: the next thread reports it.
+            wake();
+        }
+    }
 }
 
 /// The right to symbolize, waiting up to about a second for the thread (or a `print_trace`)
@@ -85,8 +202,30 @@ fn sleep_ms(ms: u64) {
     unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
 }
 
-/// Makes the eventfd and the thread; false if either cannot be made (said on stderr).
-fn spawn() -> bool {
+/// Sleeps `ms` milliseconds (forever if `None`) or until the thread is asked to stop.
+fn sleep_until_stopped(ms: Option<u64>) {
+    let ts = ms.map(|ms| libc::timespec {
+        tv_sec: (ms / 1000).min(i32::MAX as u64) as _,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    });
+    let timeout = ts
+        .as_ref()
+        .map_or(core::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: waits while the STOP word is 0, at most the duration `timeout` points to (a
+    // local) if any.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            STOP.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            0,
+            timeout,
+        )
+    };
+}
+
+/// Makes the eventfd; false if it cannot be made (said on stderr).
+fn make_eventfd() -> bool {
     // SAFETY: creates a descriptor; no memory is touched.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if fd < 0 {
@@ -98,22 +237,24 @@ fn spawn() -> bool {
         return false;
     }
     WAKE_FD.store(fd, Relaxed);
+    true
+}
+
+/// Makes the thread (joinable); `None` if it cannot be made (said on stderr).
+fn make_thread() -> Option<usize> {
     // Inside the guard: glibc's allocations for the new thread are not the program's.
     let was_busy = guard::set_busy(true);
-    // SAFETY: sigset and attr are initialised by the calls that fill them before use, and
-    // the previous signal mask is restored; the start routine is a function of this library.
+    // Zeroed rather than 0: an integer in glibc, a pointer in musl.
+    // SAFETY: all-zero bytes are a valid pthread_t of either kind.
+    let mut t: libc::pthread_t = unsafe { core::mem::zeroed() };
+    // SAFETY: the sigsets are initialised by the calls that fill them before use, and the
+    // previous signal mask is restored; the start routine is a function of this library.
     let rc = unsafe {
         let mut all: libc::sigset_t = core::mem::zeroed();
         let mut old: libc::sigset_t = core::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        libc::pthread_attr_init(&mut attr);
-        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-        // Zeroed rather than 0: an integer in glibc, a pointer in musl.
-        let mut t: libc::pthread_t = core::mem::zeroed();
-        let rc = libc::pthread_create(&mut t, &attr, run, core::ptr::null_mut());
-        libc::pthread_attr_destroy(&mut attr);
+        let rc = libc::pthread_create(&mut t, core::ptr::null(), run, core::ptr::null_mut());
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         rc
     };
@@ -124,9 +265,9 @@ fn spawn() -> bool {
             "mem-trace: no profiler thread: pthread_create: {}",
             std::io::Error::from_raw_os_error(rc)
         );
-        return false;
+        return None;
     }
-    true
+    Some(t as usize)
 }
 
 extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
@@ -137,40 +278,29 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     let interval = config::PROFILE_INTERVAL_MS.load(Relaxed);
     let mut next = now_ms() + interval;
     loop {
+        if STOP.load(Acquire) != 0 {
+            return core::ptr::null_mut();
+        }
         let fd = WAKE_FD.load(Relaxed);
-        let timeout = if interval == 0 {
-            -1
+        if EXITING.load(Relaxed) || (fd < 0 && interval == 0) {
+            // Nothing more to do until asked to stop; `exit` ends the thread.
+            sleep_until_stopped(None);
+            continue;
+        }
+        let wait = next.saturating_sub(now_ms());
+        let snapshot = if fd < 0 {
+            sleep_until_stopped(Some(wait));
+            false
         } else {
-            next.saturating_sub(now_ms()).min(i32::MAX as u64) as i32
+            poll(fd, interval, wait)
         };
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd on our stack.
-        let r = unsafe { libc::poll(&mut p, 1, timeout) };
-        if EXITING.load(Relaxed) {
-            // Nothing more to do; `exit` ends the thread.
-            loop {
-                sleep_ms(1 << 20);
-            }
+        if STOP.load(Acquire) != 0 || EXITING.load(Relaxed) {
+            continue;
         }
-        let snapshot = r > 0 && p.revents & libc::POLLIN != 0 && {
-            let mut n = 0u64;
-            // SAFETY: reads the eventfd's 8-byte counter into a local (and so resets it:
-            // signals that arrived meanwhile make this one report).
-            unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) == 8 }
-        };
-        if r > 0 && p.revents & (libc::POLLNVAL | libc::POLLERR) != 0 {
-            // The program closed our descriptor (a daemon closing every fd): snapshots are
-            // over; periodic reports go on, timed by sleeping.
-            if interval == 0 {
-                return core::ptr::null_mut();
-            }
-            sleep_ms(next.saturating_sub(now_ms()));
-        }
-        if snapshot {
+        let mut n = 0u64;
+        // SAFETY: reads the eventfd's 8-byte counter into a local (and so resets it: signals
+        // that arrived meanwhile make this one report).
+        if snapshot && unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) } == 8 {
             write(Kind::Snapshot);
         }
         if interval != 0 && now_ms() >= next {
@@ -178,6 +308,30 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             next = now_ms() + interval;
         }
     }
+}
+
+/// Waits on the eventfd `fd` for a snapshot, at most `wait_ms` if there is an `interval`;
+/// whether one came. A descriptor the program closed (a daemon closing every fd) ends
+/// snapshots: periodic reports go on, timed by sleeping.
+fn poll(fd: i32, interval: u64, wait_ms: u64) -> bool {
+    let timeout = if interval == 0 {
+        -1
+    } else {
+        wait_ms.min(i32::MAX as u64) as i32
+    };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on our stack.
+    let r = unsafe { libc::poll(&mut p, 1, timeout) };
+    if r > 0 && p.revents & (libc::POLLNVAL | libc::POLLERR) != 0 {
+        // Not closed again, nor written to, by us: the number may be the program's now.
+        WAKE_FD.store(-1, Relaxed);
+        return false;
+    }
+    r > 0 && p.revents & libc::POLLIN != 0
 }
 
 fn write(kind: Kind) {

@@ -135,6 +135,8 @@ pub struct TopFacts {
     pub thread_bytes: u64,
     /// Live blocks of `thread`.
     pub thread_blocks: u64,
+    /// The [`inconsistencies`] lines.
+    pub inconsistent: Vec<String>,
 }
 
 impl TopFacts {
@@ -151,8 +153,9 @@ impl TopFacts {
         }
         let peaks = require_profiler(tables)?;
         let live_blocks = tables.totals()?.blocks;
+        let counts = tables.stack_counts()?.unwrap_or_default();
+        let inconsistent = inconsistencies(&peaks, &tables.threads()?, &counts);
         let Some(index) = thread else {
-            let counts = tables.stack_counts()?.unwrap_or_default();
             return Ok(TopFacts {
                 peaks,
                 live_blocks,
@@ -161,6 +164,7 @@ impl TopFacts {
                 thread: None,
                 thread_bytes: 0,
                 thread_blocks: 0,
+                inconsistent,
             });
         };
         let mut ranked: Vec<Ranked> = thread_live(tables, index)?
@@ -181,6 +185,7 @@ impl TopFacts {
             thread_blocks: ranked.iter().map(|r| r.blocks).sum(),
             ranked,
             thread: Some(index),
+            inconsistent,
         })
     }
 }
@@ -213,6 +218,62 @@ pub fn thread_live<M: Memory + ?Sized>(
     let blocks = tables.blocks()?;
     let mine = blocks.iter().filter(|b| b.thread == index);
     Ok(sum_by_stack(mine.map(|b| (b.stack, b.size))))
+}
+
+/// What no consistent tables hold, one line each: global or per-thread live bytes above
+/// their peak (a count that went below zero reads as a number near 2^64, above any peak), and
+/// stacks whose counters sum below zero or to more live than ever allocated (sums that
+/// wrapped). A core is exact, so there they mean corrupt tables; a running process may also
+/// be caught between two of its updates.
+pub fn inconsistencies(
+    peaks: &Peaks,
+    threads: &[(u32, Thread)],
+    counts: &BTreeMap<u32, Counts>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if peaks.live_bytes > peaks.peak_bytes {
+        out.push(format!(
+            "inconsistent tables: live bytes {} above the peak {}",
+            peaks.live_bytes, peaks.peak_bytes
+        ));
+    }
+    for (index, t) in threads {
+        if t.live_bytes > t.peak_bytes {
+            out.push(format!(
+                "inconsistent tables: {} live bytes {} above its peak {}",
+                thread_text(*index),
+                t.live_bytes,
+                t.peak_bytes
+            ));
+        }
+    }
+    let negative = |n: u64| (n as i64) < 0;
+    let wrong: Vec<u32> = counts
+        .iter()
+        .filter(|(_, c)| {
+            [
+                c.live_bytes,
+                c.live_blocks,
+                c.total_bytes,
+                c.total_blocks,
+                c.peak_bytes,
+                c.peak_blocks,
+            ]
+            .into_iter()
+            .any(negative)
+                || c.live_bytes > c.total_bytes
+                || c.live_blocks > c.total_blocks
+        })
+        .map(|(&stack, _)| stack)
+        .collect();
+    if let Some(first) = wrong.first() {
+        out.push(format!(
+            "inconsistent tables: the counters of {} sum below zero or to more live than ever \
+             allocated (stack {first} first)",
+            plural(wrong.len() as u64, "stack")
+        ));
+    }
+    out
 }
 
 /// `phase 1 (no reset)`: the phase is one more than the resets so far.
@@ -289,6 +350,7 @@ pub fn top_lines(
         plural(p.peak_bytes, "byte"),
         phase_text(p.resets)
     )];
+    out.extend(facts.inconsistent.iter().cloned());
     let mut what = String::new();
     if let Some(t) = facts.thread {
         out.push(format!(
@@ -322,6 +384,8 @@ pub struct PeaksFacts {
     pub threads: Vec<(u32, Thread)>,
     /// The stacks by bytes at the peak, biggest first.
     pub ranked: Vec<Ranked>,
+    /// The [`inconsistencies`] lines.
+    pub inconsistent: Vec<String>,
 }
 
 impl PeaksFacts {
@@ -333,6 +397,7 @@ impl PeaksFacts {
         Ok(PeaksFacts {
             peaks,
             live_blocks: tables.totals()?.blocks,
+            inconsistent: inconsistencies(&peaks, &threads, &counts),
             threads,
             ranked: rank(&counts, By::Peak),
         })
@@ -377,8 +442,9 @@ pub fn peaks_lines(
             p.peak_seq
         ),
         phase_text(p.resets),
-        format!("threads: {}", facts.threads.len()),
     ];
+    out.extend(facts.inconsistent.iter().cloned());
+    out.push(format!("threads: {}", facts.threads.len()));
     out.extend(
         facts
             .threads

@@ -24,7 +24,7 @@
 
 use super::{Live, Root};
 use crate::memory::Memory;
-use crate::target::{Mapping, Module, ThreadState};
+use crate::target::{regular_file, Mapping, Module, ThreadState};
 use object::elf::{FileHeader64, SHF_ALLOC, SHF_EXECINSTR, SHF_TLS, SHF_WRITE};
 use object::read::elf::{FileHeader, SectionHeader};
 use object::{Endianness, ReadRef};
@@ -143,18 +143,6 @@ fn data_roots<M: Memory + ?Sized>(
         .map(|(s, e)| Root::range(s, e))
         .collect();
     (roots, objects.len())
-}
-
-/// The file at `path` opened for reading if it is a regular file: a path from a core's notes
-/// may name anything, and opening a FIFO without a writer would wait forever.
-fn regular_file(path: &std::path::Path) -> Option<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    f.metadata().ok()?.is_file().then_some(f)
 }
 
 /// The sections of an ELF image that are allocated, writable, not code and not thread-local

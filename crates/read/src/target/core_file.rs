@@ -133,7 +133,7 @@ impl CoreMemory {
         let backing = &self.backings[range.backing];
         let file = backing
             .file
-            .get_or_init(|| File::open(&backing.path).ok())
+            .get_or_init(|| super::regular_file(&backing.path))
             .as_ref()?;
         file.read_exact_at(&mut buf[..n], range.offset + (at - range.start))
             .ok()?;

@@ -185,3 +185,17 @@ impl Target {
         self.live
     }
 }
+
+/// The file at `path` opened for reading if it is a regular file. A path from a core's notes
+/// names whatever was mapped then and may be anything by now: opening a FIFO without a writer
+/// would wait forever (hence `O_NONBLOCK`, which regular files ignore), and a device's reads
+/// could too.
+pub(crate) fn regular_file(path: &std::path::Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    f.metadata().ok()?.is_file().then_some(f)
+}

@@ -71,12 +71,9 @@ pub(super) fn find(image: &dyn Memory, dumped: &dyn Memory, mappings: &[Mapping]
     let mut found: Vec<Loaded> = runs
         .into_values()
         .filter_map(|file_runs| {
-            // The first of the longest runs.
-            let run = file_runs
-                .iter()
-                .rev()
-                .max_by_key(|run| run.len())
-                .expect("a file with a run");
+            // The first of the longest runs; none for a file mapped only past its start (a
+            // memfd pool's second half), which is no module.
+            let run = file_runs.iter().rev().max_by_key(|run| run.len())?;
             describe(image, dumped, run)
         })
         .collect();
@@ -410,6 +407,42 @@ mod tests {
         assert_eq!(same.len(), 1);
         assert_eq!(same[0].module, libc.module);
         assert_ne!(same[0].module.start, extra.as_slice().as_ptr() as u64);
+    }
+
+    /// A file mapped only from a nonzero offset (a memfd pool's second half) is no module,
+    /// and the modules beside it are still found.
+    #[test]
+    fn a_file_mapped_only_past_its_start_is_no_module() {
+        const POOL: usize = 64 << 10;
+        // SAFETY: a new memfd, sized, and its second half mapped shared; both released below.
+        let half = unsafe {
+            let fd = libc::memfd_create(c"pool".as_ptr(), libc::MFD_CLOEXEC);
+            assert!(fd >= 0 && libc::ftruncate(fd, POOL as i64) == 0);
+            let half = libc::mmap(
+                core::ptr::null_mut(),
+                POOL / 2,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                (POOL / 2) as i64,
+            );
+            libc::close(fd);
+            assert_ne!(half, libc::MAP_FAILED);
+            half
+        };
+        let maps = super::super::maps::parse(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let pool = maps
+            .iter()
+            .find(|m| m.start == half as u64)
+            .expect("the pool's mapping");
+        assert!(pool.name.starts_with("/memfd:pool") && pool.offset == (POOL / 2) as u64);
+        let me = Process::this();
+        let found = find(&me, &me, &maps);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(half, POOL / 2) };
+        assert!(found.iter().all(|l| !l.module.path.starts_with("/memfd:")));
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert!(found.iter().any(|l| l.module.path == exe));
     }
 
     #[test]

@@ -179,3 +179,58 @@ fn no_stack_to_rank() {
         ]
     );
 }
+
+/// Numbers no consistent tables hold are printed as read, each flagged (issue 33): live bytes
+/// that went below zero (read near 2^64) and above the peak, a thread's live above its peak,
+/// and a stack whose counters sum below zero.
+#[test]
+fn impossible_numbers_are_flagged() {
+    let mut b = TraceBuilder::new();
+    b.flags = 3;
+    b.profile = Some(0);
+    (b.live_bytes, b.peak_bytes, b.peak_seq) = (u64::MAX, 4096, 5);
+    b.add_thread(ThreadSpec {
+        tid: 10,
+        name: "prog".into(),
+        own_live: 8192,
+        peak_bytes: 4096,
+        allocated_bytes: 8192,
+        ..ThreadSpec::default()
+    });
+    let fine = b.add_stack(&[0x1000]);
+    let wrapped = b.add_stack(&[0x2000]);
+    b.counters.insert(fine, [4096, 1, 4096, 1, 0, 0, 2]);
+    b.counters
+        .insert(wrapped, [0u64.wrapping_sub(4096), 0, 4096, 1, 0, 0, 3]);
+    let built = b.build();
+    let flags = [
+        "inconsistent tables: live bytes 18446744073709551615 above the peak 4096".to_string(),
+        "inconsistent tables: thread 1 live bytes 8192 above its peak 4096".to_string(),
+        format!(
+            "inconsistent tables: the counters of 1 stack sum below zero or to more live than \
+             ever allocated (stack {wrapped} first)"
+        ),
+    ];
+    let lines = top(&built, By::Live, None, 10).unwrap();
+    assert_eq!(
+        lines[..4],
+        [
+            "live: 18446744073709551615 bytes in 0 blocks; peak: 4096 bytes; phase 1 (no reset)",
+            flags[0].as_str(),
+            &flags[1],
+            &flags[2]
+        ]
+    );
+    let tables = Tables::open(&built.image, built.header).unwrap();
+    let facts = PeaksFacts::read(&tables).unwrap();
+    let peaks = with_lookups(&tables, |l| peaks_lines(&facts, l, 1, None));
+    assert_eq!(peaks[3..6], flags);
+    assert_eq!(peaks[6], "threads: 1");
+    // Consistent tables: no flag.
+    let built = sites(true);
+    let lines = top(&built, By::Live, None, 10).unwrap();
+    assert!(
+        lines.iter().all(|l| !l.starts_with("inconsistent")),
+        "{lines:?}"
+    );
+}

@@ -301,3 +301,35 @@ fn opening_reports_paths_and_missing_notes() {
         )
     );
 }
+
+/// A mapped file that is a FIFO by now (`NT_FILE` names a path, whatever it has become) is
+/// not opened for reading, which would wait for a writer: what the core lacks there is
+/// unreadable at once.
+#[test]
+fn a_fifo_in_place_of_a_mapped_file_is_not_read() {
+    let fifo =
+        std::env::temp_dir().join(format!("mem-trace-core-test-{}-fifo", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    let cpath = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(cpath.as_ptr(), 0o600) }, 0);
+    let fifo = Scratch(fifo);
+    let core = Scratch::new("fifo-core", &sample_core(fifo.0.to_str().unwrap()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let core_path = core.0.clone();
+    std::thread::spawn(move || {
+        let map = FileMap::open(core_path.as_os_str().as_bytes()).unwrap();
+        let (segments, notes) = parse(map.as_slice()).unwrap();
+        let memory = CoreMemory::new(map, segments, &notes.files.unwrap());
+        let _ = tx.send((
+            read(&memory, 0x3000e, 2),
+            read(&memory, 0x3000e, 4),
+            read(&memory, 0x31000, 4),
+        ));
+    });
+    let (dumped, across, file) = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("reading a core whose mapped file is a FIFO returns");
+    assert_eq!(dumped.unwrap(), [114, 115]);
+    assert!(across.is_err() && file.is_err());
+}
