@@ -34,6 +34,7 @@ pub mod config;
 pub mod glibc_heap;
 pub mod guard;
 pub mod maps;
+mod narrow;
 pub mod out;
 mod prefetch;
 pub mod profile;

@@ -19,6 +19,7 @@
 //! under a spin lock.
 
 use crate::arena::{self, Arena};
+use crate::narrow;
 use crate::sync::SpinLock;
 use core::alloc::Layout;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -46,7 +47,8 @@ static COUNT: SpinLock<u32> = SpinLock::new(0);
 /// New nodes may be made (until [`stop_growing`]).
 static GROWING: AtomicBool = AtomicBool::new(true);
 
-type Index = HashTable<(u64, u32), Arena>;
+/// `(part of the hash, node id)`, placed by `narrow::spread` of the part.
+type Index = HashTable<(u32, u32), Arena>;
 static INDEX: [SpinLock<Index>; SHARDS] =
     [const { SpinLock::new(HashTable::new_in(Arena)) }; SHARDS];
 
@@ -111,10 +113,11 @@ fn find_or_make(growing: &AtomicBool, h: u64, parent: u32, pc: u64) -> u32 {
     // bits and tells them apart in a group by the top 7. Sharding by the top 4 left 3 bits
     // to tell entries apart, so a probe compared ~1 in 8 entries of its group in full.
     let mut index = INDEX[(h >> 48) as usize % SHARDS].lock();
-    let same = |&(eh, id): &(u64, u32)| {
-        eh == h && node(id).is_some_and(|n| n.pc == pc && n.parent == parent)
+    let p = narrow::part(h);
+    let same = |&(ep, id): &(u32, u32)| {
+        ep == p && node(id).is_some_and(|n| n.pc == pc && n.parent == parent)
     };
-    if let Some(&(_, id)) = index.find(h, same) {
+    if let Some(&(_, id)) = index.find(narrow::spread(p), same) {
         return id;
     }
     // Read only here, where a node would be made: a lookup that finds one never pays for it.
@@ -122,13 +125,13 @@ fn find_or_make(growing: &AtomicBool, h: u64, parent: u32, pc: u64) -> u32 {
         return 0;
     }
     // Room first: `insert_unique` aborts the program when it cannot grow the table.
-    if index.try_reserve(1, |&(eh, _)| eh).is_err() {
+    if index.try_reserve(1, |&(ep, _)| narrow::spread(ep)).is_err() {
         return 0;
     }
     let Some(id) = make(parent, pc) else {
         return 0;
     };
-    index.insert_unique(h, (h, id), |&(eh, _)| eh);
+    index.insert_unique(narrow::spread(p), (p, id), |&(ep, _)| narrow::spread(ep));
     id
 }
 

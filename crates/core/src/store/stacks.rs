@@ -27,6 +27,7 @@
 //! in a table, or named by a capture's cache, never reaches one.
 
 use crate::arena::{self, Arena};
+use crate::narrow;
 use crate::sync::SpinLock;
 use core::alloc::Layout;
 use core::cell::Cell;
@@ -91,7 +92,8 @@ struct Segment {
     words_left: usize,
 }
 
-type InternTable = HashTable<(u64, u32), Arena>;
+/// `(part of the hash, stack id)`, placed by `narrow::spread` of the part.
+type InternTable = HashTable<(u32, u32), Arena>;
 
 /// What storing a new record came to.
 enum Stored {
@@ -342,7 +344,10 @@ impl Interner {
         // bits to tell entries apart, so a probe compared ~1 in 8 entries of its group in
         // full.
         let mut table = self.tables[(h >> 48) as usize % INTERN_SHARDS].lock();
-        let found = table.find(h, |&(eh, id)| eh == h && same(self.root, id, frames_in));
+        let p = narrow::part(h);
+        let found = table.find(narrow::spread(p), |&(ep, id)| {
+            ep == p && same(self.root, id, frames_in)
+        });
         if let Some(&(_, id)) = found {
             return Stored::Id(id);
         }
@@ -361,12 +366,13 @@ impl Interner {
         node: u32,
     ) -> Stored {
         // Room first: `insert_unique` aborts the program when it cannot grow the table.
-        if table.try_reserve(1, |&(eh, _)| eh).is_err() {
+        if table.try_reserve(1, |&(ep, _)| narrow::spread(ep)).is_err() {
             return Stored::Failed;
         }
         let stored = self.store(frames_in, limit, node);
         if let Stored::Id(id) = stored {
-            table.insert_unique(h, (h, id), |&(eh, _)| eh);
+            let p = narrow::part(h);
+            table.insert_unique(narrow::spread(p), (p, id), |&(ep, _)| narrow::spread(ep));
         }
         stored
     }
