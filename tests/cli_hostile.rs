@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{c_fixture, mem_trace_binary, profiler_library, run_with_timeout, Fixture, Output};
+use common::{c_fixture, mem_trace_within, profiler_library, run_with_timeout, Fixture, Output};
 
 fn memfd_pool() -> Fixture {
     c_fixture("memfd_pool.c", &[])
@@ -67,16 +67,7 @@ impl Drop for Running {
 
 /// `mem-trace ARGS`, within `timeout`, logs next to the fixture.
 fn mem_trace(fixture: &Fixture, label: &str, args: &[&str], timeout: Duration) -> Output {
-    let mut cmd = Command::new(mem_trace_binary());
-    cmd.args(args).current_dir(&fixture.dir);
-    run_with_timeout(
-        cmd,
-        &fixture.dir.join(format!("mem-trace.{label}")),
-        false,
-        None,
-        timeout,
-        &format!("mem-trace {}", args.join(" ")),
-    )
+    mem_trace_within(fixture, label, args, timeout)
 }
 
 /// `mem-trace ARGS` succeeded: its stdout.

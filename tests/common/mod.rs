@@ -104,6 +104,16 @@ pub fn mem_trace_binary() -> &'static Path {
 /// `mem-trace ARGS` run in `fixture`'s directory, with a timeout, its logs beside the
 /// fixture (`mem-trace.LABEL`).
 pub fn mem_trace_run(fixture: &Fixture, label: &str, args: &[&str]) -> Output {
+    mem_trace_within(fixture, label, args, Duration::from_secs(120))
+}
+
+/// [`mem_trace_run`] within `timeout`.
+pub fn mem_trace_within(
+    fixture: &Fixture,
+    label: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> Output {
     let mut cmd = Command::new(mem_trace_binary());
     cmd.args(args).current_dir(&fixture.dir);
     run_with_timeout(
@@ -111,7 +121,7 @@ pub fn mem_trace_run(fixture: &Fixture, label: &str, args: &[&str]) -> Output {
         &fixture.dir.join(format!("mem-trace.{label}")),
         false,
         None,
-        Duration::from_secs(120),
+        timeout,
         &format!("mem-trace {}", args.join(" ")),
     )
 }
