@@ -466,6 +466,7 @@ mod tests {
         let script = String::from_utf8(script).expect("utf-8");
         for sub in [
             "run",
+            "gdb",
             "top",
             "peaks",
             "leaks",

@@ -46,8 +46,8 @@ fn locate(build_it: &str) -> Result<PathBuf> {
             let path = PathBuf::from(lib);
             if !path.is_file() {
                 return Err(Error::new(format!(
-                    "MEM_TRACE_LIB={}: no such file: set it to the profiler build of {NAME}, or \
-                     unset it to use the one beside mem-trace",
+                    "MEM_TRACE_LIB={}: no such file: set it to the path of {NAME} ({build_it}), \
+                     or unset it to use the one beside mem-trace",
                     path.display()
                 )));
             }
