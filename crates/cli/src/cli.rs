@@ -32,6 +32,9 @@ pub enum Command {
     /// Run a program with the tracer preloaded; at exit, write its report, leak report and
     /// flame graph into a directory.
     Run(RunArgs),
+    /// Start gdb on a program run under the tracer (or on a core), with the mtrace-* commands
+    /// loaded.
+    Gdb(GdbArgs),
     /// List the allocation stacks that hold the most memory, biggest last (mtrace-top).
     Top(TopArgs),
     /// Show live bytes now and at the peak, per thread, and the stacks that held the peak
@@ -96,6 +99,43 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub command: Vec<std::ffi::OsString>,
+}
+
+/// `mem-trace gdb`: the words are split by hand (`gdb::args`), since which of gdb's options
+/// take a value is gdb's to know.
+#[derive(Debug, Args)]
+#[command(
+    override_usage = "mem-trace gdb [GDB OPTIONS...] -- PROGRAM [ARGS...]\n       \
+mem-trace gdb [GDB OPTIONS...] CORE --exe PROGRAM\n       \
+mem-trace gdb [GDB OPTIONS...] PROGRAM CORE",
+    after_help = "gdb starts with the mtrace-* commands (mtrace-why, mtrace-history, \
+mtrace-info, mtrace-top, mtrace-peaks, mtrace-leaks) already defined, taken from the library, \
+and runs PROGRAM with the library preloaded (LD_PRELOAD: the library, then yours) on every \
+`run`, through gdb's exec-wrapper. GDB OPTIONS (-batch, -q, -nx, -ex CMD, -x FILE, ...) are \
+passed to gdb as they are. The library is libmem_trace.so beside this binary, or \
+$MEM_TRACE_LIB; either build will do. The exit status is gdb's. Attaching (-p PID) is not \
+supported yet."
+)]
+pub struct GdbArgs {
+    /// gdb's options, verbatim; or (without `--`) gdb's options and a core and its program.
+    #[arg(value_name = "GDB OPTIONS", allow_hyphen_values = true, num_args = 0..)]
+    pub options: Vec<std::ffi::OsString>,
+    /// The program and its arguments, after `--`.
+    #[arg(value_name = "PROGRAM", last = true)]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+impl GdbArgs {
+    /// The words as typed, `--` included: clap takes the first `--` away, and whether there
+    /// was one tells a program with arguments from a core.
+    pub fn words(&self) -> Vec<std::ffi::OsString> {
+        let mut words = self.options.clone();
+        if !self.command.is_empty() {
+            words.push("--".into());
+            words.extend(self.command.iter().cloned());
+        }
+        words
+    }
 }
 
 /// `mem-trace run --mode`: the library's `MEM_TRACE_MODE`.
@@ -426,6 +466,7 @@ mod tests {
         let script = String::from_utf8(script).expect("utf-8");
         for sub in [
             "run",
+            "gdb",
             "top",
             "peaks",
             "leaks",
@@ -480,6 +521,26 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(r.command, ["--weird"]);
+    }
+
+    #[test]
+    fn gdb_gets_every_word_verbatim_even_a_leading_double_dash() {
+        let words = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["mem-trace", "gdb"].iter().chain(args)).unwrap();
+            let Command::Gdb(g) = cli.command else {
+                panic!("not gdb")
+            };
+            g.words()
+        };
+        for args in [
+            &["--", "./p", "a", "b"][..],
+            &["-batch", "-ex", "run", "--", "./p", "--", "-x"],
+            &["-q", "core", "--exe", "./p"],
+            &["--exe=./p", "core"],
+            &[],
+        ] {
+            assert_eq!(words(args), args, "mem-trace gdb {args:?}");
+        }
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! - [`cli`]: the command line (clap);
 //! - [`run`]: `mem-trace run PROGRAM`: the program under the tracer, its status passed on, its
 //!   reports and flame graphs in a directory;
+//! - [`gdb`]: `mem-trace gdb -- PROGRAM`: gdb on the program under the tracer, or on a core,
+//!   with the `mtrace-*` commands loaded;
 //! - [`stacks`]: a target's stacks with their counts, symbolized (what flame graphs and DHAT's
 //!   JSON are made of);
 //! - [`flamegraph`]: folded stacks and SVG flame graphs drawn with `inferno`;
@@ -21,6 +23,7 @@ pub mod cli;
 pub mod dhat;
 pub mod error;
 pub mod flamegraph;
+pub mod gdb;
 pub mod progress;
 pub mod readers;
 pub mod run;
@@ -33,6 +36,7 @@ use error::Result;
 pub fn dispatch(cli: Cli) -> Result<u8> {
     match cli.command {
         Command::Run(a) => run::run(&a),
+        Command::Gdb(a) => gdb::gdb(&a),
         Command::Flamegraph(a) => flamegraph::command(&a).map(|()| 0),
         Command::Dhat(a) => dhat::command(&a).map(|()| 0),
         Command::Top(a) => readers::top(&a).map(|()| 0),

@@ -25,14 +25,14 @@ const CANNOT_RUN: u8 = 126;
 const NOT_FOUND: u8 = 127;
 
 /// `program` as `execvp` finds it: a name with a `/` as it is, else the first executable file
-/// of that name in `$PATH`.
-pub fn resolve(program: &OsStr) -> Result<PathBuf> {
+/// of that name in `$PATH`. `who` (`run`, `gdb`) begins the error's line.
+pub fn resolve(who: &str, program: &OsStr) -> Result<PathBuf> {
     let shown = Path::new(program).display();
     if program.as_bytes().contains(&b'/') {
         let path = PathBuf::from(program);
         if !path.exists() {
             return Err(Error::with_code(
-                format!("run: {shown}: no such file"),
+                format!("{who}: {shown}: no such file"),
                 NOT_FOUND,
             ));
         }
@@ -45,7 +45,7 @@ pub fn resolve(program: &OsStr) -> Result<PathBuf> {
         .ok_or_else(|| {
             Error::with_code(
                 format!(
-                    "run: {shown}: command not found (not in PATH; give its path, e.g. ./{shown})"
+                    "{who}: {shown}: command not found (not in PATH; give its path, e.g. ./{shown})"
                 ),
                 NOT_FOUND,
             )

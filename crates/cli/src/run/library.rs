@@ -1,4 +1,5 @@
-//! Which `libmem_trace.so` `mem-trace run` preloads, and whether it can write reports.
+//! Which `libmem_trace.so` `mem-trace run` and `mem-trace gdb` preload, and whether it can
+//! write reports.
 //!
 //! The library is `$MEM_TRACE_LIB` when set, else `libmem_trace.so` in this binary's directory
 //! (where `cargo build --release` puts both). Reports need its profiler build, which exports
@@ -17,18 +18,36 @@ const NAME: &str = "libmem_trace.so";
 const HEADER_SYMBOL: &str = "MEM_TRACE_HEADER";
 /// Exported by profiler builds only.
 const PROFILER_SYMBOL: &str = "mem_trace_reset_peaks";
-/// What to do about a missing or tracer-only library.
+/// What to do about a missing or tracer-only library, for `run`.
 const BUILD_IT: &str = "build it with `cargo build --release --features profiler`";
+/// What to do about a missing library, where either build will do.
+const BUILD_ANY: &str = "build it with `cargo build --release`";
 
 /// The library to preload, checked to be a profiler build.
 pub fn find() -> Result<PathBuf> {
+    let path = locate(BUILD_IT)?;
+    check(&path)?;
+    Ok(path)
+}
+
+/// The library to preload, of either build: `mem-trace gdb` needs only the tables, which the
+/// tracer-only build has too.
+pub fn find_any() -> Result<PathBuf> {
+    let path = locate(BUILD_ANY)?;
+    let data = read(&path)?;
+    exports(&path, &data, HEADER_SYMBOL).map(|_| path)
+}
+
+/// `$MEM_TRACE_LIB` or the library beside this binary, absolute; `build_it` says how to get
+/// one when there is none.
+fn locate(build_it: &str) -> Result<PathBuf> {
     let path = match std::env::var_os("MEM_TRACE_LIB").filter(|v| !v.is_empty()) {
         Some(lib) => {
             let path = PathBuf::from(lib);
             if !path.is_file() {
                 return Err(Error::new(format!(
-                    "MEM_TRACE_LIB={}: no such file: set it to the profiler build of {NAME}, or \
-                     unset it to use the one beside mem-trace",
+                    "MEM_TRACE_LIB={}: no such file: set it to the path of {NAME} ({build_it}), \
+                     or unset it to use the one beside mem-trace",
                     path.display()
                 )));
             }
@@ -40,7 +59,7 @@ pub fn find() -> Result<PathBuf> {
             let path = exe.with_file_name(NAME);
             if !path.is_file() {
                 return Err(Error::new(format!(
-                    "no {NAME} beside {} (looked for {}): {BUILD_IT} (it goes beside the \
+                    "no {NAME} beside {} (looked for {}): {build_it} (it goes beside the \
                      binary), or set MEM_TRACE_LIB to its path",
                     exe.display(),
                     path.display()
@@ -51,18 +70,19 @@ pub fn find() -> Result<PathBuf> {
     };
     // An absolute path: the program may change directory before it loads anything else, and
     // its own children inherit LD_PRELOAD.
-    let path = path
-        .canonicalize()
-        .map_err(|e| Error::new(format!("{}: {e}", path.display())))?;
-    check(&path)?;
-    Ok(path)
+    path.canonicalize()
+        .map_err(|e| Error::new(format!("{}: {e}", path.display())))
 }
 
-/// Whether `path` is a profiler build of the library.
-pub fn check(path: &Path) -> Result<()> {
-    let data = std::fs::read(path)
-        .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
-    let elf = ElfFile64::<Endianness>::parse(&*data).map_err(|e| {
+/// The library file's bytes.
+pub fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))
+}
+
+/// Whether the library at `path` (its bytes: `data`) exports `symbol`; an error if it is no
+/// ELF file or not mem-trace's library at all.
+fn exports(path: &Path, data: &[u8], symbol: &str) -> Result<bool> {
+    let elf = ElfFile64::<Endianness>::parse(data).map_err(|e| {
         Error::new(format!(
             "{} is not a 64-bit ELF shared library ({e}): point MEM_TRACE_LIB at {NAME}",
             path.display()
@@ -79,7 +99,13 @@ pub fn check(path: &Path) -> Result<()> {
             path.display()
         )));
     }
-    if !exported(PROFILER_SYMBOL) {
+    Ok(exported(symbol))
+}
+
+/// Whether `path` is a profiler build of the library.
+pub fn check(path: &Path) -> Result<()> {
+    let data = read(path)?;
+    if !exports(path, &data, PROFILER_SYMBOL)? {
         return Err(Error::new(format!(
             "{} was built without the `profiler` feature, so it writes no reports: {BUILD_IT}",
             path.display()

@@ -18,8 +18,8 @@
 //! Its stdin, stdout and stderr are ours, untouched. The reports' files are written by the
 //! library itself (`crates/core/src/profile/`); `outputs` completes them afterwards.
 
-mod child;
-mod library;
+pub(crate) mod child;
+pub(crate) mod library;
 mod outputs;
 
 use crate::cli::{By, Mode, RunArgs};
@@ -35,7 +35,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         ));
     };
     let lib = library::find()?;
-    let path = child::resolve(program)?;
+    let path = child::resolve("run", program)?;
     let dir = out_dir(args.output.as_deref(), &path)?;
     let mut env: Vec<(&str, OsString)> = vec![
         ("LD_PRELOAD", preload(&lib, std::env::var_os("LD_PRELOAD"))),
@@ -56,7 +56,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
 
 /// `LD_PRELOAD` with `lib` first (before another malloc in the list takes the calls) and the
 /// entries already there after it, `lib` not twice.
-fn preload(lib: &Path, existing: Option<OsString>) -> OsString {
+pub(crate) fn preload(lib: &Path, existing: Option<OsString>) -> OsString {
     let mut out = lib.as_os_str().to_owned();
     let existing = existing.unwrap_or_default();
     let existing = existing.to_string_lossy();
