@@ -95,8 +95,7 @@ pub use local::Local;
 pub(crate) use signal::alt_stack;
 pub use stack::Bounds;
 pub(crate) use tree::{
-    count as tree_nodes, frames as tree_frames, lock_all, path_is as tree_path_is,
-    stop_growing as stop_naming, unlock_all, TREE,
+    count as tree_nodes, lock_all, path as tree_path, stop_growing as stop_naming, unlock_all, TREE,
 };
 
 use crate::config;

@@ -165,34 +165,10 @@ fn make(parent: u32, pc: u64) -> Option<u32> {
     Some(id)
 }
 
-/// Whether the path from node `id` outwards begins with exactly `frames` (innermost first).
-/// Lock-free, as [`frames`].
-pub(crate) fn path_is(id: u32, frames_in: &[u64]) -> bool {
-    let mut at = id;
-    for &f in frames_in {
-        match node(at) {
-            Some(n) if n.pc == f => at = n.parent,
-            _ => return false,
-        }
-    }
-    true
-}
-
-/// Writes the `n` frames the walk ending at `id` names, innermost first, into `out`; returns
-/// how many it wrote (fewer when the path is shorter than `n`, which a caller that named the
-/// walk with `n` frames never sees). Lock-free: nodes never move or change.
-pub(crate) fn frames(id: u32, out: &mut [u64]) -> usize {
-    let mut at = id;
-    let mut written = 0;
-    for o in out.iter_mut() {
-        let Some(n) = node(at) else {
-            break;
-        };
-        *o = n.pc;
-        written += 1;
-        at = n.parent;
-    }
-    written
+/// The frames of the walk ending at node `id`, innermost first, out to the outermost: each
+/// node's pc, then its parent's. Lock-free: nodes never move or change.
+pub(crate) fn path(id: u32) -> impl Iterator<Item = u64> {
+    core::iter::successors(node(id), |n| node(n.parent)).map(|n| n.pc)
 }
 
 /// The stack id the walk ending at `node` was interned as; 0 when not known yet.

@@ -171,30 +171,32 @@ pub fn frames(id: u32, buf: &mut [u64; MAX_STACK_FRAMES]) -> Option<&[u64]> {
 }
 
 /// Whether stack `id` of the store at `root` is `frames_in`.
-#[inline(always)]
 ///
 /// Compared in place, the record's frames or the tree's nodes one by one: a buffer to copy
 /// them into would be 1 KiB zeroed on every check (every capture of a new stack).
+#[inline(always)]
 fn same(root: &'static StackStore, id: u32, frames_in: &[u64]) -> bool {
-    let Some(rec) = record_of(root, id) else {
-        return false;
-    };
-    // SAFETY: as in `frames_of`.
-    unsafe {
-        let head = *(rec as *const u64);
-        if head & STACK_IN_TREE == 0 {
-            let len = head as usize;
-            return core::slice::from_raw_parts((rec as *const u64).add(1), len) == frames_in;
+    match record_of(root, id) {
+        Some(Record::Frames(frames)) => frames == frames_in,
+        Some(Record::Tree { n, node }) => {
+            n == frames_in.len()
+                && crate::capture::tree_path(node)
+                    .take(n)
+                    .eq(frames_in.iter().copied())
         }
-        let n = head as usize & 0xff;
-        let node = *(rec as *const u64).add(1) as u32;
-        n == frames_in.len() && crate::capture::tree_path_is(node, frames_in)
+        None => false,
     }
 }
 
-/// The address of stack `id`'s record in the store at `root`, if published.
+/// A published record: its own frames, or `n` frames named by a call-tree node.
+enum Record {
+    Frames(&'static [u64]),
+    Tree { n: usize, node: u32 },
+}
+
+/// Stack `id`'s record in the store at `root`, if published.
 #[inline(always)]
-fn record_of(root: &'static StackStore, id: u32) -> Option<u64> {
+fn record_of(root: &'static StackStore, id: u32) -> Option<Record> {
     if id == 0 || u64::from(id) > root.count.load(Ordering::Acquire) {
         return None;
     }
@@ -205,7 +207,22 @@ fn record_of(root: &'static StackStore, id: u32) -> Option<u64> {
     // SAFETY: a chunk holds 2^CHUNK_BITS entries; the index is masked into range.
     let rec =
         unsafe { &*chunk.add((id & ((1 << CHUNK_BITS) - 1)) as usize) }.load(Ordering::Acquire);
-    (rec != 0).then_some(rec)
+    if rec == 0 {
+        return None;
+    }
+    let rec = rec as *const u64;
+    // SAFETY: a published record is a length word followed by that many frames, or a tagged
+    // length and a node id; never freed.
+    unsafe {
+        let head = *rec;
+        Some(match head & STACK_IN_TREE {
+            0 => Record::Frames(core::slice::from_raw_parts(rec.add(1), head as usize)),
+            _ => Record::Tree {
+                n: (head as usize & 0xff).min(MAX_STACK_FRAMES),
+                node: *rec.add(1) as u32,
+            },
+        })
+    }
 }
 
 /// The frames of stack `id` in the store at `root`, if published.
@@ -215,19 +232,16 @@ fn frames_of<'a>(
     id: u32,
     buf: &'a mut [u64; MAX_STACK_FRAMES],
 ) -> Option<&'a [u64]> {
-    let rec = record_of(root, id)?;
-    // SAFETY: a published record is a length word followed by that many frames, or a tagged
-    // length and a node id; never freed.
-    unsafe {
-        let head = *(rec as *const u64);
-        if head & STACK_IN_TREE == 0 {
-            let len = head as usize;
-            return Some(core::slice::from_raw_parts((rec as *const u64).add(1), len));
+    match record_of(root, id)? {
+        Record::Frames(frames) => Some(frames),
+        Record::Tree { n, node } => {
+            let mut written = 0;
+            for (o, pc) in buf[..n].iter_mut().zip(crate::capture::tree_path(node)) {
+                *o = pc;
+                written += 1;
+            }
+            Some(&buf[..written])
         }
-        let n = (head as usize & 0xff).min(MAX_STACK_FRAMES);
-        let node = *(rec as *const u64).add(1) as u32;
-        let written = crate::capture::tree_frames(node, &mut buf[..n]);
-        Some(&buf[..written])
     }
 }
 
