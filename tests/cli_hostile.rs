@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{c_fixture, mem_trace_within, profiler_library, run_with_timeout, Fixture, Output};
+use common::{c_fixture, gcore, mem_trace_within, profiler_library, Fixture, Output};
 
 fn memfd_pool() -> Fixture {
     c_fixture("memfd_pool.c", &[])
@@ -75,22 +75,6 @@ fn answer(fixture: &Fixture, label: &str, args: &[&str]) -> String {
     let out = mem_trace(fixture, label, args, Duration::from_secs(120));
     assert!(out.success(), "{}", out.describe());
     out.stdout
-}
-
-fn gcore(pid: u32, path: &Path, log: &Path) {
-    let _ = fs::remove_file(path);
-    let mut cmd = Command::new("gdb");
-    cmd.args(["-nx", "-batch", "-ex", "set debuginfod enabled off", "-p"])
-        .arg(pid.to_string())
-        .arg("-ex")
-        .arg(format!("gcore {}", path.display()))
-        .env_remove("LD_PRELOAD");
-    let out = run_with_timeout(cmd, log, true, None, common::GDB_TIMEOUT, "gcore");
-    assert!(
-        out.success() && path.is_file(),
-        "gcore failed\n{}",
-        out.describe()
-    );
 }
 
 /// Replaces the file at `path` by a FIFO.

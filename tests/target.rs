@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{c_fixture, library, run_with_timeout, script, Fixture, GDB_TIMEOUT};
+use common::{c_fixture, gcore, library, run_with_timeout, script, Fixture};
 use mem_trace_read::layout::{self, Tables, Totals};
 use mem_trace_read::target::{Source, Symbols, Target, TargetError};
 
@@ -107,23 +107,6 @@ impl Drop for Running {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// `gcore` of `pid` into `path`, through gdb as `gcore` itself does.
-fn gcore(pid: i32, path: &Path, log: &Path) {
-    let _ = fs::remove_file(path);
-    let mut cmd = Command::new("gdb");
-    cmd.args(["-nx", "-batch", "-ex", "set debuginfod enabled off", "-p"])
-        .arg(pid.to_string())
-        .arg("-ex")
-        .arg(format!("gcore {}", path.display()))
-        .env_remove("LD_PRELOAD");
-    let out = run_with_timeout(cmd, log, true, None, GDB_TIMEOUT, "gcore");
-    assert!(
-        out.success() && path.is_file(),
-        "gcore failed\n{}",
-        out.describe()
-    );
 }
 
 /// What a reader answers about the fixture.
@@ -292,7 +275,7 @@ fn a_running_process_and_its_core_give_the_same_answers() {
         .header()
         .version;
     let core = f.dir.join("target_wait.core");
-    gcore(run.pid, &core, &f.dir.join("target_wait.gcore"));
+    gcore(run.pid as u32, &core, &f.dir.join("target_wait.gcore"));
     // The process goes on, and is read the same after gcore let go of it.
     assert_eq!(
         answers(&open(Source::Pid(run.pid)).unwrap(), run.known),
@@ -504,7 +487,7 @@ fn a_core_whose_library_file_was_replaced_is_another_build() {
     fs::copy(library(), &copy).unwrap();
     let run = Running::start(&f, &copy, "target_wait.copy");
     let core = f.dir.join("target_wait.copy.core");
-    gcore(run.pid, &core, &f.dir.join("target_wait.copy.gcore"));
+    gcore(run.pid as u32, &core, &f.dir.join("target_wait.copy.gcore"));
     drop(run);
     assert!(open_core(&core, None).is_ok(), "the copy as it was loaded");
 

@@ -101,6 +101,24 @@ pub fn mem_trace_binary() -> &'static Path {
     }
 }
 
+/// `gcore` of `pid` into `path`, through gdb as `gcore` itself does (gdb's own output in
+/// `log`); asserts the core was written.
+pub fn gcore(pid: u32, path: &Path, log: &Path) {
+    let _ = fs::remove_file(path);
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-nx", "-batch", "-ex", "set debuginfod enabled off", "-p"])
+        .arg(pid.to_string())
+        .arg("-ex")
+        .arg(format!("gcore {}", path.display()))
+        .env_remove("LD_PRELOAD");
+    let out = run_with_timeout(cmd, log, true, None, GDB_TIMEOUT, "gcore");
+    assert!(
+        out.success() && path.is_file(),
+        "gcore failed\n{}",
+        out.describe()
+    );
+}
+
 /// `mem-trace ARGS` run in `fixture`'s directory, with a timeout, its logs beside the
 /// fixture (`mem-trace.LABEL`).
 pub fn mem_trace_run(fixture: &Fixture, label: &str, args: &[&str]) -> Output {
