@@ -355,16 +355,12 @@ impl ThreadCache {
     fn commit(&mut self, stack: Stack, d: Option<usize>, fresh: usize, known: usize) -> u32 {
         let len = match d {
             Some(d) => {
-                for m in 0..fresh {
-                    self.last.steps[d + 1 + m] = self.next.steps[fresh - 1 - m];
-                }
+                reverse_into(&mut self.last.steps[d + 1..], &self.next.steps[..fresh]);
                 d + 1 + fresh
             }
             None => {
                 let len = self.next.len;
-                for m in 0..len {
-                    self.last.steps[m] = self.next.steps[len - 1 - m];
-                }
+                reverse_into(&mut self.last.steps[..], &self.next.steps[..len]);
                 self.last.ending = self.next.ending;
                 len
             }
@@ -376,9 +372,7 @@ impl ThreadCache {
         let node = self.name(len.saturating_sub(known));
         if len <= KEPT_STEPS && self.last.ending != Ending::Other {
             // Kept walks are innermost first.
-            for m in 0..len {
-                self.next.steps[m] = self.last.steps[len - 1 - m];
-            }
+            reverse_into(&mut self.next.steps[..], &self.last.steps[..len]);
             self.next.len = len;
             self.next.ending = self.last.ending;
             self.next.first = first;
@@ -419,5 +413,14 @@ impl ThreadCache {
             s.node = if named { parent } else { 0 };
         }
         rec.steps[top].node
+    }
+}
+
+/// Copies `from` into the start of `to` in reverse order: between a walk innermost first and
+/// the record outermost first.
+#[inline(always)]
+fn reverse_into(to: &mut [Step], from: &[Step]) {
+    for (t, f) in to.iter_mut().zip(from.iter().rev()) {
+        *t = *f;
     }
 }
