@@ -245,11 +245,12 @@ fn still_holds(stack: Stack, from: Step, to: Step) -> bool {
     v.is_some() && (to.flags & BP_NEEDED == 0 || v == Some(to.bp))
 }
 
-/// Whether the stack still holds every word the record's `window` (outermost first; the
-/// junction last) read, as [`still_holds`] checks them pair by pair — in one pass without a
-/// branch per step: the return addresses are compared by xor into one accumulator, and the
-/// rare steps that need more (one framehop unwound; a saved rbp whose value is used) send
-/// the whole window to the exact check.
+/// Whether the stack provably still holds every word the record's `window` (outermost
+/// first; the junction last) read — in one pass without a branch per step: the return
+/// addresses are compared by xor into one accumulator. `false` when a word differs, or when
+/// the window has a rare step this pass cannot judge (one framehop unwound; a saved rbp
+/// whose value is used): the caller's exact check, pair by pair with [`still_holds`], then
+/// decides.
 #[inline(always)]
 fn window_holds(stack: Stack, window: &[Step]) -> bool {
     const _: () = assert!(BP_NEEDED >> 3 == RESTORES_BP);
@@ -271,11 +272,7 @@ fn window_holds(stack: Stack, window: &[Step]) -> bool {
         differ |= (word ^ to.pc) | u64::from(inside != at);
         special |= from.flags & OPAQUE | from.flags & RESTORES_BP & (to.flags >> 3);
     }
-    match (differ, special) {
-        (0, 0) => true,
-        (0, _) => window.windows(2).all(|w| still_holds(stack, w[1], w[0])),
-        _ => false,
-    }
+    differ == 0 && special == 0
 }
 
 /// What [`take_over_record`] made of the record from step `d`.
@@ -339,7 +336,7 @@ pub(super) fn take_over_record(
         w => skip + w - 1,
     };
     if !window_holds(stack, &steps[d - reach..=d]) {
-        // Which word changed, and so where the walk may join the record again.
+        // Whether a word changed, which one, and so where the walk may join the record again.
         for k in 1..=reach {
             if !still_holds(stack, steps[d + 1 - k], steps[d - k]) {
                 return FromRecord::Retry(d - k + 1);
