@@ -10,6 +10,7 @@ and symbol lookup.
 from __future__ import annotations
 
 import re
+from typing import List, Optional, Tuple
 
 import gdb
 
@@ -38,6 +39,8 @@ class InferiorReader:
 
     def __init__(self, inferior: "gdb.Inferior"):
         self.inferior = inferior
+        # Readable memory as runs, listed on the first check (empty: cannot be told).
+        self._runs: Optional[List[Tuple[int, int]]] = None
 
     def read(self, addr: int, n: int) -> bytes:
         """Exactly ``n`` bytes at ``addr``, or Inaccessible."""
@@ -53,6 +56,72 @@ class InferiorReader:
                     " memory, dumped when bit 0 of /proc/PID/coredump_filter is set)"
                 )
             raise Inaccessible(addr, n, detail=detail.strip()) from e
+
+    def extent(self, addr: int, n: int) -> Optional[int]:
+        """None when ``n`` bytes at ``addr`` are memory the target has (or it cannot be
+        told), else how many bytes it has from ``addr`` on (0: none)."""
+        if self._runs is None:
+            if _is_core(self.inferior):
+                self._runs = _core_runs()
+            else:
+                connection = getattr(self.inferior, "connection", None)
+                native = connection is None or connection.type == "native"
+                self._runs = _process_runs(self.inferior.pid) if native else None
+            if self._runs is None:
+                self._runs = []
+        if not self._runs:
+            return None
+        for start, end in self._runs:
+            if start <= addr < end:
+                return None if addr + n <= end else end - addr
+        return 0
+
+
+def _merge(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """Sorted ``(start, end)`` runs, touching ones merged."""
+    runs: List[Tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if runs and start <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], end))
+        else:
+            runs.append((start, end))
+    return runs
+
+
+def _process_runs(pid: int) -> Optional[List[Tuple[int, int]]]:
+    """The readable mappings of live process ``pid``, from /proc/PID/maps."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    ranges = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 2 and fields[1].startswith("r") and "-" in fields[0]:
+            lo, hi = fields[0].split("-", 1)
+            try:
+                ranges.append((int(lo, 16), int(hi, 16)))
+            except ValueError:
+                continue
+    return _merge(ranges)
+
+
+_CORE_SECTION = re.compile(r"(0x[0-9a-f]+)->(0x[0-9a-f]+) at 0x[0-9a-f]+: (\S+) (.*)")
+
+
+def _core_runs() -> Optional[List[Tuple[int, int]]]:
+    """What the selected core file holds: its ``load`` sections with contents."""
+    try:
+        text = gdb.execute("maintenance info sections", to_string=True)
+    except gdb.error:
+        return None
+    ranges = []
+    for line in text.splitlines():
+        m = _CORE_SECTION.search(line)
+        if m and m.group(3).startswith("load") and "HAS_CONTENTS" in m.group(4):
+            ranges.append((int(m.group(1), 16), int(m.group(2), 16)))
+    return _merge(ranges) if ranges else None
 
 
 def _is_core(inferior: "gdb.Inferior") -> bool:

@@ -168,7 +168,16 @@ def _aligned(start: int, end: int) -> Tuple[int, int]:
 def _read_range(reader: Reader, start: int, end: int, what: str,
                 unreadable: List[Tuple[str, int, int]]) -> Iterable[bytes]:
     """The bytes of an aligned range in CHUNK reads; an unreadable chunk is retried page by
-    page, and what stays unreadable is noted, not fatal: a core may lack some pages."""
+    page, and what stays unreadable is noted, not fatal: a core may lack some pages.
+
+    A range lies in one mapping: what a (scribbled) block size claims past the end of the
+    one holding its start is noted unreadable at once, when the reader can tell, rather
+    than retried page by page over a terabyte."""
+    extent = getattr(reader, "extent", None)
+    have = extent(start, end - start) if extent is not None else None
+    if have is not None:
+        unreadable.append((what, start + have, end - start - have))
+        end = start + have
     pos = start
     while pos < end:
         n = min(CHUNK, end - pos)

@@ -36,6 +36,15 @@ def region_start_in_other_shard(base):
     return r << 16
 
 
+def _extent(img, addr, n):
+    """What InferiorReader.extent answers, over a test image."""
+    for start, buf in img.maps:
+        end = start + len(buf)
+        if start <= addr < end:
+            return None if addr + n <= end else end - addr
+    return 0
+
+
 class Fixture(unittest.TestCase):
     def build(self, builder):
         self.img, self.header_addr, self.where = builder.build()
@@ -416,6 +425,31 @@ class ErrorTests(Fixture):
         self.img.write_u64(array, 1 << 20)
         t = Tracer.open(self.img, self.header_addr)
         self.assert_only(Inaccessible, lambda: t.find_block(HEAP + 0x2A0))
+
+    def test_capacity_past_the_mapping_is_one_line_when_mappings_are_known(self):
+        # A reader that knows the target's mappings (gdb's, through /proc or the core's
+        # sections) refuses the claim before reading it.
+        array = self.array_of_heap_shard()
+        self.img.write_u64(array, 1 << 23)
+        self.img.extent = lambda addr, n: _extent(self.img, addr, n)
+        t = Tracer.open(self.img, self.header_addr)
+        with self.assertRaises(Corrupt) as e:
+            t.find_block(HEAP + 0x2A0)
+        self.assertIn("claims 192 MiB at", str(e.exception))
+        self.assertIn("where the target's memory ends after", str(e.exception))
+        self.assertFalse([n for _, n in self.img.reads if n > 1 << 20], self.img.reads)
+
+    def test_directory_chunks_that_overlap_are_corrupt(self):
+        self.standard()
+        threads = self.where["threads"]
+        chunk = struct.unpack("<Q", self.img.read(threads + 16, 8))[0]
+        # 8192 threads claimed, the second chunk the first one again.
+        self.img.write_u64(threads, 8191)
+        self.img.write_u64(threads + 24, chunk)
+        t = Tracer.open(self.img, self.header_addr)
+        with self.assertRaises(Corrupt) as e:
+            t.threads()
+        self.assertIn("chunk 1 of the thread table, which claims 8191 threads", str(e.exception))
 
     def test_huge_shard_counts(self):
         self.standard()

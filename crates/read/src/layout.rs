@@ -47,6 +47,87 @@ fn read_words_in_pieces(
     }
     Ok(words)
 }
+/// `bytes` for a message: "96 GiB", "4 KiB", "24 bytes".
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 || value >= 100.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// `Ok` when the target has `len` bytes of memory at `addr`; else a `Corrupt` error naming
+/// the claim (`what`, e.g. "shard 3's slot array claims 4294967296 slots") and what is
+/// really there. Every count or capacity read from the target passes this before it sizes a
+/// loop or a read, so that a scribbled table costs one line rather than a read of every page
+/// it claims.
+pub(crate) fn check_extent(
+    mem: &(impl Memory + ?Sized),
+    addr: u64,
+    len: u64,
+    what: impl FnOnce() -> String,
+) -> Result<(), Error> {
+    mem.extent_holds(addr, len).map_err(|extent| {
+        if extent == 0 {
+            // A pointer to nothing: what a read there says (and, for a core, why).
+            return Error::Unreadable(Unreadable {
+                addr,
+                len: len.min(8) as usize,
+            });
+        }
+        Error::Corrupt(format!(
+            "{} ({}) at {addr:#x}, where the target's memory ends after {}",
+            what(),
+            human_bytes(len),
+            human_bytes(extent)
+        ))
+    })
+}
+
+/// Ranges of the target a reader has claimed for tables, none overlapping another: the chunks
+/// of a directory, the counter caches of threads. A scribbled directory that named one chunk
+/// many times, or chunks that overlap, would have the same memory read again and again, so
+/// that a reader's time no longer followed what the target holds.
+#[derive(Default)]
+pub(crate) struct Disjoint {
+    /// `(start, end)`, sorted.
+    taken: Vec<(u64, u64)>,
+}
+
+impl Disjoint {
+    /// Claims `len` bytes at `addr` for `what`; an error when they overlap an earlier claim.
+    pub(crate) fn claim(
+        &mut self,
+        addr: u64,
+        len: u64,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), Error> {
+        let end = addr.saturating_add(len);
+        let i = self.taken.partition_point(|&(start, _)| start < addr);
+        let before = i.checked_sub(1).map(|i| self.taken[i]);
+        let after = self.taken.get(i).copied();
+        let overlaps = before.is_some_and(|(_, e)| e > addr) || after.is_some_and(|(s, _)| s < end);
+        if overlaps {
+            return Err(Error::Corrupt(format!(
+                "{} at {addr:#x} overlaps another table's memory",
+                what()
+            )));
+        }
+        self.taken.insert(i, (addr, end));
+        Ok(())
+    }
+}
+
 /// How many times `find_containing` reads a changing slot again before it gives up.
 const FIND_TRIES: u32 = 8;
 
@@ -136,6 +217,25 @@ pub struct Thread {
     pub allocated_bytes: u64,
     /// Profiler builds: the address of its cache of counter deltas (0: none).
     pub counters: u64,
+}
+
+/// A thread's record as read; `None` while it is not written yet (tid 0).
+fn thread_from(r: ThreadRecord) -> Option<Thread> {
+    let live_bytes = r.live_bytes();
+    let tid = r.tid.into_inner();
+    if tid == 0 {
+        return None;
+    }
+    let len = r.name.iter().position(|&c| c == 0).unwrap_or(r.name.len());
+    Some(Thread {
+        tid,
+        exited: r.flags.into_inner() & THREAD_EXITED != 0,
+        name: String::from_utf8_lossy(&r.name[..len]).into_owned(),
+        live_bytes,
+        peak_bytes: r.peak_bytes.into_inner(),
+        allocated_bytes: r.allocated_bytes.into_inner(),
+        counters: r.counters.into_inner() as u64,
+    })
 }
 
 /// One search of `find_containing`: a block (or none) read consistently, or a slot that
@@ -234,6 +334,10 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             )));
         }
         let first = array + core::mem::size_of::<SlotArray>() as u64;
+        let slot = core::mem::size_of::<mem_trace_format::Slot>() as u64;
+        check_extent(self.mem, first, head.capacity * slot, || {
+            format!("shard {index}'s slot array claims {} slots", head.capacity)
+        })?;
         // In pieces: a corrupt capacity then costs what the memory really holds before the
         // first unreadable piece, not an allocation of 2^32 slots up front.
         let words = read_words_in_pieces(self.mem, first, head.capacity as usize * 3)?;
@@ -419,21 +523,51 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             return Ok(None);
         };
         let r: ThreadRecord = read_plain(self.mem, at)?;
-        let live_bytes = r.live_bytes();
-        let tid = r.tid.into_inner();
-        if tid == 0 {
-            return Ok(None);
+        Ok(thread_from(r))
+    }
+
+    /// Every thread's record, by index, read a directory chunk at a time: one read per chunk
+    /// the table has published, however many threads its count claims. A chunk must be
+    /// memory the target has, and no two chunks may overlap ([`Disjoint`]).
+    pub fn thread_records(&self) -> Result<Vec<(u32, Thread)>, Error> {
+        let count = self.thread_count()?;
+        if count == 0 {
+            return Ok(Vec::new());
         }
-        let len = r.name.iter().position(|&c| c == 0).unwrap_or(r.name.len());
-        Ok(Some(Thread {
-            tid,
-            exited: r.flags.into_inner() & THREAD_EXITED != 0,
-            name: String::from_utf8_lossy(&r.name[..len]).into_owned(),
-            live_bytes,
-            peak_bytes: r.peak_bytes.into_inner(),
-            allocated_bytes: r.allocated_bytes.into_inner(),
-            counters: r.counters.into_inner() as u64,
-        }))
+        let size = core::mem::size_of::<ThreadRecord>();
+        let per_chunk = 1u64 << THREAD_CHUNK_BITS;
+        let chunks = (count >> THREAD_CHUNK_BITS) as usize + 1;
+        let dir = self.header.threads as u64 + core::mem::offset_of!(ThreadTable, dir) as u64;
+        let pointers = read_words(self.mem, dir, chunks)?;
+        let mut taken = Disjoint::default();
+        let mut out = Vec::new();
+        for (k, &chunk) in pointers.iter().enumerate() {
+            if chunk == 0 {
+                continue;
+            }
+            let first = k as u64 * per_chunk;
+            // Index 0 is never handed out; the last chunk holds up to `count`.
+            let n = per_chunk.min(count + 1 - first);
+            let what = || format!("chunk {k} of the thread table, which claims {count} threads");
+            check_extent(self.mem, chunk, n * size as u64, what)?;
+            taken.claim(chunk, n * size as u64, what)?;
+            let mut bytes = vec![0u8; n as usize * size];
+            self.mem.read(chunk, &mut bytes)?;
+            for (i, record) in bytes.chunks_exact(size).enumerate() {
+                let index = first + i as u64;
+                if index == 0 {
+                    continue;
+                }
+                // SAFETY: `ThreadRecord` is `Plain` (any bytes are a valid value) and
+                // `record` is exactly its size; the read is unaligned.
+                let r =
+                    unsafe { core::ptr::read_unaligned(record.as_ptr().cast::<ThreadRecord>()) };
+                if let Some(t) = thread_from(r) {
+                    out.push((index as u32, t));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The freed-block history's header.
@@ -460,15 +594,27 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         } else {
             let n = written.min(cap) as usize;
             let per = core::mem::size_of::<FreedRecord>() / 8;
-            // In pieces, as a slot array: a corrupt count costs an error at the first
-            // unreadable piece, not an allocation of the whole ring it claims up front.
-            let words = read_words_in_pieces(self.mem, ring, n * per)?;
-            words
-                .chunks_exact(per)
-                .filter(|r| r[0] != 0)
-                .map(|r| Freed::unpack(r.try_into().expect("five words")))
-                .filter(|f| f.block.contains(addr))
-                .collect()
+            check_extent(self.mem, ring, (n * per * 8) as u64, || {
+                format!("the freed-block history claims {n} records")
+            })?;
+            // A piece at a time, keeping only the hits: a reader's memory follows what it
+            // prints, not the ring's size.
+            let mut hits = Vec::new();
+            let piece = SLOT_READ_WORDS / per;
+            let mut at = 0;
+            while at < n {
+                let k = piece.min(n - at);
+                let words = read_words(self.mem, ring + (at * per * 8) as u64, k * per)?;
+                hits.extend(
+                    words
+                        .chunks_exact(per)
+                        .filter(|r| r[0] != 0)
+                        .map(|r| Freed::unpack(r.try_into().expect("five words")))
+                        .filter(|f| f.block.contains(addr)),
+                );
+                at += k;
+            }
+            hits
         };
         // Threads write the ring in claimed runs: order by the free's sequence number.
         found.sort_by_key(|f| core::cmp::Reverse(f.free_seq));
@@ -498,6 +644,19 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
                 "the freed-block index at {at:#x}: {geometry:?}, heads {heads:#x}, links {links:#x}"
             )));
         }
+        let buckets = 1u64 << geometry.head_bits;
+        check_extent(self.mem, heads, 8 * buckets, || {
+            format!("the freed-block index claims {buckets} heads")
+        })?;
+        check_extent(self.mem, links, 8 * capacity, || {
+            format!("the freed-block index claims {capacity} links")
+        })?;
+        check_extent(
+            self.mem,
+            ring,
+            capacity * core::mem::size_of::<FreedRecord>() as u64,
+            || format!("the freed-block history claims {capacity} records"),
+        )?;
         let index = freed_index::Index {
             geometry,
             capacity,

@@ -23,6 +23,10 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+/// The layout's types and constants, for callers that locate a table's fields themselves
+/// (tests that scribble over them).
+pub use mem_trace_format as format;
+
 pub mod answer;
 pub mod layout;
 pub mod leaks;

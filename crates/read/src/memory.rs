@@ -9,6 +9,8 @@
 use core::fmt;
 use mem_trace_format::Plain;
 
+pub(crate) mod extent;
+
 /// A read that could not be done: `len` bytes at `addr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unreadable {
@@ -39,6 +41,17 @@ pub struct Span {
 pub trait Memory {
     /// Fills `buf` from `addr`, wholly or not at all.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable>;
+
+    /// Whether `len` bytes from `addr` lie in memory the target has, without a gap:
+    /// `Err(extent)` with the bytes it does have there (0: none) when they do not. A reader
+    /// checks a count or capacity read from the target this way before it sizes a loop or an
+    /// allocation by it, so that a table the program scribbled over costs one line, not a
+    /// read of every page it claims. Sources that cannot tell say yes, and their reads fail
+    /// where the memory ends.
+    fn extent_holds(&self, addr: u64, len: u64) -> Result<(), u64> {
+        let _ = (addr, len);
+        Ok(())
+    }
 
     /// Reads `spans` one after the other into `buf` (at least as long as their sum) and returns
     /// how many bytes from its start are good: the read stops at the first span it cannot read
@@ -134,6 +147,10 @@ impl Process {
 }
 
 impl Memory for Process {
+    fn extent_holds(&self, addr: u64, len: u64) -> Result<(), u64> {
+        extent::process_holds(self.pid, addr, len)
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
         let fail = Unreadable {
             addr,

@@ -2,7 +2,7 @@
 //! thread, and the counters of every stack — each stack's shared record plus every thread's
 //! cache record for it, summed as the contract says.
 
-use crate::layout::{Error, Tables, Thread};
+use crate::layout::{check_extent, Disjoint, Error, Tables, Thread};
 use crate::memory::{read_plain, read_words, Memory};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use mem_trace_format::{
@@ -81,13 +81,7 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
 
     /// Every thread's record, by index.
     pub fn threads(&self) -> Result<Vec<(u32, Thread)>, Error> {
-        let mut out = Vec::new();
-        for i in 1..=self.thread_count()? as u32 {
-            if let Some(t) = self.thread(i)? {
-                out.push((i, t));
-            }
-        }
-        Ok(out)
+        self.thread_records()
     }
 
     /// The counts of every stack that ever had a block counted, by stack id (0: blocks
@@ -99,11 +93,18 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
         let peak_seq = self.header().peak_seq.load(Relaxed);
         let mut counts: BTreeMap<u32, Counts> = BTreeMap::new();
         let last_chunk = (self.stack_count()? >> COUNTER_CHUNK_BITS) as usize;
+        // Chunks and caches must be memory the target has, each read once (see
+        // `Tables::thread_records`).
+        let mut taken = Disjoint::default();
+        let chunk_bytes = ((8 * WORDS) << COUNTER_CHUNK_BITS) as u64;
         for (k, chunk) in p.dir.iter().enumerate().take(last_chunk + 1) {
             let chunk = chunk.load(Relaxed) as u64;
             if chunk == 0 {
                 continue;
             }
+            let what = || format!("chunk {k} of the stack counters");
+            check_extent(self.memory(), chunk, chunk_bytes, what)?;
+            taken.claim(chunk, chunk_bytes, what)?;
             let words = read_words(self.memory(), chunk, WORDS << COUNTER_CHUNK_BITS)?;
             for (i, w) in words.chunks_exact(WORDS).enumerate() {
                 let r = record(w);
@@ -117,6 +118,10 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
             if t.counters == 0 {
                 continue;
             }
+            let bytes = (8 * WORDS * COUNTER_CACHE) as u64;
+            let what = || format!("thread {}'s cache of counters", t.tid);
+            check_extent(self.memory(), t.counters, bytes, what)?;
+            taken.claim(t.counters, bytes, what)?;
             let words = read_words(self.memory(), t.counters, WORDS * COUNTER_CACHE)?;
             for w in words.chunks_exact(WORDS) {
                 let r = record(w);

@@ -63,6 +63,16 @@ impl Image {
 }
 
 impl Memory for Image {
+    fn extent_holds(&self, addr: u64, len: u64) -> Result<(), u64> {
+        let runs = crate::memory::extent::merge(
+            self.maps
+                .iter()
+                .map(|(start, buf)| (*start, start + buf.len() as u64))
+                .collect(),
+        );
+        crate::memory::extent::holds_in(&runs, addr, len)
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
         self.reads.borrow_mut().push((addr, buf.len()));
         let (i, off) = self.find(addr, buf.len()).ok_or(Unreadable {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import struct
 import sys
 from typing import Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
@@ -132,6 +133,40 @@ def _slot_ranges(first: int, end: int, capacity: int) -> List[Tuple[int, int]]:
     return [(start, capacity - start), (0, start + n - capacity)]
 
 
+# Reads longer than this are checked against the target's mappings first (see Tracer._read).
+EXTENT_CHECKED = 1 << 16
+
+
+def human_bytes(n: int) -> str:
+    """``n`` bytes for a message: "96 GiB", "4 KiB", "24 bytes"."""
+    if n < 1024:
+        return f"{n} bytes"
+    value, unit = n / 1024, 0
+    units = ("KiB", "MiB", "GiB", "TiB", "PiB")
+    while value >= 1024 and unit + 1 < len(units):
+        value, unit = value / 1024, unit + 1
+    if value == int(value) or value >= 100:
+        return f"{value:.0f} {units[unit]}"
+    return f"{value:.1f} {units[unit]}"
+
+
+class _Disjoint:
+    """Ranges claimed for tables (directory chunks, counter caches), none overlapping: a
+    scribbled directory naming one chunk many times would have it read again and again."""
+
+    def __init__(self) -> None:
+        self.starts: List[int] = []
+        self.ends: List[int] = []
+
+    def claim(self, addr: int, n: int, what: str) -> None:
+        end = addr + n
+        i = bisect.bisect_left(self.starts, addr)
+        if (i > 0 and self.ends[i - 1] > addr) or (i < len(self.starts) and self.starts[i] < end):
+            raise Corrupt(f"{what} at {addr:#x} overlaps another table's memory")
+        self.starts.insert(i, addr)
+        self.ends.insert(i, end)
+
+
 def _decode_thread(index: int, raw: bytes) -> Optional[Thread]:
     """A 64-byte thread record; None while unpublished (tid 0)."""
     tid, flags, name, counters, own_live, freed_elsewhere, peak, allocated = (
@@ -173,9 +208,22 @@ class Tracer:
     # -- reading
 
     def _read(self, addr: int, n: int, what: str) -> bytes:
-        """Exactly ``n`` bytes at ``addr`` or a typed error naming ``what``."""
+        """Exactly ``n`` bytes at ``addr`` or a typed error naming ``what``.
+
+        A read longer than EXTENT_CHECKED is first checked against the memory the target
+        has there (when the reader can tell): a count or capacity the program scribbled
+        over then costs one line, not a read of every page it claims."""
         if addr <= 0 or addr + n > MASK64 + 1:
             raise Corrupt(f"{what}: pointer {addr:#x} is not a valid address")
+        extent = getattr(self.reader, "extent", None)
+        if n > EXTENT_CHECKED and extent is not None:
+            have = extent(addr, n)
+            # Nothing at all there (0) is left to the read, which says so for a core too.
+            if have:
+                raise Corrupt(
+                    f"{what} claims {human_bytes(n)} at {addr:#x}, "
+                    f"where the target's memory ends after {human_bytes(have)}"
+                )
         try:
             data = self.reader.read(addr, n)
         except Inaccessible as e:
@@ -472,6 +520,7 @@ class Tracer:
         count = self.thread_count()
         out: List[Thread] = []
         per_chunk = 1 << THREAD_CHUNK_BITS
+        taken = _Disjoint()
         for k in range((count >> THREAD_CHUNK_BITS) + 1):
             first = max(1, k * per_chunk)
             last = min(count, (k + 1) * per_chunk - 1)
@@ -485,6 +534,8 @@ class Tracer:
                 continue
             lo = (first - k * per_chunk) * THREAD_RECORD_SIZE
             size = THREAD_RECORD_SIZE
+            taken.claim(chunk + lo, (last - first + 1) * size,
+                        f"chunk {k} of the thread table, which claims {count} threads")
             raw = self._read(chunk + lo, (last - first + 1) * size,
                              f"thread records {first}..{last}")
             for i in range(last - first + 1):
@@ -528,10 +579,12 @@ class Tracer:
         dir_words = _u64s(self._read(
             self.header.profile + PROFILE_HEADER, 8 * nchunks, "the profile's directory"
         ))
+        taken = _Disjoint()
         for k, chunk in enumerate(_as_list(dir_words)):
             if not chunk:
                 continue
             n = min(per_chunk, count + 1 - k * per_chunk)
+            taken.claim(chunk, n * COUNTER_SIZE, f"chunk {k} of the stack counters")
             words = _u64s(self._read(chunk, n * COUNTER_SIZE, f"counter chunk {k}"))
             last_seqs = _as_list(words[6::COUNTER_WORDS])
             for i, last in enumerate(last_seqs):
@@ -544,9 +597,12 @@ class Tracer:
         if self.profile() is None:
             return
         count = self.stack_count()
+        taken = _Disjoint()
         for t in self.threads() if threads is None else threads:
             if not t.counters:
                 continue
+            taken.claim(t.counters, COUNTER_CACHE * COUNTER_SIZE,
+                        f"the counter cache of thread {t.index}")
             words = _u64s(self._read(
                 t.counters, COUNTER_CACHE * COUNTER_SIZE, f"the counter cache of thread {t.index}"
             ))

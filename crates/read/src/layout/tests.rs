@@ -2,7 +2,7 @@
 
 use super::{Error, Tables};
 use crate::memory::read_plain;
-use crate::test_image::TraceBuilder;
+use crate::test_image::{ThreadSpec, TraceBuilder};
 use mem_trace_format::STACK_IN_TREE;
 
 #[test]
@@ -62,4 +62,81 @@ fn a_broken_tree_path_is_corrupt() {
     // The inner frame's node made its own parent: a loop.
     let why = corrupt(chunk + 16 * 2 + 8, 2, 1);
     assert!(why.contains("has parent 2, not a smaller id"), "{why}");
+}
+
+/// Counts and capacities are checked against the memory the target has before they size a
+/// read: a claim past it is one `Corrupt` line naming the field, after small reads only.
+#[test]
+fn a_capacity_past_its_mapping_is_refused_before_it_is_read() {
+    let mut b = TraceBuilder::new();
+    let heap = 0x5555_0000_0000u64;
+    b.add_block(heap + 0x40, 100, 0, 0, 1);
+    let built = b.build();
+    let shards = read_plain::<u64>(&built.image, built.header + 32).unwrap();
+    let shard = shards
+        + (mem_trace_format::shard_of(heap >> 16) * core::mem::size_of::<mem_trace_format::Shard>())
+            as u64;
+    let array = read_plain::<u64>(
+        &built.image,
+        shard + core::mem::offset_of!(mem_trace_format::Shard, array) as u64,
+    )
+    .unwrap();
+    let mut image = built.image;
+    image.write_u64(array, 1 << 32);
+    image.reads.borrow_mut().clear();
+    let t = Tables::open(&image, built.header).unwrap();
+    let why = match t.find_containing(heap + 0x50) {
+        Err(Error::Corrupt(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        why.contains("slot array claims 4294967296 slots (96 GiB) at"),
+        "{why}"
+    );
+    assert!(
+        why.contains("where the target's memory ends after"),
+        "{why}"
+    );
+    let largest = image.reads.borrow().iter().map(|&(_, n)| n).max();
+    assert!(largest < Some(4096), "{largest:?}");
+}
+
+/// Two chunks of the thread directory that overlap would have the same records read
+/// again and again: refused.
+#[test]
+fn thread_chunks_that_overlap_are_refused() {
+    let mut b = TraceBuilder::new();
+    b.add_thread(ThreadSpec {
+        tid: 7,
+        name: "main".into(),
+        ..ThreadSpec::default()
+    });
+    let built = b.build();
+    let threads = read_plain::<u64>(&built.image, built.header + 48).unwrap();
+    let chunk = read_plain::<u64>(&built.image, threads + 16).unwrap();
+    let mut image = built.image;
+    let t = Tables::open(&image, built.header).unwrap();
+    assert_eq!(t.thread_records().unwrap().len(), 1);
+    image.write_u64(threads, 8191);
+    image.write_u64(threads + 24, chunk);
+    let t = Tables::open(&image, built.header).unwrap();
+    let why = match t.thread_records() {
+        Err(Error::Corrupt(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        why.contains("chunk 1 of the thread table, which claims 8191 threads"),
+        "{why}"
+    );
+    assert!(why.contains("overlaps another table's memory"), "{why}");
+}
+
+#[test]
+fn sizes_read_as_a_person_would_say_them() {
+    use super::human_bytes;
+    assert_eq!(human_bytes(24), "24 bytes");
+    assert_eq!(human_bytes(4096), "4 KiB");
+    assert_eq!(human_bytes(1536), "1.5 KiB");
+    assert_eq!(human_bytes(96 << 30), "96 GiB");
+    assert_eq!(human_bytes(u64::MAX), "16384 PiB");
 }

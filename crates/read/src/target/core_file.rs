@@ -12,7 +12,7 @@
 use super::core_notes::{FileEntry, Notes, AT_EXECFN, AT_PHDR};
 use super::modules::{self, Policy};
 use super::{Mapping, Target, TargetError};
-use crate::memory::{Memory, Unreadable};
+use crate::memory::{extent, Memory, Unreadable};
 use crate::symbolize::mapping::Mapping as FileMap;
 use crate::symbolize::SymError;
 use object::elf::{FileHeader64, ProgramHeader64, EM_X86_64, ET_CORE, PT_LOAD, PT_NOTE};
@@ -59,12 +59,18 @@ pub(super) struct CoreMemory {
     /// By `start`.
     ranges: Vec<FileRange>,
     backings: Vec<Backing>,
+    /// Where there is anything to read, merged (for [`Memory::extent_holds`]).
+    runs: extent::Runs,
 }
 
 /// The same memory without the mapped files: only what the core itself holds.
 struct Dumped<'a>(&'a CoreMemory);
 
 impl Memory for CoreMemory {
+    fn extent_holds(&self, addr: u64, len: u64) -> Result<(), u64> {
+        extent::holds_in(&self.runs, addr, len)
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {
         self.read_from(addr, buf, true)
     }
@@ -359,11 +365,21 @@ impl CoreMemory {
             })
             .collect();
         ranges.sort_by_key(|r| r.start);
+        // What the core holds itself, and what the mapped files fill in.
+        let held = segments
+            .iter()
+            .filter(|s| s.filesz > 0)
+            .map(|s| (s.vaddr, s.vaddr.saturating_add(s.filesz.min(s.memsz))));
+        let runs = extent::merge(
+            held.chain(ranges.iter().map(|r| (r.start, r.end)))
+                .collect(),
+        );
         CoreMemory {
             map,
             segments,
             ranges,
             backings,
+            runs,
         }
     }
 }
