@@ -91,6 +91,10 @@ impl Scribbler {
         self.command(&format!("w {addr:x} {value:x}"));
     }
 
+    fn fill(&mut self, addr: u64, words: u64, value: u64) {
+        self.command(&format!("f {addr:x} {words:x} {value:x}"));
+    }
+
     fn restore(&mut self) {
         self.command("r");
     }
@@ -371,7 +375,61 @@ fn scribbled_tables_give_answers_or_one_line_running_and_in_a_core() {
             s.restore();
         }
     }
-    assert!(mutants >= 80, "only {mutants} mutants");
+    // Scribbles over several fields at once, as the probes that once hung or blew up did.
+    let h = target.header();
+    let header: Header = read_plain(target.memory(), h).expect("the header");
+    let at = |base: u64, offset: usize| base + offset as u64;
+    let (stacks, threads, freed) = (
+        header.stacks as u64,
+        header.threads as u64,
+        header.freed as u64,
+    );
+    let profile_dir = at(header.profile as u64, core::mem::offset_of!(Profile, dir));
+    let thread_dir = at(threads, core::mem::offset_of!(ThreadTable, dir));
+    let first_chunk = word(&target, thread_dir);
+    let counter_chunk = word(&target, profile_dir);
+    type Scribble = fn(&mut Scribbler, u64, u64, u64, u64, u64, u64);
+    let combined: [(&str, Scribble); 3] = [
+        (
+            "every counter of chunk 0 at its maximum, 2^24-1 stacks",
+            |s, stacks, _, _, _, counters, _| {
+                s.write(stacks, (1 << 24) - 1);
+                s.fill(counters, 8 << 12, u64::MAX);
+            },
+        ),
+        (
+            "2^24-1 threads, every directory entry the first chunk",
+            |s, _, threads, dir, first, _, _| {
+                s.write(threads, (1 << 24) - 1);
+                s.fill(dir + 8, 4095, first);
+            },
+        ),
+        (
+            "a history of 2^26 records without its index",
+            |s, _, _, _, _, _, freed| {
+                use core::mem::offset_of;
+                s.write(freed + offset_of!(FreedHistory, capacity) as u64, 1 << 26);
+                s.write(freed + offset_of!(FreedHistory, written) as u64, 1 << 26);
+                s.write(freed + offset_of!(FreedHistory, index) as u64, 0);
+            },
+        ),
+    ];
+    for (mutant, scribble) in combined {
+        scribble(
+            &mut s,
+            stacks,
+            threads,
+            thread_dir,
+            first_chunk,
+            counter_chunk,
+            freed,
+        );
+        mutants += 1;
+        problems.extend(check_readers(&fixture, mutant, &pid, s.block));
+        problems.extend(check_gdb(&fixture, mutant, s.pid, s.block));
+        s.restore();
+    }
+    assert!(mutants >= 100, "only {mutants} mutants");
     assert!(
         problems.is_empty(),
         "{} problems:\n{}",

@@ -109,7 +109,10 @@ mod tests {
         let me = std::process::id() as i32;
         assert_eq!(process_holds(me, v.as_ptr() as u64, 128), Ok(()));
         let big = process_holds(me, v.as_ptr() as u64, 1 << 40);
-        assert!(matches!(big, Err(n) if (128..1 << 40).contains(&n)), "{big:?}");
+        assert!(
+            matches!(big, Err(n) if (128..1 << 40).contains(&n)),
+            "{big:?}"
+        );
         assert_eq!(process_holds(me, 0x10, 8), Err(0));
         assert_eq!(process_holds(me, 0xffff_8000_0000_0000, 8), Err(0));
     }
