@@ -56,6 +56,9 @@ pub enum Command {
     Flamegraph(FlamegraphArgs),
     /// Write DHAT's JSON, for valgrind's viewer (dh_view.html).
     Dhat(DhatArgs),
+    /// Write a heap profile in pprof's format (gzipped profile.proto), for `go tool pprof`,
+    /// Pyroscope, Parca and speedscope.
+    Pprof(PprofArgs),
     /// Print a shell completion script (e.g. `mem-trace completions bash >
     /// /etc/bash_completion.d/mem-trace`).
     Completions(CompletionsArgs),
@@ -407,6 +410,24 @@ mem-trace keeps no block lifetimes and no per-stack maximum: the viewer shows th
 NaN, and Max is a lower bound (the most of at-peak, live now, and one block of average size)."
 )]
 pub struct DhatArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The file to write ("-": standard output).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+/// `mem-trace pprof`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Go's heap-profile convention: sample types alloc_objects, alloc_space, \
+inuse_objects and inuse_space (the default). In-use samples carry a `thread` label (the \
+allocating thread's name) and a numeric `tid`; allocation totals are per stack, without a \
+thread. Read it with `go tool pprof -top FILE`, `-sample_index=alloc_space`, \
+`-tagfocus=thread=NAME`, `-diff_base=OLD`."
+)]
+pub struct PprofArgs {
     /// The target.
     #[command(flatten)]
     pub target: TargetArgs,

@@ -9,6 +9,7 @@
 //!   JSON are made of);
 //! - [`flamegraph`]: folded stacks and SVG flame graphs drawn with `inferno`;
 //! - [`dhat`]: DHAT's JSON, for valgrind's viewer;
+//! - [`pprof`]: heap profiles in pprof's format, for `go tool pprof` and profiling servers;
 //! - [`progress`]: a spinner on stderr for reads over a second;
 //! - [`readers`]: the subcommands that answer as the gdb commands do (`top`, `peaks`, `leaks`,
 //!   `why`, `history`, `info`);
@@ -24,6 +25,7 @@ pub mod dhat;
 pub mod error;
 pub mod flamegraph;
 pub mod gdb;
+pub mod pprof;
 pub mod progress;
 pub mod readers;
 pub mod run;
@@ -39,6 +41,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Gdb(a) => gdb::gdb(&a),
         Command::Flamegraph(a) => flamegraph::command(&a).map(|()| 0),
         Command::Dhat(a) => dhat::command(&a).map(|()| 0),
+        Command::Pprof(a) => pprof::command(&a).map(|()| 0),
         Command::Top(a) => readers::top(&a).map(|()| 0),
         Command::Peaks(a) => readers::peaks(&a).map(|()| 0),
         Command::Leaks(a) => readers::leaks(&a).map(|()| 0),

@@ -1,0 +1,244 @@
+//! `mem-trace pprof`: a heap profile that the real `go tool pprof` reads, from a running
+//! process and from its core, agreeing with `mem-trace top` on bytes and functions; with its
+//! sample types, thread labels and diffs working.
+//!
+//! The program is `tests/fixtures/pprof_sites.c` under the profiler build: 3 MiB live from
+//! `site_live`, 1 MiB allocated and freed by `site_freed`, 2 MiB live from `site_worker` in a
+//! thread named "worker", and 512 KiB more from `site_more` each time it is asked.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use common::{c_fixture, gcore, mem_trace_within, profiler_library, run_with_timeout, Fixture};
+
+const MIB: u64 = 1 << 20;
+
+struct Sites {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    pid: u32,
+}
+
+impl Sites {
+    fn start(fixture: &Fixture) -> Sites {
+        let mut child = Command::new(&fixture.bin)
+            .env("LD_PRELOAD", profiler_library())
+            .env("MEM_TRACE_PROFILE_INTERVAL", "0")
+            .env("MEM_TRACE_LEAKS", "0")
+            .current_dir(&fixture.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("run {}: {e}", fixture.bin.display()));
+        let stdin = child.stdin.take().expect("piped stdin");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        stdout
+            .read_line(&mut line)
+            .expect("the fixture's first line");
+        let pid = line
+            .trim()
+            .strip_prefix("ready pid=")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no `ready pid=` line: {line:?}"));
+        Sites {
+            child,
+            stdin,
+            stdout,
+            pid,
+        }
+    }
+
+    /// Has the program allocate 512 KiB more from `site_more`.
+    fn more(&mut self) {
+        writeln!(self.stdin).expect("write to the fixture");
+        let mut answer = String::new();
+        self.stdout
+            .read_line(&mut answer)
+            .expect("the fixture's answer");
+        assert_eq!(answer.trim(), "ok");
+    }
+}
+
+impl Drop for Sites {
+    fn drop(&mut self) {
+        // Our own child, by its pid.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `mem-trace pprof TARGET -o FILE`, which must succeed.
+fn pprof(fixture: &Fixture, target: &str, file: &Path) {
+    let out = mem_trace_within(
+        fixture,
+        &format!("pprof.{}", file.file_name().unwrap().to_string_lossy()),
+        &["pprof", target, "-o", file.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    assert!(out.success(), "{}", out.describe());
+}
+
+/// `go tool pprof ARGS` (Debian's golang-go), which must succeed: its stdout.
+fn go_pprof(fixture: &Fixture, label: &str, args: &[&str]) -> String {
+    let mut cmd = Command::new("go");
+    cmd.args(["tool", "pprof"])
+        .args(args)
+        .current_dir(&fixture.dir)
+        // go keeps a cache and looks for symbols; neither must leave the test's directory.
+        .env("HOME", &fixture.dir)
+        .env("PPROF_BINARY_PATH", &fixture.dir)
+        .env("PPROF_TMPDIR", &fixture.dir);
+    let out = run_with_timeout(
+        cmd,
+        &fixture.dir.join(format!("go-pprof.{label}")),
+        false,
+        None,
+        Duration::from_secs(120),
+        "go tool pprof",
+    );
+    assert!(out.success(), "{}", out.describe());
+    out.stdout
+}
+
+/// `-top -unit=B` lines as (function, flat bytes).
+fn top(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let flat = words.next()?.strip_suffix('B')?.parse().ok()?;
+            let name = words.nth(4)?;
+            Some((name.to_string(), flat))
+        })
+        .collect()
+}
+
+fn flat(rows: &[(String, u64)], function: &str) -> u64 {
+    rows.iter()
+        .find(|(name, _)| name == function)
+        .map_or(0, |&(_, bytes)| bytes)
+}
+
+/// The total on the `Showing nodes accounting for ..., 100% of NB total` line.
+fn total(text: &str) -> u64 {
+    text.lines()
+        .find_map(|l| {
+            let tail = l.split(" of ").nth(1)?;
+            tail.strip_suffix("B total")?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no total in:\n{text}"))
+}
+
+/// `live: N bytes in ...` of `mem-trace top`.
+fn live_bytes(fixture: &Fixture, target: &str) -> u64 {
+    let out = mem_trace_within(fixture, "top", &["top", target], Duration::from_secs(120));
+    assert!(out.success(), "{}", out.describe());
+    out.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("live: ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no live line:\n{}", out.stdout))
+}
+
+fn check_sites(fixture: &Fixture, label: &str, profile: &Path, live: u64) {
+    let file = profile.to_str().unwrap();
+    let inuse = go_pprof(
+        fixture,
+        &format!("{label}.inuse"),
+        &["-top", "-unit=B", file],
+    );
+    assert!(inuse.contains("Type: inuse_space"), "{inuse}");
+    assert_eq!(total(&inuse), live, "{inuse}");
+    let rows = top(&inuse);
+    assert_eq!(flat(&rows, "site_live"), 3 * MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_worker"), 2 * MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_freed"), 0, "{inuse}");
+    let alloc = go_pprof(
+        fixture,
+        &format!("{label}.alloc"),
+        &["-top", "-unit=B", "-sample_index=alloc_space", file],
+    );
+    assert_eq!(flat(&top(&alloc), "site_freed"), MIB, "{alloc}");
+    assert_eq!(flat(&top(&alloc), "site_live"), 3 * MIB, "{alloc}");
+    let objects = go_pprof(
+        fixture,
+        &format!("{label}.objects"),
+        &["-top", "-sample_index=inuse_objects", file],
+    );
+    assert!(objects.contains("Type: inuse_objects"), "{objects}");
+    let worker = go_pprof(
+        fixture,
+        &format!("{label}.worker"),
+        &["-top", "-unit=B", "-tagfocus=thread=worker", file],
+    );
+    let rows = top(&worker);
+    assert_eq!(flat(&rows, "site_worker"), 2 * MIB, "{worker}");
+    assert_eq!(flat(&rows, "site_live"), 0, "{worker}");
+}
+
+#[test]
+fn go_tool_pprof_reads_a_running_process_and_its_core() {
+    let fixture = c_fixture("pprof_sites.c", &["-pthread"]);
+    let mut sites = Sites::start(&fixture);
+    let pid = sites.pid.to_string();
+
+    let before = fixture.dir.join("before.pb.gz");
+    pprof(&fixture, &pid, &before);
+    check_sites(&fixture, "live", &before, live_bytes(&fixture, &pid));
+
+    // A diff against the first profile shows only what was allocated since.
+    sites.more();
+    let after = fixture.dir.join("after.pb.gz");
+    pprof(&fixture, &pid, &after);
+    let diff = go_pprof(
+        &fixture,
+        "diff",
+        &[
+            "-top",
+            "-unit=B",
+            &format!("-diff_base={}", before.display()),
+            after.to_str().unwrap(),
+        ],
+    );
+    let rows = top(&diff);
+    assert_eq!(flat(&rows, "site_more"), 512 << 10, "{diff}");
+    assert_eq!(flat(&rows, "site_live"), 0, "{diff}");
+
+    let core = fixture.dir.join("core.pprof");
+    gcore(sites.pid, &core, &fixture.dir.join("gcore"));
+    let core_text = core.to_str().unwrap();
+    let from_core = fixture.dir.join("core.pb.gz");
+    pprof(&fixture, core_text, &from_core);
+    check_sites(
+        &fixture,
+        "core",
+        &from_core,
+        live_bytes(&fixture, core_text),
+    );
+    let _ = std::fs::remove_file(&core);
+}
+
+#[test]
+fn bad_targets_and_outputs_are_one_line() {
+    let fixture = c_fixture("pprof_sites.c", &["-pthread"]);
+    for (label, args) in [
+        ("nopid", vec!["pprof", "999999999", "-o", "x.pb.gz"]),
+        (
+            "nocore",
+            vec!["pprof", "/nonexistent/core", "-o", "x.pb.gz"],
+        ),
+        ("nooutput", vec!["pprof", "1"]),
+    ] {
+        let out = mem_trace_within(&fixture, label, &args, Duration::from_secs(60));
+        assert!(!out.success(), "{}", out.describe());
+        assert!(!out.stderr.trim().is_empty(), "{}", out.describe());
+        if label != "nooutput" {
+            assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.describe());
+        }
+    }
+}
