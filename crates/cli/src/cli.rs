@@ -59,6 +59,9 @@ pub enum Command {
     /// Write a heap profile in pprof's format (gzipped profile.proto), for `go tool pprof`,
     /// Pyroscope, Parca and speedscope.
     Pprof(PprofArgs),
+    /// Send the heap profile to a continuous-profiling server (Grafana Pyroscope) at each
+    /// interval, until the process ends.
+    Push(PushArgs),
     /// Print a shell completion script (e.g. `mem-trace completions bash >
     /// /etc/bash_completion.d/mem-trace`).
     Completions(CompletionsArgs),
@@ -434,6 +437,61 @@ pub struct PprofArgs {
     /// The file to write ("-": standard output).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
+}
+
+/// `mem-trace push`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Pyroscope's ingestion API (POST URL/push.v1.PusherService/Push): labels \
+__name__=memory, service_name and every --label; the profile is mem-trace pprof's, with \
+allocations as deltas since the last accepted push and in-use values absolute. A failed push \
+is one line on stderr, retried until the next interval is due. Ends when the process does \
+(after one push for a core, or after --count pushes)."
+)]
+pub struct PushArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The server's base URL (http:// or https://), e.g. http://pyroscope:4040.
+    #[arg(long, value_name = "URL", value_parser = push_url)]
+    pub url: String,
+    /// Seconds between profiles.
+    #[arg(long, value_name = "SECONDS", default_value = "15", value_parser = seconds)]
+    pub every: f64,
+    /// The service the profiles are filed under (default: the program's name).
+    #[arg(long, value_name = "NAME")]
+    pub service: Option<String>,
+    /// A label of every profile, NAME=VALUE (repeatable).
+    #[arg(long = "label", value_name = "NAME=VALUE", value_parser = crate::push::parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Stop after this many profiles (0: when the process ends).
+    #[arg(long, value_name = "N", default_value = "0")]
+    pub count: u64,
+    /// Seconds to wait for the server to connect and to answer.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = seconds)]
+    pub timeout: f64,
+}
+
+/// A duration in seconds, above zero and at most a day.
+fn seconds(text: &str) -> std::result::Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(s),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds above 0 (at most 86400)"
+        )),
+    }
+}
+
+/// A server URL: http or https, with a host.
+fn push_url(text: &str) -> std::result::Result<String, String> {
+    let rest = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"))
+        .ok_or_else(|| format!("{text:?} is not an http:// or https:// URL"))?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("{text:?} names no host"));
+    }
+    Ok(text.to_string())
 }
 
 /// A count of at least 1, in any base gdb users type (`10`, `0x10`).

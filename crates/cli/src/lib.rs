@@ -10,6 +10,7 @@
 //! - [`flamegraph`]: folded stacks and SVG flame graphs drawn with `inferno`;
 //! - [`dhat`]: DHAT's JSON, for valgrind's viewer;
 //! - [`pprof`]: heap profiles in pprof's format, for `go tool pprof` and profiling servers;
+//! - [`push`]: those profiles sent to a continuous-profiling server (Pyroscope) at intervals;
 //! - [`progress`]: a spinner on stderr for reads over a second;
 //! - [`readers`]: the subcommands that answer as the gdb commands do (`top`, `peaks`, `leaks`,
 //!   `why`, `history`, `info`);
@@ -27,6 +28,7 @@ pub mod flamegraph;
 pub mod gdb;
 pub mod pprof;
 pub mod progress;
+pub mod push;
 pub mod readers;
 pub mod run;
 pub mod stacks;
@@ -42,6 +44,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Flamegraph(a) => flamegraph::command(&a).map(|()| 0),
         Command::Dhat(a) => dhat::command(&a).map(|()| 0),
         Command::Pprof(a) => pprof::command(&a).map(|()| 0),
+        Command::Push(a) => push::command(&a),
         Command::Top(a) => readers::top(&a).map(|()| 0),
         Command::Peaks(a) => readers::peaks(&a).map(|()| 0),
         Command::Leaks(a) => readers::leaks(&a).map(|()| 0),

@@ -1,0 +1,294 @@
+//! `mem-trace push`: the target's heap profile sent to a continuous-profiling server at each
+//! interval, read without stopping the process (as `top` reads it).
+//!
+//! The protocol is Grafana Pyroscope's ingestion API, `POST /push.v1.PusherService/Push`
+//! (Connect, JSON encoding): one series whose labels are `__name__="memory"`, `service_name`
+//! and the user's, with one sample, the gzipped pprof profile (`mem-trace pprof`'s). As
+//! Pyroscope's own Go client does, the allocation values (`alloc_objects`, `alloc_space`) are
+//! deltas since the last profile the server accepted, and the in-use values absolute.
+//!
+//! A failed push is one line on stderr and is retried with doubling waits until the next
+//! interval is due; then it is given up and its allocations go into the next profile. Every
+//! request has a timeout, so a server that never answers costs the interval, never a stall;
+//! the traced process is only read, so nothing the server does reaches it. The loop ends when
+//! the process does (or after `--count` profiles, or after one profile of a core).
+
+use crate::cli::PushArgs;
+use crate::error::{Error, Result};
+use crate::pprof;
+use crate::stacks;
+use base64::Engine as _;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The labels every series gets before the user's.
+const PROFILE_NAME: &str = "memory";
+
+/// Allocation totals per stack at the last accepted push: the base of the next deltas.
+type Totals = HashMap<u32, (u64, u64)>;
+
+/// A label name as Prometheus (and so Pyroscope) accepts it.
+fn valid_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `K=V` of `--label`, checked.
+pub fn parse_label(text: &str) -> std::result::Result<(String, String), String> {
+    let Some((name, value)) = text.split_once('=') else {
+        return Err(format!("{text:?} is not NAME=VALUE"));
+    };
+    if !valid_label_name(name) || name.starts_with("__") {
+        return Err(format!(
+            "{name:?} is not a label name (letters, digits and _, not starting with a digit or __)"
+        ));
+    }
+    if name == "service_name" {
+        return Err("service_name is set with --service".into());
+    }
+    Ok((name.to_string(), value.to_string()))
+}
+
+/// The request body: one series with one gzipped pprof profile.
+pub fn body(profile: &[u8], service: &str, labels: &[(String, String)], id: &str) -> String {
+    let mut pairs = vec![
+        serde_json::json!({"name": "__name__", "value": PROFILE_NAME}),
+        serde_json::json!({"name": "service_name", "value": service}),
+    ];
+    pairs.extend(
+        labels
+            .iter()
+            .map(|(n, v)| serde_json::json!({"name": n, "value": v})),
+    );
+    let raw = base64::engine::general_purpose::STANDARD.encode(profile);
+    serde_json::json!({
+        "series": [{"labels": pairs, "samples": [{"rawProfile": raw, "ID": id}]}]
+    })
+    .to_string()
+}
+
+/// Replaces each stack's allocation totals by what was allocated since `base`; the new
+/// totals.
+fn deltas(profile: &mut stacks::Profile, base: &Totals) -> Totals {
+    let mut now = Totals::new();
+    for s in &mut profile.stacks {
+        let c = &mut s.counts;
+        now.insert(s.id, (c.total_blocks, c.total_bytes));
+        let (blocks, bytes) = base.get(&s.id).copied().unwrap_or_default();
+        c.total_blocks = c.total_blocks.saturating_sub(blocks);
+        c.total_bytes = c.total_bytes.saturating_sub(bytes);
+    }
+    now
+}
+
+/// Sends `body`, retrying with doubling waits until `deadline`; whether it was accepted.
+fn send(agent: &ureq::Agent, url: &str, body: &str, deadline: Instant) -> bool {
+    let mut wait = Duration::from_secs(1);
+    loop {
+        let outcome = agent
+            .post(url)
+            .set("Content-Type", "application/json")
+            .send_string(body);
+        let why = match outcome {
+            Ok(_) => return true,
+            Err(ureq::Error::Status(code, response)) => {
+                let text = response.into_string().unwrap_or_default();
+                let text = text.lines().next().unwrap_or("").chars().take(200);
+                format!("HTTP {code}: {}", text.collect::<String>())
+            }
+            Err(ureq::Error::Transport(t)) => match t.message() {
+                Some(m) => format!("{}: {m}", t.kind()),
+                None => t.kind().to_string(),
+            }
+            .replace('\n', " "),
+        };
+        let now = Instant::now();
+        if now + wait >= deadline {
+            eprintln!("mem-trace: push to {url} failed ({why}); giving this profile up, its allocations go into the next");
+            return false;
+        }
+        eprintln!(
+            "mem-trace: push to {url} failed ({why}); retrying in {} s",
+            wait.as_secs()
+        );
+        std::thread::sleep(wait);
+        wait *= 2;
+    }
+}
+
+/// The process behind a pid target is gone.
+fn gone(args: &PushArgs) -> bool {
+    match args.target.source() {
+        mem_trace_read::target::Source::Pid(pid) => {
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        }
+        mem_trace_read::target::Source::Core { .. } => false,
+    }
+}
+
+/// `mem-trace push TARGET --url URL`: the number of profiles the server accepted decides
+/// the exit status (1 when none was).
+pub fn command(args: &PushArgs) -> Result<u8> {
+    let url = format!(
+        "{}/push.v1.PusherService/Push",
+        args.url.trim_end_matches('/')
+    );
+    let timeout = Duration::from_secs_f64(args.timeout);
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(timeout)
+        .timeout(timeout)
+        .build();
+    let every = Duration::from_secs_f64(args.every);
+    let mut base = Totals::new();
+    let (mut made, mut accepted) = (0u64, 0u64);
+    loop {
+        let started = Instant::now();
+        let target = match args.target.open() {
+            Ok(t) => t,
+            Err(_) if made > 0 && gone(args) => break,
+            Err(e) => return Err(e),
+        };
+        let service = args
+            .service
+            .clone()
+            .unwrap_or_else(|| service_name(&target));
+        let mut profile = match stacks::read(&target, None) {
+            Ok(p) => p,
+            Err(_) if made > 0 && gone(args) => break,
+            Err(e) => return Err(e),
+        };
+        let totals = deltas(&mut profile, &base);
+        let threads = pprof::thread_shares(&target).unwrap_or_default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let comment = format!("mem-trace heap profile of {}", target.name());
+        let encoded = pprof::encode(&pprof::document(
+            &profile,
+            &threads,
+            &pprof::modules(&target),
+            i64::try_from(now.as_nanos()).unwrap_or(i64::MAX),
+            &comment,
+        ));
+        made += 1;
+        let id = format!("{:x}-{:x}-{made}", std::process::id(), now.as_nanos());
+        let request = body(&encoded, &service, &args.labels, &id);
+        if send(&agent, &url, &request, started + every) {
+            accepted += 1;
+            base = totals;
+        }
+        if !target.is_live() || (args.count != 0 && made >= args.count) {
+            break;
+        }
+        let next = started + every;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        }
+    }
+    eprintln!("mem-trace: push: {accepted} of {made} profiles accepted by {url}");
+    if accepted == 0 {
+        return Err(Error::new(format!("no profile reached {url}")));
+    }
+    Ok(0)
+}
+
+/// The service a profile is filed under by default: the executable's file name.
+fn service_name(target: &mem_trace_read::target::Target) -> String {
+    target
+        .command()
+        .and_then(|c| c.split_whitespace().next())
+        .and_then(|exe| exe.rsplit('/').next())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("mem-trace")
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_checked_as_pyroscope_takes_them() {
+        assert_eq!(
+            parse_label("host=a-1.example"),
+            Ok(("host".into(), "a-1.example".into()))
+        );
+        assert_eq!(parse_label("region="), Ok(("region".into(), String::new())));
+        for bad in [
+            "nothing",
+            "1x=2",
+            "__name__=x",
+            "a-b=c",
+            "=v",
+            "service_name=x",
+        ] {
+            assert!(parse_label(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_body_is_one_series_with_the_profile_in_base64() {
+        let labels = [("host".to_string(), "h1".to_string())];
+        let v: serde_json::Value =
+            serde_json::from_str(&body(b"\x1f\x8b\x08abc", "api", &labels, "id7")).unwrap();
+        let series = &v["series"][0];
+        let pairs: Vec<(&str, &str)> = series["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap(), p["value"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("__name__", "memory"),
+                ("service_name", "api"),
+                ("host", "h1")
+            ]
+        );
+        let raw = series["samples"][0]["rawProfile"].as_str().unwrap();
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(raw)
+                .unwrap(),
+            b"\x1f\x8b\x08abc"
+        );
+        assert_eq!(series["samples"][0]["ID"], "id7");
+    }
+
+    #[test]
+    fn allocations_are_deltas_since_the_last_accepted_push() {
+        use mem_trace_format::Counts;
+        let stack = |id, blocks, bytes, live| stacks::Stack {
+            id,
+            counts: Counts {
+                total_blocks: blocks,
+                total_bytes: bytes,
+                live_bytes: live,
+                ..Counts::default()
+            },
+            frames: vec![],
+        };
+        let mut p = stacks::Profile {
+            stacks: vec![stack(1, 10, 1000, 500), stack(2, 1, 8, 8)],
+            ..stacks::Profile::default()
+        };
+        let base = Totals::from([(1, (4, 400))]);
+        let now = deltas(&mut p, &base);
+        assert_eq!(now, Totals::from([(1, (10, 1000)), (2, (1, 8))]));
+        assert_eq!(
+            (
+                p.stacks[0].counts.total_blocks,
+                p.stacks[0].counts.total_bytes
+            ),
+            (6, 600)
+        );
+        // In use stays absolute.
+        assert_eq!(p.stacks[0].counts.live_bytes, 500);
+        assert_eq!(p.stacks[1].counts.total_bytes, 8);
+    }
+}
