@@ -108,11 +108,12 @@ class TraceBuilder:
         self.next_seq = 1
         self.flags = 1
         self.untracked = 0
-        self.version = 4
+        self.version = 5
         # Profiler words of the header (docs/LAYOUT.md "Header").
         self.live_bytes = 0
         self.peak_bytes = 0
         self.peak_seq = 0
+        self.sample_mean = 0
         # Profile: None leaves header.profile at 0 (a build without the profiler).
         self.profile = None  # or {"resets": n, "started_ns": n, "reports": n}
         # Shared counter records: stack id -> (live_bytes, live_blocks, total_bytes,
@@ -198,7 +199,7 @@ class TraceBuilder:
         """Lay everything out; returns (image, header address, {name: address})."""
         img = image or Image()
         where = {}
-        header = img.map(128)
+        header = img.map(144)
         where["header"] = header
 
         per_shard = defaultdict(list)
@@ -326,10 +327,11 @@ class TraceBuilder:
         img.write(
             header,
             struct.pack(
-                "<8sIIIIII12Q",
-                b"MEMTRACE", self.version, 128, 24, 64, 129, 16,
+                "<8sIIIIII14Q",
+                b"MEMTRACE", self.version, 144, 24, 64, 129, 16,
                 shards, stacks, threads, freed, self.next_seq, self.live_bytes, self.flags,
                 self.untracked, profile, self.peak_bytes, self.peak_seq, tree,
+                self.sample_mean, 0,
             ),
         )
         return img, header, where

@@ -68,7 +68,7 @@ class HeaderTests(Fixture):
     def test_header_fields(self):
         t = self.standard()
         h = t.header
-        self.assertEqual(h.version, 4)
+        self.assertEqual(h.version, 5)
         self.assertEqual(h.address, self.header_addr)
         self.assertEqual(h.shards, self.where["shards"])
         self.assertEqual(h.stacks, self.where["stacks"])
@@ -95,11 +95,11 @@ class HeaderTests(Fixture):
 
     def test_uninitialised_header_is_empty(self):
         img = Image()
-        h = img.map(128)
-        # Version 4: shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked,
-        # profile, peak_bytes, peak_seq, tree.
-        img.write(h, struct.pack("<8sIIIIII12Q", b"MEMTRACE", 4, 128, 24, 64, 129, 16,
-                                 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0))
+        h = img.map(144)
+        # Version 5: shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked,
+        # profile, peak_bytes, peak_seq, tree, sample_mean, reserved.
+        img.write(h, struct.pack("<8sIIIIII14Q", b"MEMTRACE", 5, 144, 24, 64, 129, 16,
+                                 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0))
         t = Tracer.open(img, h)
         self.assertIsNone(t.find_block(HEAP))
         self.assertEqual(t.totals().live_blocks, 0)
@@ -355,14 +355,14 @@ class ErrorTests(Fixture):
 
     def test_version_mismatch_names_both(self):
         # Versions 1 and 2 (32-byte thread records, other header offsets) are refused too.
-        for version in (1, 2, 3, 0xFFFF_FFFF):
+        for version in (1, 2, 3, 4, 0xFFFF_FFFF):
             self.standard()
             self.img.write_u32(self.header_addr + 8, version)
             msg = self.assert_only(VersionMismatch, lambda: Tracer.open(self.img, self.header_addr))
             self.assertEqual(
                 msg,
                 f"mem-trace layout version {version} in the process, this gdb script reads "
-                "version 4: use the gdb/mem_trace.py from the same build",
+                "version 5: use the gdb/mem_trace.py from the same build",
             )
 
     def test_wrong_sizes(self):
@@ -377,7 +377,7 @@ class ErrorTests(Fixture):
     def test_short_header(self):
         img = Image()
         h = img.map(100)  # the mapping ends inside the header
-        img.write(h, b"MEMTRACE" + struct.pack("<I", 4))
+        img.write(h, b"MEMTRACE" + struct.pack("<I", 5))
         self.assert_only(Inaccessible, lambda: Tracer.open(img, h))
 
     def test_reader_returning_short_bytes(self):
@@ -998,8 +998,18 @@ class IndexErrorTests(Fixture):
                 self.assertNotIn("\n", str(e))
 
 
-if __name__ == "__main__":
-    unittest.main()
+class SampleTests(unittest.TestCase):
+    """The sampling weights, the same as the Rust reader's (crates/read/src/sample.rs)."""
+
+    def test_weights_agree_with_the_rust_reader(self):
+        from mem_trace_gdb.layout import sample
+
+        self.assertEqual(sample.weight(0x5555_0040, 100, 65536), (65586, 656))
+        self.assertEqual(sample.weight(0x7F00_1230, 48, 524288), (524312, 10923))
+        self.assertEqual(sample.weight(0x1000, 65536, 65536), (103676, 2))
+        self.assertEqual(sample.weight(0xABC_DEF0, 3000, 65536), (67047, 23))
+        self.assertEqual(sample.weight(0x1000, 100, 0), (100, 1))
+        self.assertEqual(sample.rate(512 << 10), "one allocation per ~512 KiB")
 
 
 class ProfileTests(Fixture):
@@ -1138,3 +1148,7 @@ class ProfileTests(Fixture):
         self.img.maps = [(s, buf) for s, buf in self.img.maps if s != self.where["cache1"]]
         with self.assertRaises(Inaccessible):
             Tracer.open(self.img, self.header_addr).stack_counts()
+
+
+if __name__ == "__main__":
+    unittest.main()

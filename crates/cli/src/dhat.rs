@@ -346,6 +346,7 @@ mod tests {
             ],
             now_seq: 1000,
             peak_seq: 700,
+            sample_mean: 0,
         };
         let v = serde_json::to_value(document("p 1 2", 42, &profile)).unwrap();
         assert_eq!(v["dhatFileVersion"], 2);

@@ -87,6 +87,9 @@ pub struct Profile {
     pub now_seq: u64,
     /// The event at the global peak.
     pub peak_seq: u64,
+    /// `MEM_TRACE_SAMPLE` of the process (0: every block recorded; else the counts are
+    /// estimates).
+    pub sample_mean: u64,
 }
 
 /// Reads `target`'s stacks with their counts (only the live blocks of thread index `thread`
@@ -141,6 +144,7 @@ pub fn read(target: &Target, thread: Option<u64>) -> Result<Profile> {
             .next_seq
             .load(core::sync::atomic::Ordering::Relaxed),
         peak_seq: peaks.peak_seq,
+        sample_mean: tables.sample_mean(),
     })
 }
 

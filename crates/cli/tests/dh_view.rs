@@ -80,6 +80,7 @@ fn profile() -> Profile {
         ],
         now_seq: 40_000,
         peak_seq: 32_800,
+        sample_mean: 0,
     }
 }
 

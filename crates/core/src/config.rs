@@ -141,6 +141,10 @@ pub(crate) struct Config {
     pub snapshot_signal: i32,
     /// Where reports go: a directory, or standard error.
     pub out_dir: Option<String>,
+    /// Mean bytes between sampled allocations (`MEM_TRACE_SAMPLE`, 0: record every block).
+    pub sample: u64,
+    /// `MEM_TRACE_SAMPLE_SEED`: the same samples run after run.
+    pub sample_seed: Option<u64>,
 }
 
 impl Default for Config {
@@ -162,6 +166,8 @@ impl Default for Config {
             leaks: cfg!(feature = "profiler"),
             snapshot_signal: DEFAULT_SNAPSHOT_SIGNAL,
             out_dir: None,
+            sample: 0,
+            sample_seed: None,
         }
     }
 }
@@ -248,6 +254,22 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
                 v,
                 "a size in bytes, optionally with K, M, G or T, at most 1T (0 disables)",
             ),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_SAMPLE") {
+        match parse_size(&v) {
+            Some(n) if n <= 1 << 40 => c.sample = n,
+            _ => reject(
+                "MEM_TRACE_SAMPLE",
+                v,
+                "a mean number of bytes between samples, optionally with K, M, G or T, at most 1T (0: every block)",
+            ),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_SAMPLE_SEED") {
+        match number(&v) {
+            Some(n) => c.sample_seed = Some(n),
+            None => reject("MEM_TRACE_SAMPLE_SEED", v, "a number from 0 to 2^64-1"),
         }
     }
     if let Some(v) = get("MEM_TRACE_FREE_STACKS") {
@@ -501,6 +523,7 @@ pub(crate) fn load() -> Config {
     PROFILE_BY.store(c.profile_by as u8, Ordering::Relaxed);
     LEAKS.store(c.leaks, Ordering::Relaxed);
     SNAPSHOT_SIGNAL.store(c.snapshot_signal, Ordering::Relaxed);
+    crate::sample::configure(c.sample, c.sample_seed);
     if let Some(dir) = &c.out_dir {
         let _ = OUT_DIR.set(dir.clone());
     }

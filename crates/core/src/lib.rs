@@ -11,7 +11,8 @@
 //!    stack bounds.
 //! 3. [`store`]: the tables a reader finds from the exported header — live blocks by address,
 //!    interned stacks, threads, the freed-block history — and the quarantine of freed blocks.
-//! 4. [`record`]: what an allocation or a free does with 2 and 3; the tracer's life cycle.
+//! 4. [`record`]: what an allocation or a free does with 2 and 3; the tracer's life cycle;
+//!    with `MEM_TRACE_SAMPLE`, only the blocks `sample` picks.
 //! 5. [`report`]: double and invalid frees on stderr, stacks symbolized in process.
 //!
 //! Beside the path: [`arena`], the tracer's own memory (anonymous `mmap`, called explicitly by
@@ -41,6 +42,7 @@ pub mod profile;
 pub mod real;
 pub mod record;
 pub mod report;
+mod sample;
 pub mod state;
 pub mod store;
 mod sync;

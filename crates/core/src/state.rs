@@ -32,6 +32,8 @@ pub(crate) struct ThreadState {
     pub history: freed::Claim,
     /// This thread's quarantine.
     pub quarantine: quarantine::Local,
+    /// Bytes to this thread's next sampled allocation (`MEM_TRACE_SAMPLE`).
+    pub(crate) sample: crate::sample::Local,
     /// This thread's cache of per-stack counter deltas.
     #[cfg(feature = "profiler")]
     pub profile: crate::profile::counters::Local,
@@ -50,6 +52,7 @@ impl ThreadState {
             stacks: stacks::Local::new(),
             history: freed::Claim::new(),
             quarantine: quarantine::Local::new(),
+            sample: crate::sample::Local::new(),
             #[cfg(feature = "profiler")]
             profile: crate::profile::counters::Local::new(),
         }

@@ -10,7 +10,7 @@ use core::sync::atomic::AtomicU64;
 
 /// Layout version; bumped on any change of a field's meaning or position. Readers refuse
 /// versions they do not know, naming both.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// `b"MEMTRACE"`, the header's first eight bytes.
 pub const MAGIC: [u8; 8] = *b"MEMTRACE";
 
@@ -24,7 +24,7 @@ pub const FLAG_FREE_STACKS: u64 = 4;
 /// are off unless a variable of their own turned one back on.
 pub const FLAG_PROFILE_MODE: u64 = 8;
 
-/// The header (128 bytes, 16-byte aligned). Fields are in `docs/LAYOUT.md` order.
+/// The header (144 bytes, 16-byte aligned). Fields are in `docs/LAYOUT.md` order.
 #[repr(C, align(16))]
 pub struct Header {
     /// [`MAGIC`].
@@ -68,6 +68,11 @@ pub struct Header {
     pub peak_seq: AtomicU64,
     /// The call tree, which stack records may name their frames in (version 4).
     pub tree: *const CallTree,
+    /// `MEM_TRACE_SAMPLE`: the mean bytes between two sampled allocations, 0 when every block
+    /// is recorded (version 5). A sampled block's counts are scaled by [`crate::weight`].
+    pub sample_mean: AtomicU64,
+    /// Reserved, 0.
+    pub reserved: u64,
 }
 
 // SAFETY: the raw pointers are addresses of statics that are themselves Sync, and are never
@@ -81,7 +86,7 @@ mod tests {
 
     #[test]
     fn header_matches_layout_md() {
-        assert_eq!(size_of::<Header>(), 128);
+        assert_eq!(size_of::<Header>(), 144);
         assert_eq!(offset_of!(Header, version), 8);
         assert_eq!(offset_of!(Header, header_size), 12);
         assert_eq!(offset_of!(Header, slot_size), 16);
@@ -100,5 +105,6 @@ mod tests {
         assert_eq!(offset_of!(Header, peak_bytes), 104);
         assert_eq!(offset_of!(Header, peak_seq), 112);
         assert_eq!(offset_of!(Header, tree), 120);
+        assert_eq!(offset_of!(Header, sample_mean), 128);
     }
 }

@@ -290,6 +290,20 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         &self.header
     }
 
+    /// `MEM_TRACE_SAMPLE` of the process: the mean bytes between its sampled allocations, 0
+    /// when it records every block.
+    pub fn sample_mean(&self) -> u64 {
+        self.header
+            .sample_mean
+            .load(core::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What a live block counts for: itself, or under sampling the bytes and blocks its
+    /// sample stands for (`sample::weight`).
+    pub fn counted(&self, block: &Block) -> (u64, u64) {
+        crate::sample::weight(block.addr, block.size, self.sample_mean())
+    }
+
     /// The memory the tables are read from.
     pub fn memory(&self) -> &'m M {
         self.mem

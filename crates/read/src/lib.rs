@@ -32,6 +32,7 @@ pub mod layout;
 pub mod leaks;
 pub mod memory;
 pub mod profile;
+pub mod sample;
 pub mod symbolize;
 pub mod target;
 pub mod text;

@@ -135,6 +135,8 @@ pub(crate) struct TraceBuilder {
     pub(crate) live_bytes: u64,
     pub(crate) peak_bytes: u64,
     pub(crate) peak_seq: u64,
+    /// `MEM_TRACE_SAMPLE` (0: every block recorded).
+    pub(crate) sample_mean: u64,
     /// `Some(resets)`: a profiler build.
     pub(crate) profile: Option<u64>,
     pub(crate) counters: BTreeMap<u32, Words>,
@@ -226,6 +228,7 @@ impl TraceBuilder {
             live_bytes: 0,
             peak_bytes: 0,
             peak_seq: 0,
+            sample_mean: 0,
             profile: None,
             counters: BTreeMap::new(),
             caches: BTreeMap::new(),
@@ -289,7 +292,7 @@ impl TraceBuilder {
 
     /// Lays everything out in `img`, beside what it holds.
     pub(crate) fn build_into(&self, mut img: Image) -> Built {
-        let header = img.map(128);
+        let header = img.map(144);
 
         let mut per_shard: BTreeMap<usize, Vec<Slot>> = BTreeMap::new();
         for &b in &self.blocks {
@@ -460,7 +463,7 @@ impl TraceBuilder {
         }
 
         img.write(header, b"MEMTRACE");
-        for (k, v) in [VERSION, 128, 24, 64, 129, 16].iter().enumerate() {
+        for (k, v) in [VERSION, 144, 24, 64, 129, 16].iter().enumerate() {
             img.write(header + 8 + 4 * k as u64, &v.to_le_bytes());
         }
         img.write_u64s(
@@ -478,6 +481,7 @@ impl TraceBuilder {
                 self.peak_bytes,
                 self.peak_seq,
                 tree,
+                self.sample_mean,
             ],
         );
         Built {

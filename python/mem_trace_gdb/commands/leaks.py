@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Tuple
 import gdb
 
 from .. import memory, scan
-from ..layout import MASK64, MemTraceError
+from ..layout import MASK64, MemTraceError, sample
 from ..text import leaks
 from .base import ArgparsedCommand, ArgumentParser
 from .lookups import lookups
@@ -243,5 +243,19 @@ class LeaksCommand(ArgparsedCommand):
         result = scan.scan(reader, blocks, roots + stacks, registers)
         facts = leaks.LeakFacts.from_scan(result, objects, len(stacks), sets,
                                           tracer.header.untracked)
-        return leaks.lines(facts, lookups(tracer, args.raw), args.count or None,
-                           args.frames or None, reachable=not args.no_reachable)
+        out = leaks.lines(facts, lookups(tracer, args.raw), args.count or None,
+                          args.frames or None, reachable=not args.no_reachable)
+        return out + sampled_leaks_lines(tracer.header.sample_mean)
+
+
+def sampled_leaks_lines(mean: int) -> List[str]:
+    """What a leak check can claim when the process samples (the twin of the Rust
+    reader's `sampled_leaks_line`)."""
+    if not mean:
+        return []
+    return [
+        f"(sampled: this process samples {sample.rate(mean)} (MEM_TRACE_SAMPLE), so only "
+        "sampled blocks were checked, each counted once; a block reachable only through "
+        "unsampled blocks shows as lost, so \"definitely lost\" is an upper bound and misses "
+        "unsampled leaks)"
+    ]

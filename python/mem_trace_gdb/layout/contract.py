@@ -1,4 +1,4 @@
-"""The layout contract, version 4 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
+"""The layout contract, version 5 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
 
 What the tracer writes and this reader must agree on, byte for byte. A change here
 is a change to docs/LAYOUT.md and to the tracer (crates/format), and bumps
@@ -10,10 +10,10 @@ from __future__ import annotations
 import struct
 from typing import List
 
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 MAGIC = b"MEMTRACE"
 
-HEADER_SIZE = 128
+HEADER_SIZE = 144
 SLOT_SIZE = 24
 SHARD_SIZE = 64
 REGION_SHIFT = 16
@@ -82,8 +82,8 @@ FREED_BY_REALLOC = 1 << 0
 # The records' byte formats, little-endian (the tables in docs/LAYOUT.md).
 # magic, version, header_size, slot_size, shard_size, shard_count, region_shift, shards,
 # stacks, threads, freed, next_seq, live_bytes, flags, untracked, profile, peak_bytes,
-# peak_seq, tree.
-HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQQ QQQ Q")
+# peak_seq, tree, sample_mean, reserved.
+HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQQ QQQ Q QQ")
 SHARD_STRUCT = struct.Struct("<II QQQQ 24x")
 DIRECTORY_HEADER_STRUCT = struct.Struct("<QII")
 # tid, flags, name, counters, own_live, freed_elsewhere, peak_bytes, allocated_bytes.

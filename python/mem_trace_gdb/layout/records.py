@@ -21,7 +21,7 @@ from .contract import (
 
 @dataclass(frozen=True)
 class Header:
-    """The decoded 128-byte header."""
+    """The decoded 144-byte header."""
 
     address: int
     version: int
@@ -41,6 +41,8 @@ class Header:
     peak_seq: int = 0
     # The call tree that stack records may name their frames in (0: none).
     tree: int = 0
+    # MEM_TRACE_SAMPLE: mean bytes between sampled allocations (0: every block recorded).
+    sample_mean: int = 0
 
     @property
     def initialised(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-from ..layout import Header, History, MemTraceError, Totals, Tracer
+from ..layout import Header, History, MemTraceError, Totals, Tracer, sample
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,15 @@ def lines(facts: InfoFacts) -> List[str]:
         f"  untracked:       {t.untracked}",
         f"  next sequence:   {t.next_seq}",
         f"  flags:           {', '.join(flags) or 'none'}",
-    ] + history_lines(facts)
+    ] + sampling_lines(h) + history_lines(facts)
+
+
+def sampling_lines(h: Header) -> List[str]:
+    """The sampling rate, when the process samples."""
+    if not h.sample_mean:
+        return []
+    return [f"  sampling:        {sample.rate(h.sample_mean)} (MEM_TRACE_SAMPLE): "
+            "the live blocks are the samples"]
 
 
 def history_lines(facts: InfoFacts) -> List[str]:

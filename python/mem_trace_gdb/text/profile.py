@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..layout import Counts, Header, Profile, Thread, Tracer, signed64
+from ..layout import Counts, Header, Profile, Thread, Tracer, sample, signed64
 from .parts import Lookups, stack_lines, thread_details, thread_text
 
 # What --by accepts, and how each ranking is named in the answer.
@@ -90,17 +90,36 @@ def rank_thread_blocks(tracer: Tracer, thread: int, by: str) -> Tuple[List[Ranke
     """The live blocks ``thread`` allocated, per stack, from the live-block table (the
     counters are per stack, not per thread); with the thread's live bytes and blocks."""
     sums: Dict[int, List[int]] = {}
+    mean = tracer.header.sample_mean
     for b in tracer.blocks():
         if b.thread == thread:
+            nbytes, count = sample.weight(b.addr, b.size, mean)
             s = sums.setdefault(b.stack, [0, 0])
-            s[0] += b.size
-            s[1] += 1
+            s[0] += nbytes
+            s[1] += count
     ranked = [Ranked(stack, n, count, n) for stack, (n, count) in sums.items()]
     if by == "blocks":
         ranked.sort(key=lambda r: (-r.blocks, -r.bytes, r.stack))
     else:
         ranked.sort(key=lambda r: (-r.bytes, -r.blocks, r.stack))
     return ranked, sum(r.bytes for r in ranked), sum(r.blocks for r in ranked)
+
+
+def _live_blocks(tracer: Tracer, counts: Dict[int, Counts]) -> int:
+    """Live blocks now: the table's count, or under sampling the counters' estimate."""
+    if not tracer.header.sample_mean:
+        return tracer.totals().live_blocks
+    return sum(max(c.live_blocks, 0) for c in counts.values())
+
+
+def estimated_lines(header: Header) -> List[str]:
+    """The line that says the numbers are estimates, under sampling."""
+    if not header.sample_mean:
+        return []
+    return [
+        "estimated from sampled allocations: this process samples "
+        f"{sample.rate(header.sample_mean)} (MEM_TRACE_SAMPLE)"
+    ]
 
 
 def inconsistencies(header: Header, threads: Sequence[Thread],
@@ -149,9 +168,10 @@ class TopFacts:
     @classmethod
     def read(cls, tracer: Tracer, by: str, thread: Optional[int] = None) -> "TopFacts":
         profile = require_profiler(tracer)
-        live_blocks = tracer.totals().live_blocks
         counts = tracer.stack_counts()
-        flags = tuple(inconsistencies(tracer.header, tracer.threads(), counts))
+        live_blocks = _live_blocks(tracer, counts)
+        flags = tuple(inconsistencies(tracer.header, tracer.threads(), counts)
+                      + estimated_lines(tracer.header))
         if thread is None:
             return cls(tracer.header, profile, live_blocks, by, rank(counts, by),
                        inconsistent=flags)
@@ -236,10 +256,11 @@ class PeaksFacts:
         return cls(
             header=tracer.header,
             profile=profile,
-            live_blocks=tracer.totals().live_blocks,
+            live_blocks=_live_blocks(tracer, counts),
             threads=tuple(threads),
             ranked=rank(counts, "peak"),
-            inconsistent=tuple(inconsistencies(tracer.header, threads, counts)),
+            inconsistent=tuple(inconsistencies(tracer.header, threads, counts)
+                               + estimated_lines(tracer.header)),
         )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from ..layout import FreedBlock, History, Match, MemTraceError, Tracer
+from ..layout import FreedBlock, History, Match, MemTraceError, Tracer, sample
 from .parts import (
     Lookups,
     block_text,
@@ -56,6 +56,8 @@ class WhyFacts:
     history: Optional[History] = None
     # Blocks the tracer could not record (header.untracked).
     untracked: int = 0
+    # MEM_TRACE_SAMPLE (0: every block recorded).
+    sample_mean: int = 0
 
     @classmethod
     def read(cls, tracer: Tracer, address: int, max_gap: int) -> "WhyFacts":
@@ -74,6 +76,7 @@ class WhyFacts:
             freed_error=freed_error,
             history=history_or_none(tracer),
             untracked=tracer.header.untracked,
+            sample_mean=tracer.header.sample_mean,
         )
 
 
@@ -122,6 +125,14 @@ def freed_lines(facts: WhyFacts, lookups: Lookups, max_frames: Optional[int]) ->
     return lines
 
 
+def not_sampled(address: int, mean: int) -> str:
+    """The answer for an address in no sampled block of a process that samples."""
+    return (
+        f"{address:#x} is in no sampled block: not sampled, this process samples "
+        f"{sample.rate(mean)} (MEM_TRACE_SAMPLE)"
+    )
+
+
 def lines(facts: WhyFacts, lookups: Lookups, max_frames: Optional[int] = None) -> List[str]:
     """The lines of the answer: live block, else freed block, else a nearby live block."""
     match, freed = facts.match, facts.freed
@@ -137,6 +148,9 @@ def lines(facts: WhyFacts, lookups: Lookups, max_frames: Optional[int] = None) -
         # A freed block that contains the address beats a merely nearby live one:
         # the pointer is dangling, not overflowing its neighbour.
         return freed_lines(facts, lookups, max_frames)
+    if facts.sample_mean:
+        # Most blocks go unrecorded: a nearby sampled block says nothing of this address.
+        return [not_sampled(facts.address, facts.sample_mean)] + tail
     if match is None:
         out = [f"{facts.address:#x} is not inside any block tracked by mem-trace"]
         if facts.untracked:

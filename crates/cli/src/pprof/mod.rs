@@ -311,8 +311,9 @@ pub fn document(
             r#type: space,
             unit: bytes_unit,
         }),
-        // Every allocation is recorded: one byte in one counted.
-        period: 1,
+        // Go's convention: the mean bytes between samples (its MemProfileRate); 1 when every
+        // allocation is recorded.
+        period: i64::try_from(profile.sample_mean.max(1)).unwrap_or(i64::MAX),
         comment,
         default_sample_type,
     }
@@ -353,9 +354,10 @@ pub fn thread_shares(target: &Target) -> Result<Vec<ThreadShare>> {
         .collect();
     let mut sums: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     for block in tables.blocks().map_err(layout)? {
+        let (bytes, blocks) = tables.counted(&block);
         let e = sums.entry((block.stack, block.thread)).or_default();
-        e.0 += 1;
-        e.1 += block.size;
+        e.0 += blocks;
+        e.1 += bytes;
     }
     Ok(sums
         .into_iter()
@@ -390,7 +392,13 @@ pub fn of_target(target: &Target) -> Result<Vec<u8>> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-    let comment = format!("mem-trace heap profile of {}", target.name());
+    let mut comment = format!("mem-trace heap profile of {}", target.name());
+    if profile.sample_mean != 0 {
+        comment += &format!(
+            ", estimated from samples: {}",
+            mem_trace_read::sample::rate(profile.sample_mean)
+        );
+    }
     Ok(encode(&document(
         &profile,
         &threads,

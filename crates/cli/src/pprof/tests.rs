@@ -60,6 +60,7 @@ fn profile() -> Profile {
         ],
         now_seq: 10,
         peak_seq: 5,
+        sample_mean: 0,
     }
 }
 

@@ -261,23 +261,29 @@ fn bump(word: &AtomicU64, by: u64) {
 /// A block of `size` bytes became live on `stack`; `new` when it is a new allocation (not a
 /// block put back after a failed `realloc`).
 #[inline(always)]
-pub(crate) fn add(state: &ThreadState, stack: u32, size: u64, seq: u64, new: bool) {
+pub(crate) fn add(
+    state: &ThreadState,
+    stack: u32,
+    (size, blocks): (u64, u64),
+    seq: u64,
+    new: bool,
+) {
     update(&state.profile, state.thread.record(), stack, seq, |c| {
         bump(&c.live_bytes, size);
-        bump(&c.live_blocks, 1);
+        bump(&c.live_blocks, blocks);
         if new {
             bump(&c.total_bytes, size);
-            bump(&c.total_blocks, 1);
+            bump(&c.total_blocks, blocks);
         }
     });
 }
 
 /// A block of `size` bytes from `stack` is no longer live.
 #[inline(always)]
-pub(crate) fn sub(state: &ThreadState, stack: u32, size: u64, seq: u64) {
+pub(crate) fn sub(state: &ThreadState, stack: u32, (size, blocks): (u64, u64), seq: u64) {
     update(&state.profile, state.thread.record(), stack, seq, |c| {
         bump(&c.live_bytes, size.wrapping_neg());
-        bump(&c.live_blocks, u64::MAX);
+        bump(&c.live_blocks, blocks.wrapping_neg());
     });
 }
 
@@ -325,24 +331,24 @@ mod tests {
         let st = state::current();
         // Stack ids far above what other tests intern, so counts are this test's alone.
         let s = 0x00ab_c001;
-        add(st, s, 100, 10, true);
-        add(st, s, 50, 11, true);
-        sub(st, s, 100, 12);
+        add(st, s, (100, 1), 10, true);
+        add(st, s, (50, 1), 11, true);
+        sub(st, s, (100, 1), 12);
         let n = counts(s);
         assert_eq!((n.live_bytes, n.live_blocks), (50, 1));
         assert_eq!((n.total_bytes, n.total_blocks), (150, 2));
         // A peak at seq 11: the stack held 150 bytes in 2 blocks then.
         let old = h.peak_seq.swap(11, Relaxed);
         let t = 0x00ab_c002;
-        add(st, t, 100, 10, true);
-        add(st, t, 50, 11, true);
+        add(st, t, (100, 1), 10, true);
+        add(st, t, (50, 1), 11, true);
         assert_eq!((counts(t).peak_bytes, counts(t).peak_blocks), (150, 2));
-        sub(st, t, 100, 12);
+        sub(st, t, (100, 1), 12);
         assert_eq!(counts(t).peak_bytes, 150);
-        add(st, t, 7, 13, false);
+        add(st, t, (7, 1), 13, false);
         // Evicts t's cache record into the shared one (same cache index), after the peak.
         let u = t + CACHE as u32;
-        add(st, u, 1, 14, true);
+        add(st, u, (1, 1), 14, true);
         let n = counts(t);
         assert_eq!((n.peak_bytes, n.peak_blocks), (150, 2));
         assert_eq!((n.live_bytes, n.live_blocks, n.total_bytes), (57, 2, 150));

@@ -210,40 +210,41 @@ fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
 }
 
 /// Counts a block just recorded (its [`tick`] gave `live`, the global live bytes after it):
-/// its stack's counters, its thread's live bytes, and the peaks.
+/// its stack's counters, its thread's live bytes, and the peaks; `counted` is the bytes and
+/// blocks it stands for (itself, or a sample's weight).
 #[inline(always)]
-pub(crate) fn allocated(state: &ThreadState, block: &Block, live: u64) {
+pub(crate) fn allocated(state: &ThreadState, block: &Block, counted: (u64, u64), live: u64) {
     #[cfg(feature = "profiler")]
     {
         peaks::global(live, block.seq);
-        counters::add(state, block.stack, block.size, block.seq, true);
-        peaks::add(state, block.size, true);
+        counters::add(state, block.stack, counted, block.seq, true);
+        peaks::add(state, counted.0, true);
     }
     #[cfg(not(feature = "profiler"))]
-    let _ = (state, block, live);
+    let _ = (state, block, counted, live);
 }
 
 /// Counts a block put back after a failed `realloc`: live again, but not a new allocation
 /// (the global count never dropped: see [`forgotten`]).
-pub(crate) fn restored(state: &ThreadState, block: &Block) {
+pub(crate) fn restored(state: &ThreadState, block: &Block, counted: (u64, u64)) {
     #[cfg(feature = "profiler")]
     {
-        counters::add(state, block.stack, block.size, events::now_seq(), false);
-        peaks::add(state, block.size, false);
+        counters::add(state, block.stack, counted, events::now_seq(), false);
+        peaks::add(state, counted.0, false);
     }
     #[cfg(not(feature = "profiler"))]
-    let _ = (state, block);
+    let _ = (state, block, counted);
 }
 
 /// Uncounts a block just taken out of the table (freed, or about to be moved by `realloc`)
 /// from its stack and its thread. The global count moves with the free's own [`tick`].
 #[inline(always)]
-pub(crate) fn forgotten(state: &ThreadState, block: &Block) {
+pub(crate) fn forgotten(state: &ThreadState, block: &Block, counted: (u64, u64)) {
     #[cfg(feature = "profiler")]
     {
-        counters::sub(state, block.stack, block.size, events::now_seq());
-        peaks::sub(state, block.size, block.thread);
+        counters::sub(state, block.stack, counted, events::now_seq());
+        peaks::sub(state, counted.0, block.thread);
     }
     #[cfg(not(feature = "profiler"))]
-    let _ = (state, block);
+    let _ = (state, block, counted);
 }

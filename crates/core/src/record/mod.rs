@@ -20,6 +20,7 @@ use crate::guard::Guard;
 use crate::profile;
 use crate::real::RealAlloc;
 use crate::report::Op;
+use crate::sample::{self, Filter};
 use crate::state::ThreadState;
 use crate::store::freed::{self, Freed};
 use crate::store::header::header;
@@ -44,16 +45,26 @@ pub enum Disposition {
     Done,
 }
 
-/// Records a block the real allocator just returned.
+/// Records a block the real allocator just returned (with `MEM_TRACE_SAMPLE`, only when it
+/// is sampled).
 #[inline(always)]
 pub fn allocated(g: &Guard, p: *mut c_void, size: usize) {
     if !p.is_null() {
         if ready() {
+            if sample::on() && skipped(g.state(), size as u64) {
+                return;
+            }
             record(g.state(), p as u64, size as u64);
         } else {
             untracked();
         }
     }
+}
+
+/// Whether an allocation of `size` bytes goes unrecorded under sampling.
+#[inline(always)]
+fn skipped(state: &ThreadState, size: u64) -> bool {
+    state.sample.skip(size, || thread_index(state))
 }
 
 /// Counts a block that was not recorded (the tracer is starting on another thread, or
@@ -175,7 +186,8 @@ fn record(state: &ThreadState, addr: u64, size: u64) {
 
 fn record_with(state: &ThreadState, addr: u64, size: u64, stack: u32) {
     let thread = thread_index(state);
-    let (seq, live) = profile::tick(size);
+    let counted = sample::counted(addr, size);
+    let (seq, live) = profile::tick(counted.0);
     let block = Block {
         addr,
         size,
@@ -184,9 +196,12 @@ fn record_with(state: &ThreadState, addr: u64, size: u64, stack: u32) {
         stack,
     };
     if insert(block) {
-        profile::allocated(state, &block, live);
+        if sample::on() {
+            Filter::add(addr);
+        }
+        profile::allocated(state, &block, counted, live);
     } else {
-        profile::untick(size);
+        profile::untick(counted.0);
     }
 }
 
@@ -203,12 +218,22 @@ fn insert(block: Block) -> bool {
 /// *before* the real `free`/`realloc` (see the module documentation).
 #[inline(always)]
 pub fn take(g: &Guard, p: *mut c_void) -> Option<Block> {
-    if p.is_null() || !is_ready() {
+    if p.is_null() || !is_ready() || unsampled(p) {
         return None;
     }
     let block = table::remove(p as u64)?;
-    profile::forgotten(g.state(), &block);
+    if sample::on() {
+        Filter::remove(block.addr);
+    }
+    profile::forgotten(g.state(), &block, sample::counted(block.addr, block.size));
     Some(block)
+}
+
+/// Under sampling, `p` is surely no sampled block: its free or realloc goes to the real
+/// allocator without a look in the table.
+#[inline(always)]
+fn unsampled(p: *mut c_void) -> bool {
+    sample::on() && !Filter::may_hold(p as u64)
 }
 
 /// The whole of `free` but handing the block itself to the real allocator: forget the block,
@@ -216,6 +241,9 @@ pub fn take(g: &Guard, p: *mut c_void) -> Option<Block> {
 /// or never (a double or invalid free). Blocks the quarantine lets go meanwhile go back
 /// through `real`.
 pub fn free<R: RealAlloc>(g: &Guard, p: *mut c_void, real: &R) -> Disposition {
+    if unsampled(p) {
+        return Disposition::Release;
+    }
     let block = match forget_freed(g, p, R::GLIBC_HEAP) {
         Ok(block) => block,
         Err(disposition) => return disposition,
@@ -255,8 +283,8 @@ fn forget_freed(g: &Guard, p: *mut c_void, glibc: bool) -> Result<Block, Disposi
     let free_stack = free_stack_here(state);
     let Some(block) = take(g, p) else {
         // Once degraded, blocks go unrecorded: a pointer the table does not know is most
-        // likely one of them, and its free must free.
-        if degraded() {
+        // likely one of them, and its free must free. So are unsampled blocks.
+        if degraded() || sample::on() {
             return Err(Disposition::Release);
         }
         // A block a signal handler got from the tracer's arena (`nested`), then kept.
@@ -310,6 +338,11 @@ pub fn moved(g: &Guard, old: Block, q: *mut c_void, size: usize) {
         untracked();
         return;
     }
+    if sample::on() && skipped(state, size as u64) {
+        // The new block is not sampled: the old one's free is all there is to record.
+        remember_free(state, old, free_stack_here(state), true);
+        return;
+    }
     table::prefetch(q as u64, size as u64);
     let stack = stack_here(state);
     let free_stack = if config::FREE_STACKS.load(Ordering::Relaxed) {
@@ -342,7 +375,7 @@ fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc:
         &state.history,
         &Freed {
             block,
-            free_seq: profile::tick(block.size.wrapping_neg()).0,
+            free_seq: profile::tick(sample::counted(block.addr, block.size).0.wrapping_neg()).0,
             free_stack,
             free_thread,
             by_realloc,
@@ -353,19 +386,25 @@ fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc:
 /// Whether `realloc` may pass `p` to the real allocator `_real` (see
 /// `invalid::unknown_pointer`); `p` is not a live block.
 pub fn realloc_unknown<R: RealAlloc>(g: &Guard, p: *mut c_void, _real: &R) -> bool {
-    !is_ready() || degraded() || unknown_pointer(g.state(), p as u64, Op::Realloc, R::GLIBC_HEAP)
+    !is_ready()
+        || degraded()
+        || sample::on()
+        || unknown_pointer(g.state(), p as u64, Op::Realloc, R::GLIBC_HEAP)
 }
 
 /// Notes that `realloc` resized `old` where it was, now `q` (== old.addr) of `size` bytes:
 /// a new block of this call, without a free event for the old one.
 pub fn resized(g: &Guard, old: Block, q: *mut c_void, size: usize) {
-    profile::untick(old.size);
+    profile::untick(sample::counted(old.addr, old.size).0);
     allocated(g, q, size);
 }
 
 /// Puts back a block that `realloc` failed to move (the old block is still valid).
 pub fn restore(g: &Guard, block: Block) {
     if insert(block) {
-        profile::restored(g.state(), &block);
+        if sample::on() {
+            Filter::add(block.addr);
+        }
+        profile::restored(g.state(), &block, sample::counted(block.addr, block.size));
     }
 }

@@ -46,6 +46,8 @@ pub const fn initial() -> Header {
         peak_bytes: AtomicU64::new(0),
         peak_seq: AtomicU64::new(0),
         tree: &crate::capture::TREE,
+        sample_mean: AtomicU64::new(0),
+        reserved: 0,
     }
 }
 

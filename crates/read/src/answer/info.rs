@@ -22,6 +22,8 @@ pub struct InfoFacts {
     pub untracked: u64,
     /// The sequence number of the next event.
     pub next_seq: u64,
+    /// `MEM_TRACE_SAMPLE` (0: every block recorded).
+    pub sample_mean: u64,
     /// `None` when the process has no history (`header.freed` is 0) or it is unreadable.
     pub history: Option<History>,
     /// Why the history header could not be read.
@@ -53,6 +55,7 @@ impl InfoFacts {
             totals,
             untracked: h.untracked.load(Relaxed),
             next_seq: h.next_seq.load(Relaxed),
+            sample_mean: h.sample_mean.load(Relaxed),
             history,
             history_error,
         })
@@ -89,6 +92,12 @@ pub fn lines(facts: &InfoFacts) -> Vec<String> {
         format!("  next sequence:   {}", facts.next_seq),
         format!("  flags:           {flags}"),
     ];
+    if facts.sample_mean != 0 {
+        out.push(format!(
+            "  sampling:        {} (MEM_TRACE_SAMPLE): the live blocks are the samples",
+            crate::sample::rate(facts.sample_mean)
+        ));
+    }
     out.extend(history_lines(facts));
     out
 }

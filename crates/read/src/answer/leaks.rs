@@ -60,7 +60,7 @@ pub struct LeakFacts {
 /// `blocks` of one class summed per stack, biggest first (ties: more blocks, lower id).
 pub fn group_by_stack(blocks: &[Live], class: Class) -> Vec<Group> {
     let of_class = blocks.iter().filter(|b| b.class() == class);
-    sum_by_stack(of_class.map(|b| (b.stack, b.size)))
+    sum_by_stack(of_class.map(|b| (b.stack, b.size, 1)))
         .into_iter()
         .map(|(stack, bytes, blocks)| Group {
             stack,

@@ -262,13 +262,28 @@ pub fn leaks<M: Memory + ?Sized>(
         target.mappings,
         target.threads,
     )?;
-    Ok(leaks::lines(
+    let mut out = leaks::lines(
         &facts,
         lookups,
         options.count,
         options.frames,
         !options.no_reachable,
-    ))
+    );
+    out.extend(sampled_leaks_line(tables.sample_mean()));
+    Ok(out)
+}
+
+/// What a leak check can claim when the process samples: it knows only the sampled blocks,
+/// counts each once, and cannot follow pointers held in blocks it never saw.
+pub fn sampled_leaks_line(mean: u64) -> Option<String> {
+    (mean != 0).then(|| {
+        format!(
+            "(sampled: this process samples {} (MEM_TRACE_SAMPLE), so only sampled blocks were \
+             checked, each counted once; a block reachable only through unsampled blocks shows \
+             as lost, so \"definitely lost\" is an upper bound and misses unsampled leaks)",
+            crate::sample::rate(mean)
+        )
+    })
 }
 
 #[cfg(test)]

@@ -206,12 +206,12 @@ pub(super) fn stack_lines(
 
 /// Blocks, as `(stack, size)`, summed per stack: `(stack, bytes, blocks)`, biggest first
 /// (ties: more blocks, then the older stack).
-pub(super) fn sum_by_stack(blocks: impl Iterator<Item = (u32, u64)>) -> Vec<(u32, u64, u64)> {
+pub(super) fn sum_by_stack(blocks: impl Iterator<Item = (u32, u64, u64)>) -> Vec<(u32, u64, u64)> {
     let mut sums: HashMap<u32, (u64, u64)> = HashMap::new();
-    for (stack, size) in blocks {
+    for (stack, size, count) in blocks {
         let s = sums.entry(stack).or_default();
         s.0 += size;
-        s.1 += 1;
+        s.1 += count;
     }
     let mut out: Vec<(u32, u64, u64)> = sums.into_iter().map(|(k, (n, c))| (k, n, c)).collect();
     out.sort_by_key(|&(stack, bytes, blocks)| (core::cmp::Reverse((bytes, blocks)), stack));

@@ -152,9 +152,10 @@ impl TopFacts {
             thread_counts_by(by)?;
         }
         let peaks = require_profiler(tables)?;
-        let live_blocks = tables.totals()?.blocks;
         let counts = tables.stack_counts()?.unwrap_or_default();
-        let inconsistent = inconsistencies(&peaks, &tables.threads()?, &counts);
+        let live_blocks = live_blocks(tables, &counts)?;
+        let mut inconsistent = inconsistencies(&peaks, &tables.threads()?, &counts);
+        inconsistent.extend(estimated_line(tables));
         let Some(index) = thread else {
             return Ok(TopFacts {
                 peaks,
@@ -190,6 +191,31 @@ impl TopFacts {
     }
 }
 
+/// Live blocks now: the table's count, or under sampling the counters' estimate.
+fn live_blocks<M: Memory + ?Sized>(
+    tables: &Tables<'_, M>,
+    counts: &BTreeMap<u32, Counts>,
+) -> Result<u64, AnswerError> {
+    if tables.sample_mean() == 0 {
+        return Ok(tables.totals()?.blocks);
+    }
+    Ok(counts
+        .values()
+        .map(|c| mem_trace_format::non_negative(c.live_blocks))
+        .sum())
+}
+
+/// The line that says the numbers are estimates, under sampling.
+pub fn estimated_line<M: Memory + ?Sized>(tables: &Tables<'_, M>) -> Option<String> {
+    match tables.sample_mean() {
+        0 => None,
+        mean => Some(format!(
+            "estimated from sampled allocations: this process samples {} (MEM_TRACE_SAMPLE)",
+            crate::sample::rate(mean)
+        )),
+    }
+}
+
 /// Whether a per-thread ranking can count `by`: the live-block table it reads knows live
 /// blocks only, so `--thread` works with [`By::Live`] and [`By::Blocks`].
 pub fn thread_counts_by(by: By) -> Result<(), AnswerError> {
@@ -217,7 +243,10 @@ pub fn thread_live<M: Memory + ?Sized>(
     }
     let blocks = tables.blocks()?;
     let mine = blocks.iter().filter(|b| b.thread == index);
-    Ok(sum_by_stack(mine.map(|b| (b.stack, b.size))))
+    Ok(sum_by_stack(mine.map(|b| {
+        let (bytes, count) = tables.counted(b);
+        (b.stack, bytes, count)
+    })))
 }
 
 /// What no consistent tables hold, one line each: global or per-thread live bytes above
@@ -394,10 +423,12 @@ impl PeaksFacts {
         let peaks = require_profiler(tables)?;
         let threads = tables.threads()?;
         let counts = tables.stack_counts()?.unwrap_or_default();
+        let mut inconsistent = inconsistencies(&peaks, &threads, &counts);
+        inconsistent.extend(estimated_line(tables));
         Ok(PeaksFacts {
             peaks,
-            live_blocks: tables.totals()?.blocks,
-            inconsistent: inconsistencies(&peaks, &threads, &counts),
+            live_blocks: live_blocks(tables, &counts)?,
+            inconsistent,
             threads,
             ranked: rank(&counts, By::Peak),
         })

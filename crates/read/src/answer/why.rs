@@ -42,6 +42,8 @@ pub struct WhyFacts {
     pub history: Option<History>,
     /// Blocks the tracer could not record (`header.untracked`).
     pub untracked: u64,
+    /// `MEM_TRACE_SAMPLE` (0: every block is recorded).
+    pub sample_mean: u64,
 }
 
 impl WhyFacts {
@@ -65,8 +67,18 @@ impl WhyFacts {
             freed_error,
             history: history_or_none(tables),
             untracked: tables.header().untracked.load(Relaxed),
+            sample_mean: tables.sample_mean(),
         })
     }
+}
+
+/// The answer for an address in no sampled block of a process that samples.
+pub fn not_sampled(address: u64, mean: u64) -> String {
+    format!(
+        "{address:#x} is in no sampled block: not sampled, this process samples {} \
+         (MEM_TRACE_SAMPLE)",
+        crate::sample::rate(mean)
+    )
 }
 
 /// The first line of a live-block answer, without the thread details.
@@ -181,6 +193,10 @@ pub fn lines(
         // A freed block that contains the address beats a merely nearby live one: the
         // pointer is dangling, not overflowing its neighbour.
         return freed_lines(facts, lookups, max_frames);
+    }
+    if facts.sample_mean != 0 {
+        // Most blocks go unrecorded: a nearby sampled block says nothing of this address.
+        return [vec![not_sampled(facts.address, facts.sample_mean)], tail].concat();
     }
     let Some(m) = facts.found else {
         let mut out = vec![format!(

@@ -41,7 +41,7 @@ fn loaded() {
         out,
         [
             format!(
-                "mem-trace is loaded: header at {:#x}, layout version 4",
+                "mem-trace is loaded: header at {:#x}, layout version 5",
                 facts.header
             )
             .as_str(),

@@ -51,6 +51,7 @@ fn facts(address: u64, found: Option<Match>, freed: Vec<Freed>) -> WhyFacts {
         freed_error: None,
         history: Some(HISTORY_ON),
         untracked: 0,
+        sample_mean: 0,
     }
 }
 
@@ -356,4 +357,16 @@ fn facts_read_from_the_tables() {
     let tables = Tables::open(&built.image, built.header).unwrap();
     let f = WhyFacts::read(&tables, 0x5555_5555_A2A0, 4096).unwrap();
     assert!(f.freed_error.unwrap().starts_with("cannot read "));
+}
+
+/// Under sampling, an address in no sampled block is "not sampled", even beside a sampled
+/// block: most blocks go unrecorded, so a neighbour says nothing of it.
+#[test]
+fn an_unsampled_address_says_so() {
+    let mut f = facts(0x5555_0100, None, vec![]);
+    f.sample_mean = 512 << 10;
+    assert_eq!(
+        why(&f),
+        ["0x55550100 is in no sampled block: not sampled, this process samples one allocation per ~512 KiB (MEM_TRACE_SAMPLE)"]
+    );
 }

@@ -175,9 +175,9 @@ fn blocks_and_the_live_ones_at_an_address() {
 fn an_uninitialised_header_has_no_blocks() {
     // Every table pointer 0, as before the tracer's constructor ran.
     let mut img = Image::new();
-    let h = img.map(128);
+    let h = img.map(144);
     img.write(h, b"MEMTRACE");
-    for (k, v) in [VERSION, 128, 24, 64, 129, 16].iter().enumerate() {
+    for (k, v) in [VERSION, 144, 24, 64, 129, 16].iter().enumerate() {
         img.write(h + 8 + 4 * k as u64, &v.to_le_bytes());
     }
     let t = Tables::open(&img, h).unwrap();

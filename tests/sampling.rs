@@ -1,0 +1,283 @@
+//! Sampling by bytes (`MEM_TRACE_SAMPLE`): the estimates of every big site are within 10% of
+//! the truth, runs with one seed give the same estimates, an unsampled block says so in every
+//! reader, and bad values are one line each.
+//!
+//! The program is `tests/fixtures/sample_sites.c`: 64 MB live in 64-byte blocks, 100 MB in
+//! 1000-byte blocks, 20 MB in 40,000-byte blocks, and 64 MB of 32-byte blocks allocated and
+//! freed at once.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use common::{c_fixture, mem_trace_within, profiler_library, run_with_timeout, Fixture};
+
+const SAMPLE: &str = "64K";
+const SEED: &str = "42";
+
+struct Sites {
+    child: Child,
+    _stdin: ChildStdin,
+    pid: u32,
+    small: Vec<u64>,
+}
+
+impl Sites {
+    fn start(fixture: &Fixture, env: &[(&str, &str)]) -> Sites {
+        let mut child = Command::new(&fixture.bin)
+            .env("LD_PRELOAD", profiler_library())
+            .env("MEM_TRACE_PROFILE_INTERVAL", "0")
+            .env("MEM_TRACE_LEAKS", "0")
+            .env("MEM_TRACE_MODE", "profile")
+            .envs(env.iter().copied())
+            .current_dir(&fixture.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run the fixture");
+        let stdin = child.stdin.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let mut words = line.split_whitespace().skip(1);
+        let pid = words
+            .next()
+            .and_then(|w| w.strip_prefix("pid="))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let small = words
+            .next()
+            .and_then(|w| w.strip_prefix("small="))
+            .unwrap()
+            .split(',')
+            .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).unwrap())
+            .collect();
+        Sites {
+            child,
+            _stdin: stdin,
+            pid,
+            small,
+        }
+    }
+}
+
+impl Drop for Sites {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn answer(fixture: &Fixture, label: &str, args: &[&str]) -> String {
+    let out = mem_trace_within(fixture, label, args, Duration::from_secs(120));
+    assert!(out.success(), "{}", out.describe());
+    out.stdout
+}
+
+/// `mem-trace top` entries as (site function, bytes, blocks).
+fn sites(top: &str) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    let mut entry: Option<(u64, u64)> = None;
+    for line in top.lines() {
+        if let Some(rest) = line.strip_prefix("# ") {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            entry = Some((words[1].parse().unwrap(), words[4].parse().unwrap()));
+        } else if let (Some((bytes, blocks)), Some(at)) = (entry, line.find(" in site_")) {
+            let name = line[at + 4..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string();
+            out.push((name, bytes, blocks));
+            entry = None;
+        }
+    }
+    out
+}
+
+/// A site's bytes and blocks, summed over its stacks (`site_churn` is called from two
+/// places).
+fn site(rows: &[(String, u64, u64)], name: &str) -> (u64, u64) {
+    let mine: Vec<_> = rows.iter().filter(|(n, _, _)| n == name).collect();
+    assert!(!mine.is_empty(), "no {name} in {rows:?}");
+    mine.iter()
+        .fold((0, 0), |(b, k), &&(_, b2, k2)| (b + b2, k + k2))
+}
+
+fn within(estimate: u64, truth: u64, what: &str) {
+    let error = (estimate as f64 - truth as f64).abs() / truth as f64;
+    assert!(
+        error <= 0.10,
+        "{what}: estimate {estimate}, truth {truth} ({:.1}% off)",
+        error * 100.0
+    );
+}
+
+#[test]
+fn estimates_are_within_ten_percent_and_unsampled_blocks_say_so() {
+    let fixture = c_fixture("sample_sites.c", &[]);
+    let sites_run = Sites::start(
+        &fixture,
+        &[
+            ("MEM_TRACE_SAMPLE", SAMPLE),
+            ("MEM_TRACE_SAMPLE_SEED", SEED),
+        ],
+    );
+    let pid = sites_run.pid.to_string();
+    let live = answer(&fixture, "top-live", &["top", &pid, "10"]);
+    assert!(
+        live.lines().nth(1).unwrap().starts_with(
+            "estimated from sampled allocations: this process samples one allocation per ~64 KiB"
+        ),
+        "{live}"
+    );
+    let rows = sites(&live);
+    let (bytes, blocks) = site(&rows, "site_small");
+    within(bytes, 64_000_000, "site_small live bytes");
+    within(blocks, 1_000_000, "site_small live blocks");
+    let (bytes, blocks) = site(&rows, "site_medium");
+    within(bytes, 100_000_000, "site_medium live bytes");
+    within(blocks, 100_000, "site_medium live blocks");
+    let (bytes, blocks) = site(&rows, "site_large");
+    within(bytes, 20_000_000, "site_large live bytes");
+    within(blocks, 500, "site_large live blocks");
+
+    let allocated = answer(
+        &fixture,
+        "top-allocated",
+        &["top", &pid, "10", "--by", "allocated"],
+    );
+    let rows = sites(&allocated);
+    within(
+        site(&rows, "site_churn").0,
+        64_000_000,
+        "site_churn allocated bytes",
+    );
+    within(
+        site(&rows, "site_small").0,
+        64_000_000,
+        "site_small allocated bytes",
+    );
+
+    // A 64-byte block is sampled with probability 1/1024: of ten, some are not.
+    let unsampled: Vec<String> = sites_run
+        .small
+        .iter()
+        .map(|a| answer(&fixture, "why", &["why", &pid, &format!("{a:#x}")]))
+        .filter(|w| w.contains("not sampled"))
+        .collect();
+    assert!(!unsampled.is_empty());
+    assert!(
+        unsampled[0].ends_with(
+            "is in no sampled block: not sampled, this process samples one allocation per ~64 KiB (MEM_TRACE_SAMPLE)\n"
+        ),
+        "{}",
+        unsampled[0]
+    );
+    let address = unsampled[0].split_whitespace().next().unwrap().to_string();
+
+    let leaks = answer(&fixture, "leaks", &["leaks", &pid]);
+    assert!(
+        leaks.contains("(sampled: this process samples one allocation per ~64 KiB"),
+        "{leaks}"
+    );
+    let info = answer(&fixture, "info", &["info", &pid]);
+    assert!(
+        info.contains("  sampling:        one allocation per ~64 KiB (MEM_TRACE_SAMPLE)"),
+        "{info}"
+    );
+
+    // gdb says the same.
+    let script = common::manifest_dir().join("gdb").join("mem_trace.py");
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-nx", "-batch", "-ex", "set debuginfod enabled off", "-p"])
+        .arg(&pid)
+        .arg("-ex")
+        .arg(format!("source {}", script.display()))
+        .args(["-ex", &format!("mtrace-why {address}")])
+        .args(["-ex", "mtrace-top 3"])
+        .env_remove("LD_PRELOAD")
+        .current_dir(&fixture.dir);
+    let gdb = run_with_timeout(
+        cmd,
+        &fixture.dir.join("gdb"),
+        true,
+        None,
+        Duration::from_secs(120),
+        "gdb",
+    );
+    assert!(gdb.stdout.contains(&format!(
+        "{address} is in no sampled block: not sampled, this process samples one allocation per ~64 KiB (MEM_TRACE_SAMPLE)"
+    )), "{}", gdb.stdout);
+    assert!(
+        gdb.stdout.contains(
+            "estimated from sampled allocations: this process samples one allocation per ~64 KiB"
+        ),
+        "{}",
+        gdb.stdout
+    );
+    // gdb's ranking is the command's.
+    let gdb_rows = sites(&gdb.stdout);
+    let rows = sites(&live);
+    assert!(!gdb_rows.is_empty(), "{}", gdb.stdout);
+    for (name, _, _) in &gdb_rows {
+        assert_eq!(site(&rows, name).0, site(&gdb_rows, name).0, "{name}");
+    }
+    drop(sites_run);
+
+    // The same seed, the same samples: the same estimated bytes.
+    let again = Sites::start(
+        &fixture,
+        &[
+            ("MEM_TRACE_SAMPLE", SAMPLE),
+            ("MEM_TRACE_SAMPLE_SEED", SEED),
+        ],
+    );
+    let rows_again = sites(&answer(
+        &fixture,
+        "top-again",
+        &["top", &again.pid.to_string(), "10"],
+    ));
+    for name in ["site_small", "site_medium", "site_large"] {
+        assert_eq!(site(&rows_again, name).0, site(&rows, name).0, "{name}");
+    }
+}
+
+#[test]
+fn bad_sampling_values_are_one_line_and_exact_is_used() {
+    let fixture = c_fixture("sample_sites.c", &[]);
+    for (var, value) in [
+        ("MEM_TRACE_SAMPLE", "lots"),
+        ("MEM_TRACE_SAMPLE", "-5"),
+        ("MEM_TRACE_SAMPLE", "2T"),
+        ("MEM_TRACE_SAMPLE_SEED", "x"),
+        ("MEM_TRACE_SAMPLE_SEED", "-1"),
+    ] {
+        let child = Command::new(&fixture.bin)
+            .env("LD_PRELOAD", profiler_library())
+            .env("MEM_TRACE_PROFILE_INTERVAL", "0")
+            .env("MEM_TRACE_LEAKS", "0")
+            .env(var, value)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{var}={value}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(var)).collect();
+        assert_eq!(lines.len(), 1, "{var}={value}: {stderr}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "mem-trace: {var}={value:?} is not valid (expected"
+            )),
+            "{}",
+            lines[0]
+        );
+    }
+}
