@@ -78,7 +78,7 @@ mod tests {
         assert_eq!(h.shard_count, 129);
         assert_eq!(h.slot_size, 24);
         assert_eq!(h.shard_size, 64);
-        assert_eq!(h.header_size, 128);
+        assert_eq!(h.header_size, 144);
         assert!(core::ptr::eq(h.shards, SHARDS.as_ptr()));
         assert!(core::ptr::eq(h.stacks, &STACKS));
         assert!(core::ptr::eq(h.threads, &THREADS));
