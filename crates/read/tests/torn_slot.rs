@@ -42,12 +42,12 @@ impl<F: Fn(u32) -> Slot> Image<F> {
     fn new(slot: F) -> Self {
         let mut header = Vec::new();
         header.extend_from_slice(&MAGIC);
-        for w in [VERSION, 128, 24, 64, SHARD_COUNT as u32, REGION_SHIFT] {
+        for w in [VERSION, 144, 24, 64, SHARD_COUNT as u32, REGION_SHIFT] {
             header.extend_from_slice(&w.to_le_bytes());
         }
         // shards, stacks, threads, freed, then the counters and reserved words.
         header.extend(words(&[SHARDS, STACKS, 0, 0]));
-        header.resize(128, 0);
+        header.resize(144, 0);
         let mut shards = vec![0u8; SHARD_COUNT * 64];
         let shard = shard_of(BLOCK >> REGION_SHIFT) * 64;
         shards[shard + 8..shard + 16].copy_from_slice(&ARRAY.to_le_bytes());

@@ -99,11 +99,7 @@ fn send(agent: &ureq::Agent, url: &str, body: &str, deadline: Instant) -> bool {
                 let text = text.lines().next().unwrap_or("").chars().take(200);
                 format!("HTTP {code}: {}", text.collect::<String>())
             }
-            Err(ureq::Error::Transport(t)) => match t.message() {
-                Some(m) => format!("{}: {m}", t.kind()),
-                None => t.kind().to_string(),
-            }
-            .replace('\n', " "),
+            Err(ureq::Error::Transport(t)) => transport_text(&t),
         };
         let now = Instant::now();
         if now + wait >= deadline {
@@ -117,6 +113,19 @@ fn send(agent: &ureq::Agent, url: &str, body: &str, deadline: Instant) -> bool {
         std::thread::sleep(wait);
         wait *= 2;
     }
+}
+
+/// A transport failure in one line: its kind, message and cause, without the URL (said
+/// already).
+fn transport_text(t: &ureq::Transport) -> String {
+    let mut text = t.kind().to_string();
+    if let Some(m) = t.message() {
+        text = format!("{text}: {m}");
+    }
+    if let Some(cause) = std::error::Error::source(t) {
+        text = format!("{text}: {cause}");
+    }
+    text.replace('\n', " ")
 }
 
 /// The process behind a pid target is gone.
