@@ -12,6 +12,21 @@ use mem_trace_core::record::{self, nested, Disposition};
 /// # Safety
 /// As for glibc's `malloc`.
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    if record::pass_malloc(size) {
+        // SAFETY: glibc's malloc has no preconditions.
+        let p = unsafe { glibc::__libc_malloc(size) };
+        // Out of memory: the full path gives glibc the quarantine's blocks and asks again.
+        if !p.is_null() {
+            return p;
+        }
+    }
+    traced_malloc(size)
+}
+
+/// `malloc` on the full path: kept out of line, so that the sampled path above is a leaf
+/// that saves no registers.
+#[inline(never)]
+fn traced_malloc(size: usize) -> *mut c_void {
     let Some(g) = Guard::enter() else {
         return nested_malloc(size);
     };
@@ -79,6 +94,20 @@ pub(super) fn again(g: &Guard, size: usize, ask: impl FnOnce() -> *mut c_void) -
 /// # Safety
 /// As for glibc's `calloc`.
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    if record::pass_malloc(n.saturating_mul(size)) {
+        // SAFETY: glibc's calloc has no preconditions.
+        let p = unsafe { glibc::__libc_calloc(n, size) };
+        // Out of memory (or an overflowing product): the full path decides, as for `malloc`.
+        if !p.is_null() {
+            return p;
+        }
+    }
+    traced_calloc(n, size)
+}
+
+/// `calloc` on the full path, out of line as [`traced_malloc`].
+#[inline(never)]
+fn traced_calloc(n: usize, size: usize) -> *mut c_void {
     let Some(g) = Guard::enter() else {
         return nested_calloc(n, size);
     };
@@ -111,6 +140,20 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() {
         return;
     }
+    if record::pass_free(p) {
+        // SAFETY: forwarded contract; an unsampled block is glibc's alone.
+        return unsafe { glibc::__libc_free(p) };
+    }
+    // SAFETY: forwarded contract.
+    unsafe { traced_free(p) }
+}
+
+/// `free` on the full path, out of line as [`traced_malloc`].
+///
+/// # Safety
+/// As for [`free`], `p` not null.
+#[inline(never)]
+unsafe fn traced_free(p: *mut c_void) {
     let disposition = match Guard::enter() {
         Some(g) => record::free(&g, p, &Glibc),
         // SAFETY: forwarded contract.

@@ -57,6 +57,18 @@ impl Local {
         }
     }
 
+    /// Whether an allocation of `size` bytes is surely left unrecorded, counted down; false
+    /// when it reaches the sample point (or none was drawn yet), which [`Local::skip`] decides.
+    #[inline(always)]
+    pub(crate) fn skip_fast(&self, size: u64) -> bool {
+        let left = self.countdown.get().wrapping_sub(size as i64);
+        if size <= i64::MAX as u64 && left > 0 {
+            self.countdown.set(left);
+            return true;
+        }
+        false
+    }
+
     /// Whether an allocation of `size` bytes is left unrecorded (sampling on). `order` gives
     /// the thread's index in the thread table, for a reproducible seed.
     #[inline(always)]

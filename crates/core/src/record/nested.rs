@@ -68,10 +68,14 @@ fn allocate(size: usize, zeroed: bool) -> *mut c_void {
         return ptr::null_mut();
     }
     // SAFETY: `p` has room for the header and `size` bytes after it.
-    unsafe {
+    let block: *mut c_void = unsafe {
         p.cast::<usize>().write(size);
         p.add(HEADER).cast()
-    }
+    };
+    // Under sampling, a free the filter knows nothing of goes straight to glibc: this block's
+    // must come back here.
+    crate::sample::Filter::add(block as u64);
+    block
 }
 
 /// The size recorded for a block of ours.
@@ -92,6 +96,7 @@ unsafe fn release(p: *mut c_void) {
         let l = layout(size).expect("the layout it was allocated with");
         arena::release(p.cast::<u8>().sub(HEADER), l);
     }
+    crate::sample::Filter::remove(p as u64);
 }
 
 /// A nested `malloc(size)`: an arena block while serving, else null (the caller asks glibc).
