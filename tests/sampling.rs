@@ -185,6 +185,27 @@ fn estimates_are_within_ten_percent_and_unsampled_blocks_say_so() {
         leaks.contains("(sampled: this process samples one allocation per ~64 KiB"),
         "{leaks}"
     );
+    // Drawn and exported answers say they are estimates too.
+    let svg = fixture.dir.join("sampled.svg");
+    answer(
+        &fixture,
+        "svg",
+        &["flamegraph", &pid, "-o", svg.to_str().unwrap()],
+    );
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("estimated from samples (one allocation per ~64 KiB)"));
+    let json = fixture.dir.join("sampled.json");
+    answer(
+        &fixture,
+        "dhat",
+        &["dhat", &pid, "-o", json.to_str().unwrap()],
+    );
+    let dhat: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(
+        dhat["mode"],
+        "heap (mem-trace), estimated from samples: one allocation per ~64 KiB"
+    );
     let info = answer(&fixture, "info", &["info", &pid]);
     assert!(
         info.contains("  sampling:        one allocation per ~64 KiB (MEM_TRACE_SAMPLE)"),

@@ -50,7 +50,7 @@ pub struct Dhat {
     /// The format's version: 2.
     dhatFileVersion: u32,
     /// Free-form: how the data was made.
-    mode: &'static str,
+    mode: String,
     /// What happened at the stacks: `<verb> at {`.
     verb: &'static str,
     /// Block lifetimes recorded: true, for `gb`/`eb` (see the module doc).
@@ -117,7 +117,13 @@ pub fn document(cmd: &str, pid: i64, profile: &Profile) -> Dhat {
     }
     Dhat {
         dhatFileVersion: FILE_VERSION,
-        mode: "heap (mem-trace)",
+        mode: match profile.sample_mean {
+            0 => "heap (mem-trace)".to_string(),
+            mean => format!(
+                "heap (mem-trace), estimated from samples: {}",
+                mem_trace_read::sample::rate(mean)
+            ),
+        },
         verb: "Allocated",
         bklt: true,
         bkacc: false,

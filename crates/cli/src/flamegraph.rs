@@ -58,6 +58,12 @@ pub fn command(args: &FlamegraphArgs) -> Result<()> {
     if let Some(t) = args.thread {
         title.push_str(&format!(", thread {t}"));
     }
+    if profile.sample_mean != 0 {
+        title.push_str(&format!(
+            ", estimated from samples ({})",
+            mem_trace_read::sample::rate(profile.sample_mean)
+        ));
+    }
     write_to(&args.output, |w| svg(&folded, &title, args.by, w))
 }
 
