@@ -375,3 +375,62 @@ fn the_push_ends_when_the_process_does() {
     let status = wait(&mut child, Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn run_pushes_its_program_while_it_runs() {
+    let fixture = c_fixture("pprof_sites.c", &["-pthread"]);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = mpsc::channel();
+    receiver(listener, vec![Reply::Accept; 100], tx);
+    let out_dir = fixture.dir.join("run-push");
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let mut child = Command::new(mem_trace_binary())
+        .args([
+            "run",
+            "--push",
+            &url,
+            "--push-every",
+            "0.5",
+            "--push-service",
+            "sites",
+        ])
+        .args(["--push-label", "host=h1", "-o"])
+        .arg(&out_dir)
+        .arg(&fixture.bin)
+        .current_dir(&fixture.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start mem-trace run");
+    // Two pushes while the program waits on its input, then its end.
+    let first = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a first push");
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("a second push");
+    drop(child.stdin.take());
+    let status = wait(&mut child, Duration::from_secs(60));
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{status:?}\n{stderr}");
+    let labels = decode(&first, &fixture.dir.join("run-push.pb.gz"));
+    assert!(labels.contains(&("service_name".to_string(), "sites".to_string())));
+    assert!(labels.contains(&("host".to_string(), "h1".to_string())));
+    assert_eq!(
+        flat(
+            &fixture,
+            &fixture.dir.join("run-push.pb.gz"),
+            "inuse_space",
+            "site_live"
+        ),
+        3 << 20
+    );
+    assert!(stderr.contains("profiles accepted by"), "{stderr}");
+}

@@ -98,6 +98,19 @@ pub struct RunArgs {
     /// the current directory).
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: Option<PathBuf>,
+    /// Also send the program's heap profile to a profiling server (Grafana Pyroscope) every
+    /// --push-every seconds while it runs, as `mem-trace push` does.
+    #[arg(long, value_name = "URL", value_parser = push_url)]
+    pub push: Option<String>,
+    /// Seconds between pushed profiles (the first after one interval).
+    #[arg(long, value_name = "SECONDS", default_value = "15", value_parser = seconds)]
+    pub push_every: f64,
+    /// The service the pushed profiles are filed under (default: the program's name).
+    #[arg(long, value_name = "NAME")]
+    pub push_service: Option<String>,
+    /// A label of every pushed profile, NAME=VALUE (repeatable).
+    #[arg(long = "push-label", value_name = "NAME=VALUE", value_parser = crate::push::parse_label)]
+    pub push_labels: Vec<(String, String)>,
     /// The program and its arguments.
     #[arg(
         value_name = "PROGRAM",

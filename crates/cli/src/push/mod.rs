@@ -19,6 +19,7 @@ use crate::pprof;
 use crate::stacks;
 use base64::Engine as _;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// The labels every series gets before the user's.
@@ -141,10 +142,41 @@ fn gone(args: &PushArgs) -> bool {
 /// `mem-trace push TARGET --url URL`: the number of profiles the server accepted decides
 /// the exit status (1 when none was).
 pub fn command(args: &PushArgs) -> Result<u8> {
-    let url = format!(
-        "{}/push.v1.PusherService/Push",
-        args.url.trim_end_matches('/')
-    );
+    let never = AtomicBool::new(false);
+    let (made, accepted) = pushes(args, &never, Duration::ZERO)?;
+    let url = endpoint(&args.url);
+    eprintln!("mem-trace: push: {accepted} of {made} profiles accepted by {url}");
+    if accepted == 0 {
+        return Err(Error::new(format!("no profile reached {url}")));
+    }
+    Ok(0)
+}
+
+/// The ingestion endpoint under the server's base URL.
+fn endpoint(base: &str) -> String {
+    format!("{}/push.v1.PusherService/Push", base.trim_end_matches('/'))
+}
+
+/// Waits until `until`, or less once `stop` is set (checked every 50 ms).
+fn wait_until(until: Instant, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Pushes `args`' target at each interval, the first after `first`, until it ends,
+/// `--count` is reached or `stop` is set; the profiles made and accepted. (`mem-trace run
+/// --push` sets `stop` when its program exits.)
+pub fn pushes(args: &PushArgs, stop: &AtomicBool, first: Duration) -> Result<(u64, u64)> {
+    wait_until(Instant::now() + first, stop);
+    if stop.load(Ordering::Relaxed) {
+        return Ok((0, 0));
+    }
+    let url = endpoint(&args.url);
     let timeout = Duration::from_secs_f64(args.timeout);
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(timeout)
@@ -157,7 +189,7 @@ pub fn command(args: &PushArgs) -> Result<u8> {
         let started = Instant::now();
         let target = match args.target.open() {
             Ok(t) => t,
-            Err(_) if made > 0 && gone(args) => break,
+            Err(_) if (made > 0 || stop.load(Ordering::Relaxed)) && gone(args) => break,
             Err(e) => return Err(e),
         };
         let service = args
@@ -166,7 +198,7 @@ pub fn command(args: &PushArgs) -> Result<u8> {
             .unwrap_or_else(|| service_name(&target));
         let mut profile = match stacks::read(&target, None) {
             Ok(p) => p,
-            Err(_) if made > 0 && gone(args) => break,
+            Err(_) if (made > 0 || stop.load(Ordering::Relaxed)) && gone(args) => break,
             Err(e) => return Err(e),
         };
         let totals = deltas(&mut profile, &base);
@@ -192,17 +224,12 @@ pub fn command(args: &PushArgs) -> Result<u8> {
         if !target.is_live() || (args.count != 0 && made >= args.count) {
             break;
         }
-        let next = started + every;
-        let now = Instant::now();
-        if next > now {
-            std::thread::sleep(next - now);
+        wait_until(started + every, stop);
+        if stop.load(Ordering::Relaxed) {
+            break;
         }
     }
-    eprintln!("mem-trace: push: {accepted} of {made} profiles accepted by {url}");
-    if accepted == 0 {
-        return Err(Error::new(format!("no profile reached {url}")));
-    }
-    Ok(0)
+    Ok((made, accepted))
 }
 
 /// The service a profile is filed under by default: the executable's file name.

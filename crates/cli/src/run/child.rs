@@ -64,6 +64,7 @@ pub fn run(
     path: &Path,
     args: &[OsString],
     env: &[(&str, OsString)],
+    started: impl FnOnce(u32),
 ) -> Result<ExitStatus> {
     let mut cmd = Command::new(path);
     cmd.arg0(name).args(args);
@@ -77,6 +78,7 @@ pub fn run(
         };
         Error::with_code(format!("run: {}: {e}", path.display()), code)
     })?;
+    started(child.id());
     let saved = [libc::SIGINT, libc::SIGQUIT].map(|sig| (sig, ignore(sig)));
     let status = child.wait();
     for (sig, old) in saved {

@@ -22,10 +22,12 @@ pub(crate) mod child;
 pub(crate) mod library;
 mod outputs;
 
-use crate::cli::{By, Mode, RunArgs};
+use crate::cli::{By, Mode, PushArgs, RunArgs, TargetArgs};
 use crate::error::{Error, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// `mem-trace run`: the program's exit status (a death by a signal is passed on by dying of it).
 pub fn run(args: &RunArgs) -> Result<u8> {
@@ -49,9 +51,49 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     if !args.profile {
         env.push(("MEM_TRACE_PROFILE_INTERVAL", "0".into()));
     }
-    let status = child::run(program, &path, program_args, &env)?;
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let mut pusher = None;
+    let status = child::run(program, &path, program_args, &env, |pid| {
+        pusher = args.push.as_ref().map(|url| {
+            let push = push_args(args, url, pid, &path);
+            let stop = stop.clone();
+            let every = Duration::from_secs_f64(args.push_every);
+            std::thread::spawn(move || (crate::push::pushes(&push, &stop, every), push.url))
+        });
+    })?;
+    stop.store(true, Ordering::Relaxed);
+    if let Some(pusher) = pusher {
+        match pusher.join() {
+            Ok((Ok((made, accepted)), url)) => eprintln!(
+                "mem-trace: run: {accepted} of {made} profiles accepted by {url} (the last \
+                 interval's allocations, after the program's last push, are not sent)"
+            ),
+            Ok((Err(e), _)) => eprintln!("mem-trace: run: push: {e}"),
+            Err(_) => eprintln!("mem-trace: run: the push thread failed"),
+        }
+    }
     outputs::finish(&dir, ranked_by());
     Ok(child::pass_on(status))
+}
+
+/// What `mem-trace push` would be given for the program `pid` that `run` started.
+fn push_args(args: &RunArgs, url: &str, pid: u32, program: &Path) -> PushArgs {
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "mem-trace".into());
+    PushArgs {
+        target: TargetArgs {
+            target: pid.to_string(),
+            exe: None,
+        },
+        url: url.to_string(),
+        every: args.push_every,
+        service: Some(args.push_service.clone().unwrap_or(name)),
+        labels: args.push_labels.clone(),
+        count: 0,
+        timeout: 10.0,
+    }
 }
 
 /// `LD_PRELOAD` with `lib` first (before another malloc in the list takes the calls) and the
