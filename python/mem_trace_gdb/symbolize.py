@@ -115,7 +115,9 @@ def _minimal(pc: int, lookup: int) -> Frame:
         path, bias = module
         return Frame(pc, symbol=module_offset(path, pc - bias))
     offset = int(m.group("off") or 0) + (pc - lookup)
-    obj = m.group("obj") or (module[0] if module else gdb.current_progspace().filename)
+    # The mapped file's name, as the Rust side names it: gdb's objfile is the path the
+    # dynamic linker opened, often the soname's symlink (libsqlite3.so.0).
+    obj = module[0] if module else (m.group("obj") or gdb.current_progspace().filename)
     return Frame(
         pc,
         symbol=f"{m.group('name')}+{offset:#x}",
