@@ -19,12 +19,15 @@ class Frame:
     inlined: bool = False
     file: Optional[str] = None
     line: int = 0
-    # Without debug info: "symbol+offset" and the object file it is in.
+    # Without debug info: "symbol+0xoffset" (to the return address) and the file
+    # name of the module it is in, or "module+0xoffset" (the return address as the
+    # module's file states it, which `addr2line -e` takes) when no symbol holds it.
     symbol: Optional[str] = None
     module: Optional[str] = None
 
     def describe(self) -> str:
-        """`0x... in fn (inlined) at file:line`, the way gdb's backtrace reads."""
+        """`0x... in fn (inlined) at file:line`, `0x... in sym+0xc from x.so`,
+        `0x... in x.so+0x1678`: the way gdb's backtrace reads."""
         text = f"{self.pc:#x}"
         if self.function:
             text += f" in {self.function}"

@@ -7,19 +7,33 @@ Measured on gdb 13: ~0.1 s for 63 cold addresses, ~1 ms warm, hence the cache.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Dict, List, Optional, Tuple
 
 import gdb
 
 from .frame import Frame
+from .modules import ModuleMap, module_offset, parse_mappings
 
 _cache: Dict[int, Tuple[Frame, ...]] = {}
+_modules: List[ModuleMap] = []
 
 
 def clear_cache(*_event) -> None:
     """Forget every symbolized pc (objfiles changed: new run, new library, reload)."""
     _cache.clear()
+    _modules.clear()
+
+
+def _module_map() -> ModuleMap:
+    if not _modules:
+        try:
+            text = gdb.execute("info proc mappings", to_string=True)
+        except gdb.error:
+            text = ""
+        _modules.append(ModuleMap(parse_mappings(text)))
+    return _modules[0]
 
 
 def symbolize(pc: int) -> Tuple[Frame, ...]:
@@ -86,14 +100,26 @@ _INFO_SYMBOL = re.compile(r"^(?P<name>.+?)(?: \+ (?P<off>\d+))? in section \S+(?
 
 
 def _minimal(pc: int, lookup: int) -> Frame:
-    """No debug info: ELF symbol + offset via `info symbol`, else the object file."""
-    module = gdb.solib_name(pc) or None
+    """No debug info: `symbol+0xoffset` via `info symbol` (gdb's minimal symbols,
+    which name an address only within a symbol's size), else `module+0xoffset`,
+    as the Rust side spells both."""
+    module = _module_map().module_of(lookup)
     try:
         text = gdb.execute(f"info symbol {lookup:#x}", to_string=True).strip()
     except gdb.error:
         text = ""
     m = _INFO_SYMBOL.match(text.splitlines()[0]) if text else None
     if m is None:
-        return Frame(pc, module=module)
+        if module is None:
+            return Frame(pc)
+        path, bias = module
+        return Frame(pc, symbol=module_offset(path, pc - bias))
     offset = int(m.group("off") or 0) + (pc - lookup)
-    return Frame(pc, symbol=f"{m.group('name')}+{offset}", module=m.group("obj") or module)
+    # The mapped file's name, as the Rust side names it: gdb's objfile is the path the
+    # dynamic linker opened, often the soname's symlink (libsqlite3.so.0).
+    obj = module[0] if module else (m.group("obj") or gdb.current_progspace().filename)
+    return Frame(
+        pc,
+        symbol=f"{m.group('name')}+{offset:#x}",
+        module=os.path.basename(obj) if obj else None,
+    )

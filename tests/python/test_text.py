@@ -45,7 +45,7 @@ SYMBOLS = {
     PC_MAKE: (Frame(PC_MAKE, "new_order", file="/src/demo.c", line=16),),
     PC_MAIN: (Frame(PC_MAIN, "main", file="/src/demo.c", line=30),),
     PC_FREE: (Frame(PC_FREE, "release", file="/src/demo.c", line=40),),
-    PC_START: (Frame(PC_START, symbol="_start+33", module="/bin/demo"),),
+    PC_START: (Frame(PC_START, symbol="_start+0x21", module="demo"),),
     PC_INLINED: (
         Frame(PC_INLINED, "inner", inlined=True, file="/src/demo.c", line=7),
         Frame(PC_INLINED, "outer", file="/src/demo.c", line=12),
@@ -279,7 +279,7 @@ class StackTests(unittest.TestCase):
             "    #1 0x555555555300 in outer at /src/demo.c:12",
             "    #2 0x7ffff7a00010",
             "    #3 0x5555555551c6 in main at /src/demo.c:30",
-            "    #4 0x5555555550d1 in _start+33 from /bin/demo",
+            "    #4 0x5555555550d1 in _start+0x21 from demo",
         ])
 
     def test_raw(self):
@@ -324,8 +324,10 @@ class StackTests(unittest.TestCase):
 
     def test_frame_describe_without_line_or_module(self):
         self.assertEqual(Frame(0x10, "f", file="a.c").describe(), "0x10 in f at a.c")
-        self.assertEqual(Frame(0x10, symbol="g+4").describe(), "0x10 in g+4")
-        self.assertEqual(Frame(0x10, module="/lib/x.so").describe(), "0x10 from /lib/x.so")
+        self.assertEqual(Frame(0x10, symbol="g+0x4").describe(), "0x10 in g+0x4")
+        self.assertEqual(Frame(0x10, symbol="x.so+0x10").describe(), "0x10 in x.so+0x10")
+        self.assertEqual(Frame(0x10, symbol="g+0x4", module="x.so").describe(),
+                         "0x10 in g+0x4 from x.so")
 
 
 class HistoryTextTests(unittest.TestCase):
@@ -479,7 +481,7 @@ class NoGdbTests(unittest.TestCase):
     """The modules the texts are made of never import gdb (they run in plain Python)."""
 
     def test_pure_modules_do_not_import_gdb(self):
-        pure = ["frame.py"] + [
+        pure = ["frame.py", "modules.py"] + [
             os.path.join(sub, n)
             for sub in ("layout", "text")
             for n in os.listdir(os.path.join(PACKAGE, sub))

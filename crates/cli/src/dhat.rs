@@ -31,6 +31,7 @@ use crate::cli::DhatArgs;
 use crate::error::Result;
 use crate::flamegraph::write_to;
 use crate::stacks::{self, Frame, Profile, Stack};
+use mem_trace_read::answer::frame::module_offset;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -191,8 +192,8 @@ fn frame_strings(s: &Stack) -> Vec<String> {
     out
 }
 
-/// `0xADDR: function (file:line:col)` per symbolized frame; `0xADDR: ??? (in module)` when
-/// nothing names the address.
+/// `0xADDR: function (file:line:col)` per symbolized frame; `0xADDR: module+0xoffset (in
+/// /path/module)` when nothing names the address, spelled as every other output spells it.
 fn frame(out: &mut Vec<String>, f: &Frame) {
     if mem_trace_read::text::is_cut_marker(f.ra) {
         out.push(mem_trace_read::text::CUT_FOLDED.to_string());
@@ -203,9 +204,13 @@ fn frame(out: &mut Vec<String>, f: &Frame) {
         .as_ref()
         .map(|(p, _)| String::from_utf8_lossy(p).into_owned());
     if f.symbols.is_empty() {
-        out.push(match &module {
-            Some(m) => format!("{:#x}: ??? (in {m})", f.ra),
-            None => format!("{:#x}: ???", f.ra),
+        out.push(match (&module, &f.module) {
+            (Some(m), Some((_, bias))) => format!(
+                "{:#x}: {} (in {m})",
+                f.ra,
+                module_offset(m, f.ra.wrapping_sub(*bias))
+            ),
+            _ => format!("{:#x}: ???", f.ra),
         });
         return;
     }
@@ -380,7 +385,7 @@ mod tests {
                 "0x401234: inner (/src/p.c:3)",
                 "0x401234: outer (in /bin/p)",
                 "0x401000: main (/src/p.c:9:5)",
-                "0x7f0000001000: ??? (in /lib/libx.so)",
+                "0x7f0000001000: libx.so+0x1000 (in /lib/libx.so)",
             ]
         );
         let pp = &v["pps"][1];

@@ -16,7 +16,9 @@ use mem_trace_read::answer::{
 use mem_trace_read::layout::Tables;
 use mem_trace_read::memory::{read_plain, Memory};
 use mem_trace_read::target::{Symbols, Target};
+use mem_trace_read::text::NamesTally;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt as _;
 
 /// `mem-trace top TARGET [N] [--by ...] [--thread T] [-f N] [-r]`.
 pub fn top(args: &TopArgs) -> Result<()> {
@@ -130,11 +132,23 @@ fn answer_with<'t>(
     let tables = Tables::open(target.memory(), target.header()).map_err(layout)?;
     let progress = Progress::start(what);
     let mut symbols = Symbols::new(target);
+    // Counted once per return address, however many stacks show it.
+    let mut tally = NamesTally::default();
+    let mut seen = std::collections::HashSet::new();
     let mut symbolize = |pc: u64| -> Vec<Frame> {
         if stacks.raw {
             return frame::unsymbolized(pc);
         }
-        frame::target_frames(&mut symbols, pc)
+        let frames = frame::target_frames(&mut symbols, pc);
+        if !seen.insert(pc) {
+            return frames;
+        }
+        let named = frames
+            .iter()
+            .any(|f| f.function.is_some() || f.file.is_some() || f.module.is_some());
+        let module = symbols.module_of(pc.wrapping_sub(1));
+        tally.note(named, module.map(|m| m.path.as_os_str().as_bytes()));
+        frames
     };
     let before = events(target);
     let lines = {
@@ -151,6 +165,9 @@ fn answer_with<'t>(
         }
     }
     let _ = out.flush();
+    let mut hint = String::new();
+    let _ = tally.write_hint(&mut hint);
+    eprint!("{hint}");
     if let (true, Some(before), Some(after)) = (target.is_live(), before, after) {
         if after != before {
             eprintln!(

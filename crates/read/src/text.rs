@@ -150,6 +150,107 @@ impl<W: Write> Write for FoldedName<'_, W> {
     }
 }
 
+/// How many frames an output showed and how many had no name, and the first few modules
+/// those were in: for the one line ([`NamesTally::write_hint`]) that says how to get names
+/// when most frames have none. Fixed size, so the in-process reports keep it without
+/// allocating.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NamesTally {
+    /// Frames shown.
+    pub frames: u64,
+    /// Of them, frames no debug info or symbol named (`module+0xoffset`).
+    pub unnamed: u64,
+    modules: [ModuleName; NamesTally::MODULES],
+    /// Modules noted; past [`NamesTally::MODULES`] only counted.
+    modules_seen: usize,
+}
+
+/// A module's file name, cut to what a hint line needs.
+#[derive(Clone, Copy, Debug)]
+struct ModuleName {
+    bytes: [u8; 48],
+    len: u8,
+}
+
+impl Default for ModuleName {
+    fn default() -> Self {
+        ModuleName {
+            bytes: [0; 48],
+            len: 0,
+        }
+    }
+}
+
+impl ModuleName {
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl NamesTally {
+    /// Modules a hint names; more are summed up as "and N more".
+    pub const MODULES: usize = 4;
+
+    /// Counts one frame shown: named, or not and in the module at `path` (if any).
+    pub fn note(&mut self, named: bool, path: Option<&[u8]>) {
+        self.frames += 1;
+        if named {
+            return;
+        }
+        self.unnamed += 1;
+        let Some(path) = path else { return };
+        let base = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
+        let base = &base[..base.len().min(48)];
+        let kept = self.modules_seen.min(Self::MODULES);
+        if self.modules[..kept].iter().any(|m| m.as_bytes() == base) {
+            return;
+        }
+        if kept < Self::MODULES {
+            let m = &mut self.modules[kept];
+            m.bytes[..base.len()].copy_from_slice(base);
+            m.len = base.len() as u8;
+        }
+        self.modules_seen += 1;
+    }
+
+    /// Whether most frames shown had no name.
+    pub fn mostly_unnamed(&self) -> bool {
+        self.unnamed * 2 > self.frames
+    }
+
+    /// One line, when most frames had no name, saying which modules lack symbols and how a
+    /// Debian-like system gets them; nothing otherwise.
+    pub fn write_hint(&self, out: &mut impl Write) -> fmt::Result {
+        if !self.mostly_unnamed() {
+            return Ok(());
+        }
+        write!(
+            out,
+            "mem-trace: {} of {} frames have no name; install the debug symbols of ",
+            self.unnamed, self.frames
+        )?;
+        let kept = self.modules_seen.min(Self::MODULES);
+        for (i, m) in self.modules[..kept].iter().enumerate() {
+            if i > 0 {
+                out.write_str(", ")?;
+            }
+            for chunk in m.as_bytes().utf8_chunks() {
+                out.write_str(chunk.valid())?;
+                if !chunk.invalid().is_empty() {
+                    out.write_char(char::REPLACEMENT_CHARACTER)?;
+                }
+            }
+        }
+        if self.modules_seen > kept {
+            write!(out, " and {} more", self.modules_seen - kept)?;
+        }
+        writeln!(
+            out,
+            " (Debian: the -dbgsym package of the package `dpkg -S FILE` names)"
+        )
+    }
+}
+
 /// Text the traced process wrote (a thread's name), in double quotes, with what a terminal
 /// would act on or hide escaped, as the gdb side's `quoted` does: a newline would forge a line
 /// of the answer, an escape sequence would drive the terminal, a quote would end the name
@@ -372,6 +473,40 @@ mod tests {
             "0x30;main;helper<a:b>;libfoo.so+0x1678;hold_site 67108864\n\
              [no stack recorded] 5\n\
              a b c:d 0\n"
+        );
+    }
+
+    #[test]
+    fn a_hint_only_when_most_frames_have_no_name() {
+        let mut t = NamesTally::default();
+        t.note(true, None);
+        t.note(
+            false,
+            Some(b"/usr/lib/x86_64-linux-gnu/libsqlite3.so.0.8.6"),
+        );
+        let mut s = String::new();
+        t.write_hint(&mut s).unwrap();
+        assert_eq!(s, "", "half is not most");
+        t.note(false, Some(b"/usr/bin/sqlite3"));
+        t.note(
+            false,
+            Some(b"/usr/lib/x86_64-linux-gnu/libsqlite3.so.0.8.6"),
+        );
+        t.write_hint(&mut s).unwrap();
+        assert_eq!(
+            s,
+            "mem-trace: 3 of 4 frames have no name; install the debug symbols of \
+             libsqlite3.so.0.8.6, sqlite3 (Debian: the -dbgsym package of the package \
+             `dpkg -S FILE` names)\n"
+        );
+        for name in ["a", "b", "c", "d", "e"] {
+            t.note(false, Some(name.as_bytes()));
+        }
+        let mut s = String::new();
+        t.write_hint(&mut s).unwrap();
+        assert!(
+            s.contains("of libsqlite3.so.0.8.6, sqlite3, a, b and 3 more (Debian"),
+            "{s}"
         );
     }
 }

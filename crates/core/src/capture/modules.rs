@@ -22,6 +22,10 @@ use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 pub struct ModuleInfo {
     /// File path as the dynamic loader knows it; the main program is `/proc/self/exe` resolved.
     pub path: Vec<u8>,
+    /// The name of the file `path` leads to, after symbolic links (`libsqlite3.so.0.8.6` for
+    /// the loader's `libsqlite3.so.0`): a frame without a name is `name+0xoffset`, as the
+    /// readers, which know only the mapped files, spell it too.
+    pub name: Vec<u8>,
     /// Load bias: actual address = address in the file + bias.
     pub bias: u64,
     /// Executable range in memory.
@@ -226,7 +230,9 @@ fn build(generation: u64) -> ModuleSet {
             unwinder.add_module(unwind_module(r, exec.clone(), &path, hdr, eh_frame));
         }
         let (eh_frame_hdr, eh_frame) = sections.unwrap_or((&[], &[]));
+        let name = file_name(&path);
         modules.push(ModuleInfo {
+            name,
             path,
             bias: r.bias,
             start: exec.start,
@@ -272,6 +278,30 @@ fn self_exe() -> Vec<u8> {
         return b"/proc/self/exe".to_vec();
     }
     buf[..n as usize].to_vec()
+}
+
+/// The last component of the file `path` names once symbolic links are followed (a few,
+/// against loops); `path`'s own last component when it is no link or cannot be read.
+fn file_name(path: &[u8]) -> Vec<u8> {
+    let base = |p: &[u8]| p.rsplit(|&c| c == b'/').next().unwrap_or(p).to_vec();
+    let mut current = path.to_vec();
+    for _ in 0..8 {
+        let mut c_path = current.clone();
+        c_path.push(0);
+        let mut buf = [0u8; 4096];
+        // SAFETY: `c_path` is NUL-terminated; readlink writes at most `buf.len()` bytes.
+        let n =
+            unsafe { libc::readlink(c_path.as_ptr().cast(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        let target = &buf[..n as usize];
+        current = match (target.first(), current.iter().rposition(|&c| c == b'/')) {
+            (Some(b'/'), _) | (_, None) => target.to_vec(),
+            (_, Some(slash)) => [&current[..=slash], target].concat(),
+        };
+    }
+    base(&current)
 }
 
 /// A module's in-memory `.eh_frame_hdr` and `.eh_frame`, found from `PT_GNU_EH_FRAME`.
@@ -361,6 +391,30 @@ mod tests {
         let libc_m = set.find(malloc).expect("libc is a module");
         assert!(String::from_utf8_lossy(&libc_m.path).contains("libc"));
         assert!(set.find(0x10).is_none());
+    }
+
+    #[test]
+    fn a_module_is_named_by_the_file_its_links_lead_to() {
+        let dir = std::env::temp_dir().join(format!("mem-trace-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("real")).unwrap();
+        std::fs::write(dir.join("real/libx.so.1.2.3"), b"").unwrap();
+        // A relative link to an absolute one, as sonames and merged-/usr links are made.
+        std::os::unix::fs::symlink(dir.join("real/libx.so.1.2.3"), dir.join("real/libx.so.1"))
+            .unwrap();
+        std::os::unix::fs::symlink("real/libx.so.1", dir.join("libx.so")).unwrap();
+        let path = dir.join("libx.so");
+        assert_eq!(
+            file_name(path.as_os_str().as_encoded_bytes()),
+            b"libx.so.1.2.3"
+        );
+        assert_eq!(file_name(b"/nonexistent/libz.so.1"), b"libz.so.1");
+        std::fs::remove_dir_all(&dir).unwrap();
+        let set = current().expect("module set");
+        let malloc =
+            libc::malloc as unsafe extern "C" fn(usize) -> *mut libc::c_void as usize as u64;
+        let libc_m = set.find(malloc).expect("libc is a module");
+        assert_eq!(libc_m.name, b"libc.so.6");
     }
 
     #[test]

@@ -126,13 +126,14 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
             other_stacks(f, all_ref, &top, by)?;
         }
         if !full {
-            return Ok(());
+            return stacks_out.write_names_hint(&mut out);
         }
         write_peaks(&mut out, &mut stacks_out, &at_peak)?;
         match (&leaks, &groups) {
             (Some(l), Some(g)) => write_leaks(&mut out, &mut stacks_out, l, g, top_n)?,
             _ => writeln!(out, "mem-trace: leak check: out of memory, skipped")?,
         }
+        stacks_out.write_names_hint(&mut out)?;
         writeln!(out, "mem-trace: end of report {n}")
     })();
     drop(stacks_out);

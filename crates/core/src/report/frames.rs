@@ -64,6 +64,8 @@ pub struct StackWriter<'p> {
     scope: Option<ScratchScope>,
     set: Option<&'static ModuleSet>,
     raw_why: Option<&'static str>,
+    /// Frames symbolized so far and how many had no name, for [`StackWriter::write_names_hint`].
+    tally: text::NamesTally,
     _printing: core::marker::PhantomData<&'p Printing>,
 }
 
@@ -83,6 +85,7 @@ impl Printing {
             scope,
             set,
             raw_why,
+            tally: text::NamesTally::default(),
             _printing: core::marker::PhantomData,
         }
     }
@@ -97,6 +100,7 @@ impl StackWriter<'static> {
             scope: None,
             set: modules::snapshot(),
             raw_why: Some(why),
+            tally: text::NamesTally::default(),
             _printing: core::marker::PhantomData,
         }
     }
@@ -123,7 +127,9 @@ impl StackWriter<'_> {
             return writeln!(out, "   (no stack recorded)");
         }
         match (self.set, &mut self.sym) {
-            (Some(set), Some(sym)) => write_symbolized_with(out, frames, set, sym, folded),
+            (Some(set), Some(sym)) => {
+                write_symbolized_with(out, frames, set, sym, folded, &mut self.tally)
+            }
             (set, _) => {
                 if let Some((f, value)) = folded {
                     let raw = frames.iter().map(|&ra| folded_frame(ra, None, set));
@@ -136,6 +142,15 @@ impl StackWriter<'_> {
                 }
             }
         }
+    }
+}
+
+impl StackWriter<'_> {
+    /// One line saying how to get names, when most frames written so far had none (see
+    /// `text::NamesTally`); raw frames written for want of memory or of the right to
+    /// symbolize are not counted, since their line already says why.
+    pub fn write_names_hint(&self, out: &mut Out) -> fmt::Result {
+        self.tally.write_hint(out)
     }
 }
 
@@ -183,7 +198,9 @@ pub fn write_stack(out: &mut Out, frames: &[u64]) -> fmt::Result {
 }
 
 fn write_symbolized(out: &mut Out, frames: &[u64], set: &ModuleSet) -> fmt::Result {
-    write_symbolized_with(out, frames, set, &mut Symbolizer::new(), None)
+    let mut tally = text::NamesTally::default();
+    write_symbolized_with(out, frames, set, &mut Symbolizer::new(), None, &mut tally)?;
+    tally.write_hint(out)
 }
 
 fn write_symbolized_with(
@@ -192,6 +209,7 @@ fn write_symbolized_with(
     set: &ModuleSet,
     sym: &mut Symbolizer,
     folded: Option<(&mut Out, u64)>,
+    tally: &mut text::NamesTally,
 ) -> fmt::Result {
     let mut found: Vec<SymFrame> = Vec::new();
     // Each return address with what symbolizing it gave (several frames for inlined code;
@@ -215,6 +233,7 @@ fn write_symbolized_with(
             };
             sym.symbolize(&mref, probe, &mut found).is_ok() && !found.is_empty()
         });
+        tally.note(ok, module.map(|m| &m.name[..]));
         if ok {
             all.extend(found.drain(..).map(|f| (ra, Some(f))));
         } else {
@@ -247,7 +266,7 @@ fn folded_frame<'a>(
 ) -> text::FoldedFrame<'a> {
     let module = set
         .and_then(|s| s.find(ra.saturating_sub(1)))
-        .map(|m| (&m.path[..], m.bias));
+        .map(|m| (&m.name[..], m.bias));
     text::FoldedFrame { ra, symbol, module }
 }
 
@@ -271,6 +290,6 @@ fn raw_frame(out: &mut Out, n: usize, ra: u64, set: &ModuleSet) -> fmt::Result {
     // No allocation here: this path runs when memory for symbolizing was unavailable.
     let module = set
         .find(ra.saturating_sub(1))
-        .map(|m| (&m.path[..], m.bias));
+        .map(|m| (&m.name[..], m.bias));
     text::write_raw_frame(out, n, ra, module)
 }

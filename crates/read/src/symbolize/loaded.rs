@@ -1,6 +1,7 @@
 //! One module file opened for symbolizing: its ELF (and separate debug file), its DWARF as an
 //! addr2line context, and an index of its symbol table for the fallback.
 
+use super::bounds::{fde_bounds, symbol_holds};
 use super::debug_files::{find_debug_file, find_sup_file, read_link};
 use super::demangle::demangle;
 use super::dwarf::{decompressed_size, has_dwarf, load_dwarf};
@@ -9,10 +10,12 @@ use super::{Elf, Hdr, Slice, SymError, SymFrame};
 use object::read::elf::Sym as _;
 
 /// A symbol-table entry kept for address lookup; names are read from the table on demand
-/// so that a big table costs 16 bytes per function.
+/// so that a big table costs 24 bytes per function.
 #[derive(Clone, Copy)]
 pub(super) struct SymEntry {
     pub(super) address: u64,
+    /// `st_size`; 0 when the table does not say (see [`symbol_holds`]).
+    pub(super) size: u64,
     pub(super) index: u32,
 }
 
@@ -141,7 +144,8 @@ impl Loaded {
         }
     }
 
-    /// The function symbol at or below `svma`, and the offset from it.
+    /// The function symbol that holds `svma`, and the offset from it: the nearest one at or
+    /// below it, if it reaches that far ([`symbol_holds`]).
     pub(super) fn symbol_for(&mut self, svma: u64) -> Option<(&'static str, u64)> {
         if self.symbols.is_none() {
             self.symbols = Some(self.build_symbol_index());
@@ -149,6 +153,13 @@ impl Loaded {
         let symbols = self.symbols.as_ref()?;
         let pos = symbols.entries.partition_point(|e| e.address <= svma);
         let entry = symbols.entries.get(pos.checked_sub(1)?)?;
+        let fde = || {
+            fde_bounds(&self.elf, svma)
+                .or_else(|| self.debug_elf.as_ref().and_then(|d| fde_bounds(d, svma)))
+        };
+        if !symbol_holds(entry.address, entry.size, svma, fde) {
+            return None;
+        }
         let file = if symbols.in_debug_file {
             self.debug_elf.as_ref()?
         } else {
@@ -185,14 +196,21 @@ impl Loaded {
             .filter_map(|(index, sym)| {
                 Some(SymEntry {
                     address: word(sym.st_value(endian)),
+                    size: word(sym.st_size(endian)),
                     index: u32::try_from(index.0).ok()?,
                 })
             })
             .collect();
         // Aliases share an address (malloc / __libc_malloc): put the preferred name first
-        // and keep only it.
+        // and keep only it, with the largest size any of them states.
         entries.sort_unstable_by_key(|e| (e.address, alias_rank(file, dynamic, e.index)));
-        entries.dedup_by_key(|e| e.address);
+        entries.dedup_by(|later, kept| {
+            let same = later.address == kept.address;
+            if same {
+                kept.size = kept.size.max(later.size);
+            }
+            same
+        });
         entries.shrink_to_fit();
         SymbolIndex {
             in_debug_file,

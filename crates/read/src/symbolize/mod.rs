@@ -15,10 +15,14 @@
 //!    in `.debug/` or under `/usr/lib/debug/<dir>`), with a dwz supplementary file from
 //!    `.gnu_debugaltlink` when there is one. Inlined frames come first.
 //! 2. The ELF symbol table (`.symtab`, the debug file's `.symtab`, else `.dynsym`): the
-//!    nearest function symbol at or below the address, as `name+0xoff`.
+//!    nearest function symbol at or below the address, as `name+0xoff` (`off` counted to
+//!    the return address, `probe + 1`), but only when the symbol reaches the address: within
+//!    its `st_size`, or for a symbol without a size, when the unwind tables' function holding
+//!    the address starts at it (`bounds`).
 //!
 //! Anything that fails becomes a [`SymError`]; the caller then prints `module+0xoffset`.
 
+mod bounds;
 mod debug_files;
 mod demangle;
 mod dwarf;
@@ -227,8 +231,10 @@ impl Symbolizer {
         }
         match loaded.symbol_for(svma) {
             Some((name, offset)) => {
+                // Counted to the return address (`probe + 1`), as `module+0xoffset` and gdb's
+                // `info symbol $pc` count it, so one frame reads the same everywhere.
                 out.push(SymFrame {
-                    function: Some(format!("{}+{:#x}", demangle(name), offset)),
+                    function: Some(format!("{}+{:#x}", demangle(name), offset.wrapping_add(1))),
                     ..SymFrame::default()
                 });
                 Ok(())

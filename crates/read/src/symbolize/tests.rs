@@ -153,7 +153,7 @@ fn libc_function_from_symbol_table() {
     assert_eq!(frames.len(), 1, "{frames:?}");
     let name = frames[0].function.as_deref().unwrap();
     // Stripped libc: .dynsym only; with symtab, any alias of malloc.
-    assert!(name.ends_with("malloc+0x1"), "{name}");
+    assert!(name.ends_with("malloc+0x2"), "{name}");
     assert_eq!(frames[0].file, None);
 }
 
@@ -187,7 +187,7 @@ fn libc_function_with_separate_debug_info() {
             .function
             .as_deref()
             .unwrap()
-            .ends_with("malloc+0x1"));
+            .ends_with("malloc+0x2"));
     }
 }
 
@@ -350,7 +350,9 @@ fn timing_20_addresses() {
     let mut probes = Vec::new();
     for f in fns {
         probes.push(f + 1);
-        probes.push(f + 9);
+        // Within even the shortest of them (`process::id` is a 5-byte jump): past a symbol's
+        // size nothing is named.
+        probes.push(f + 3);
     }
     let modules: Vec<_> = probes.iter().map(|&a| module_of(a)).collect();
     let run = |sym: &mut Symbolizer| {
@@ -420,4 +422,76 @@ fn timing_20_addresses() {
         t.elapsed(),
         out[0]
     );
+}
+
+// Three functions without debug info: one whose symbol has no size but an FDE, one with an
+// FDE but no symbol (a static function a stripped table lacks), and one whose symbol has a
+// size, followed by bytes nothing covers.
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".pushsection .text.mem_trace_bounds,\"ax\",@progbits",
+    ".globl mem_trace_test_sizeless",
+    ".type mem_trace_test_sizeless,@function",
+    "mem_trace_test_sizeless:",
+    ".cfi_startproc",
+    ".fill 15, 1, 0x90",
+    "ret",
+    ".cfi_endproc",
+    "mem_trace_test_anonymous:",
+    ".cfi_startproc",
+    ".fill 15, 1, 0x90",
+    "ret",
+    ".cfi_endproc",
+    ".globl mem_trace_test_sized",
+    ".type mem_trace_test_sized,@function",
+    "mem_trace_test_sized:",
+    ".cfi_startproc",
+    ".fill 3, 1, 0x90",
+    "ret",
+    ".cfi_endproc",
+    ".size mem_trace_test_sized, 4",
+    ".fill 16, 1, 0x90",
+    ".popsection",
+);
+
+#[cfg(target_arch = "x86_64")]
+extern "C" {
+    fn mem_trace_test_sizeless();
+    fn mem_trace_test_sized();
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_symbol_names_only_the_function_it_is() {
+    let sizeless = mem_trace_test_sizeless as *const () as usize;
+    let sized = mem_trace_test_sized as *const () as usize;
+    let mut sym = Symbolizer::new();
+    let mut name = |addr: usize| {
+        symbolize_addr(&mut sym, addr).map(|f| f.last().unwrap().function.clone().unwrap())
+    };
+    // Within its size; the offset is the return address's (probe + 1).
+    assert_eq!(name(sized + 2).unwrap(), "mem_trace_test_sized+0x3");
+    // Past the end of the sized symbol: padding no function holds.
+    assert_eq!(name(sized + 4), Err(SymError::NoSymbol));
+    assert_eq!(name(sized + 12), Err(SymError::NoSymbol));
+    // No size: the FDE holding the address starts at the symbol.
+    assert_eq!(name(sizeless + 5).unwrap(), "mem_trace_test_sizeless+0x6");
+    // No size, and the FDE holding the address is another function's.
+    assert_eq!(name(sizeless + 16 + 5), Err(SymError::NoSymbol));
+}
+
+#[test]
+fn fde_bounds_of_a_rust_function() {
+    // The test binary's own unwind tables agree with its symbol table on where a function
+    // starts.
+    let addr = marker_function as *const () as usize;
+    let (_, bias, _, _) = module_of(addr);
+    let data = std::fs::read("/proc/self/exe").unwrap();
+    let data: &'static [u8] = Box::leak(data.into_boxed_slice());
+    let elf = Elf::parse(data).unwrap();
+    let svma = addr as u64 - bias;
+    let (start, len) = super::bounds::fde_bounds(&elf, svma + 1).unwrap();
+    assert_eq!(start, svma);
+    assert!(len > 1, "{len}");
+    assert_eq!(super::bounds::fde_bounds(&elf, 0), None);
 }
