@@ -27,6 +27,8 @@ def clear_cache(*_event) -> None:
 
 
 def _module_map() -> ModuleMap:
+    """The target's modules, read once per objfile generation: a library's bias
+    cannot change while it stays loaded, and loading one clears the cache."""
     if not _modules:
         try:
             text = gdb.execute("info proc mappings", to_string=True)
