@@ -45,6 +45,17 @@ pub fn print_trace(addr: usize) {
 fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::Result {
     let (found, access) = table::find_containing(a);
     let Some(b) = found else {
+        let mean = mem_trace_core::store::header::header()
+            .sample_mean
+            .load(core::sync::atomic::Ordering::Relaxed);
+        if mean != 0 {
+            return writeln!(
+                out,
+                "mem-trace: {a:#x} is in no sampled block: not sampled, this process samples {} \
+                 (MEM_TRACE_SAMPLE)",
+                mem_trace_core::format_rate(mean)
+            );
+        }
         return writeln!(
             out,
             "mem-trace: {a:#x} is not inside any block tracked by mem-trace"

@@ -35,6 +35,8 @@ impl Sites {
             .current_dir(&fixture.dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            // Where print_trace, called in the process, writes.
+            .stderr(std::fs::File::create(fixture.dir.join("sites.stderr")).unwrap())
             .spawn()
             .expect("run the fixture");
         let stdin = child.stdin.take().unwrap();
@@ -221,7 +223,9 @@ fn estimates_are_within_ten_percent_and_unsampled_blocks_say_so() {
         .arg(format!("source {}", script.display()))
         .args(["-ex", &format!("mtrace-why {address}")])
         .args(["-ex", "mtrace-top 3"])
-        .env_remove("LD_PRELOAD")
+        .args(["-ex", &format!("call (void)print_trace({address})")])
+        // gdb 13 needs it to finish the call on CPUs with AMX (tests/fixtures/gdb_xstate.c).
+        .env("LD_PRELOAD", &common::c_shared_library("gdb_xstate.c").bin)
         .current_dir(&fixture.dir);
     let gdb = run_with_timeout(
         cmd,
@@ -241,6 +245,11 @@ fn estimates_are_within_ten_percent_and_unsampled_blocks_say_so() {
         "{}",
         gdb.stdout
     );
+    // print_trace, called in the process, says so on the process's stderr.
+    let printed = std::fs::read_to_string(fixture.dir.join("sites.stderr")).unwrap();
+    assert!(printed.contains(&format!(
+        "mem-trace: {address} is in no sampled block: not sampled, this process samples one allocation per ~64 KiB (MEM_TRACE_SAMPLE)"
+    )), "{printed}\n{}", gdb.stdout);
     // gdb's ranking is the command's.
     let gdb_rows = sites(&gdb.stdout);
     let rows = sites(&live);

@@ -50,6 +50,12 @@ mod sync;
 /// Re-exported so that [`define_header!`] names it from the defining crate.
 pub use mem_trace_format as format;
 
+/// The sampling rate as every reader says it ("one allocation per ~512 KiB"), written without
+/// allocating: `print_trace` writes it.
+pub fn format_rate(mean: u64) -> impl core::fmt::Display {
+    mem_trace_read::sample::Rate(mean)
+}
+
 /// Defines `MEM_TRACE_HEADER`, the exported root of every table (docs/LAYOUT.md), in the crate
 /// that links this one into a program or library. `#[no_mangle]` keeps it in the dynamic symbol
 /// table, so a reader finds it even in a stripped `.so`; `#[used]` keeps the linker from

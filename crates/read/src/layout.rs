@@ -49,20 +49,31 @@ fn read_words_in_pieces(
 }
 /// `bytes` for a message: "96 GiB", "4 KiB", "24 bytes".
 pub(crate) fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} bytes");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 || value >= 100.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
+    HumanBytes(bytes).to_string()
+}
+
+/// A byte count as a person says it ("96 GiB", "1.5 KiB", "24 bytes"), written without
+/// allocating (`print_trace` writes it).
+pub struct HumanBytes(pub u64);
+
+impl fmt::Display for HumanBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+        let bytes = self.0;
+        if bytes < 1024 {
+            return write!(f, "{bytes} bytes");
+        }
+        let mut value = bytes as f64 / 1024.0;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        if value.fract() == 0.0 || value >= 100.0 {
+            write!(f, "{value:.0} {}", UNITS[unit])
+        } else {
+            write!(f, "{value:.1} {}", UNITS[unit])
+        }
     }
 }
 

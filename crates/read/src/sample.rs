@@ -32,7 +32,20 @@ pub fn weight(addr: u64, size: u64, mean: u64) -> (u64, u64) {
 
 /// "one allocation per ~512 KiB", for the lines that say an answer is estimated.
 pub fn rate(mean: u64) -> String {
-    format!("one allocation per ~{}", crate::layout::human_bytes(mean))
+    Rate(mean).to_string()
+}
+
+/// [`rate`] written without allocating (`print_trace` writes it).
+pub struct Rate(pub u64);
+
+impl core::fmt::Display for Rate {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "one allocation per ~{}",
+            crate::layout::HumanBytes(self.0)
+        )
+    }
 }
 
 #[cfg(test)]
