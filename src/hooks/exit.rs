@@ -1,0 +1,139 @@
+//! `exit` and `__libc_start_main`: where the program's own stack ends when it exits, for the
+//! exit report's leak check (`mem_trace_core::profile::exit_begins`).
+//!
+//! The exit report runs in the library's destructor, deep below the program's last frame
+//! (`exit` → `__run_exit_handlers` → `_dl_fini` → the destructor). The stack between holds
+//! dead slots of the program's earlier, deeper calls that the exit chain's frames did not
+//! overwrite, and a scan from the report's own frame takes them for pointers: blocks the
+//! program lost look reachable, differently from run to run with ASLR (docs/FINDINGS.md).
+//! memcheck never sees them: it scans only defined words, and the exit chain's fresh frames
+//! are undefined to it. So the scan starts where the program's stack ends instead:
+//! - at an explicit `exit(3)` (from any thread): the caller's stack pointer, which this hook
+//!   sees as the address of a local of its own frame, a few words below it, and the caller's
+//!   callee-saved registers, which the exit chain would have saved below (memcheck sees
+//!   them there: the caller's pointers held in registers across the call);
+//! - on a return from `main`: glibc calls its own `exit` without the PLT, where no preload
+//!   can see it, so `main` itself is wrapped, through `__libc_start_main`, which the
+//!   program's `_start` calls through the PLT: after `main` returns, its frame is dead, and
+//!   the wrapper's frame, just above it, is where the live stack ends.
+//!
+//! An `exit` that glibc calls itself (`error(3)`) is seen by neither; the scan then starts
+//! from the report's frame as before.
+
+use crate::glibc::Next;
+use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use mem_trace_core::guard::Guard;
+use mem_trace_core::profile;
+
+static EXIT: Next = Next::new(c"exit");
+static START_MAIN: Next = Next::new(c"__libc_start_main");
+
+type Main = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
+/// The program's `main`, which [`main_wrapper`] calls.
+static MAIN: AtomicUsize = AtomicUsize::new(0);
+
+/// The address of a local of the calling frame: the stack pointer there, to a few words.
+#[inline(always)]
+fn here() -> u64 {
+    let marker = 0u64;
+    core::hint::black_box(&marker) as *const u64 as u64
+}
+
+/// The callee-saved registers (`rbx`, `rbp`, `r12` to `r15`) as they are now: at the start
+/// of a hook, still the caller's, which may hold the program's pointers.
+#[inline(always)]
+fn callee_saved() -> [u64; 6] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (a, b, c, d, e, f): (u64, u64, u64, u64, u64, u64);
+        // SAFETY: only copies registers into outputs; no memory, stack or flags touched.
+        unsafe {
+            core::arch::asm!(
+                "mov {a}, rbx", "mov {b}, rbp", "mov {c}, r12",
+                "mov {d}, r13", "mov {e}, r14", "mov {f}, r15",
+                a = out(reg) a, b = out(reg) b, c = out(reg) c,
+                d = out(reg) d, e = out(reg) e, f = out(reg) f,
+                options(nomem, nostack, preserves_flags),
+            );
+        }
+        [a, b, c, d, e, f]
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    [0; 6]
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `exit(3)`: notes the caller's stack pointer, then glibc's `exit`.
+///
+/// # Safety
+/// As for glibc's `exit`.
+pub unsafe extern "C" fn exit(status: c_int) -> ! {
+    let registers = callee_saved();
+    profile::exit_begins(here(), registers);
+    let real = {
+        let _g = Guard::enter();
+        EXIT.get()
+    };
+    if real == 0 {
+        // SAFETY: ends the process; nothing to run without glibc's exit.
+        unsafe { libc::_exit(status) }
+    }
+    // SAFETY: glibc's exit, found with RTLD_NEXT.
+    let f: unsafe extern "C" fn(c_int) -> ! = unsafe { core::mem::transmute(real) };
+    // SAFETY: forwarded contract.
+    unsafe { f(status) }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+/// `__libc_start_main`: glibc's, with `main` wrapped ([`main_wrapper`]).
+///
+/// # Safety
+/// As for glibc's `__libc_start_main` (called by the program's `_start` only).
+pub unsafe extern "C" fn __libc_start_main(
+    main: Main,
+    argc: c_int,
+    argv: *mut *mut c_char,
+    init: *mut c_void,
+    fini: *mut c_void,
+    rtld_fini: *mut c_void,
+    stack_end: *mut c_void,
+) -> c_int {
+    type Real = unsafe extern "C" fn(
+        Main,
+        c_int,
+        *mut *mut c_char,
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+        *mut c_void,
+    ) -> c_int;
+    let real = {
+        let _g = Guard::enter();
+        START_MAIN.get()
+    };
+    if real == 0 {
+        // SAFETY: no glibc to start the program: nothing else can be done.
+        unsafe { libc::abort() }
+    }
+    MAIN.store(main as usize, Relaxed);
+    // SAFETY: glibc's __libc_start_main, found with RTLD_NEXT, of this signature.
+    let real: Real = unsafe { core::mem::transmute(real) };
+    // SAFETY: forwarded contract, with a `main` of the same signature.
+    unsafe { real(main_wrapper, argc, argv, init, fini, rtld_fini, stack_end) }
+}
+
+/// The program's `main`; when it returns, its frame is dead and the live stack ends here.
+unsafe extern "C" fn main_wrapper(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    envp: *mut *mut c_char,
+) -> c_int {
+    // SAFETY: the `main` glibc was given, stored before glibc could call this.
+    let main: Main = unsafe { core::mem::transmute(MAIN.load(Relaxed)) };
+    // SAFETY: glibc's call of `main`, forwarded.
+    let rc = unsafe { main(argc, argv, envp) };
+    // `main` restored the callee-saved registers: they are glibc's again, no program's.
+    profile::exit_begins(here(), [0; 6]);
+    rc
+}
