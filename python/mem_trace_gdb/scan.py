@@ -181,6 +181,39 @@ class Heap:
         return at_start, inside
 
 
+# A glibc thread control block lies this close to the end of its thread's stack mapping.
+TCB_WINDOW = 16 << 10
+
+
+def dtv_words(reader: Reader, mappings: Iterable[Tuple[int, int]],
+              blocks: Sequence[Block]) -> List[int]:
+    """The start of the dynamic thread vector (DTV) of every glibc thread whose control block
+    ends one of ``mappings`` (anonymous memory without live blocks), live threads' and those
+    of exited threads whose stacks glibc keeps for reuse: loose words of the roots (leaks/
+    roots.rs's ``dtv_words``). glibc allocates a thread's DTV with malloc and points at it
+    only from the control block, 16 bytes in (``tcbhead_t.dtv`` is ``dtv + 1``; ``tcb`` and
+    ``self``, at 0 and 16, point at the control block itself, 64-byte aligned); LSan treats
+    the DTV as reachable from there, and so does this scan."""
+    starts = sorted(b.addr for b in blocks)
+    words: List[int] = []
+    for start, end in mappings:
+        if end <= start:
+            continue
+        i = bisect_right(starts, start - 1)
+        if i < len(starts) and starts[i] < end:
+            continue
+        lo = max(start, end - TCB_WINDOW)
+        try:
+            tail = _words(reader.read(lo, end - lo))
+        except MemTraceError:
+            continue
+        for k in range(0, len(tail) - 2):
+            p = lo + 8 * k
+            if p % 64 == 0 and tail[k] == p and tail[k + 2] == p and tail[k + 1] >= 16:
+                words.append(tail[k + 1] - 16)
+    return words
+
+
 def _aligned(start: int, end: int) -> Tuple[int, int]:
     """[start, end) shrunk to whole aligned words."""
     return (start + 7) & ~7, end & ~7

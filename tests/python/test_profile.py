@@ -134,6 +134,24 @@ class ScanTests(unittest.TestCase):
         e = block(self.heap + 0x2000, 8)
         self.assertEqual(level(e, e.addr), [scan.REACHABLE])
 
+    def test_a_thread_control_block_makes_its_dtv_reachable(self):
+        # A stack mapping whose top holds a control block (tcb and self point at it, dtv at
+        # +8 is the DTV's start + 16): the DTV, a live block, is reached from its start.
+        stack = self.img.map(0x8000)
+        tcb = stack + 0x8000 - 0x900
+        dtv = block(self.heap, 288)
+        self.ptr(tcb, tcb)
+        self.ptr(tcb + 8, dtv.addr + 16)
+        self.ptr(tcb + 16, tcb)
+        words = scan.dtv_words(self.img, [(stack, stack + 0x8000)], [dtv])
+        self.assertEqual(words, [dtv.addr])
+        r = scan.scan(self.img, [dtv], self.roots(), words)
+        self.assertEqual(r.levels, [scan.REACHABLE])
+        # A mapping that holds live blocks is no stack; nor is one without the pattern.
+        self.assertEqual(scan.dtv_words(self.img, [(self.heap, self.heap + 0x10000)], [dtv]), [])
+        self.ptr(tcb + 16, 0)
+        self.assertEqual(scan.dtv_words(self.img, [(stack, stack + 0x8000)], [dtv]), [])
+
     def test_definitely_lost_splits_into_direct_and_indirect(self):
         # The twin of definitely_lost_splits_into_direct_and_indirect (scan.rs).
         w, r, x, y, z, p, q, v = (block(self.heap + k * 0x100, 64) for k in range(8))
