@@ -13,16 +13,22 @@
 //!   callee-saved registers, which the exit chain would have saved below (memcheck sees
 //!   them there: the caller's pointers held in registers across the call);
 //! - on a return from `main`: glibc calls its own `exit` without the PLT, where no preload
-//!   can see it, so `main` itself is wrapped, through `__libc_start_main`, which the
-//!   program's `_start` calls through the PLT: after `main` returns, its frame is dead, and
-//!   the wrapper's frame, just above it, is where the live stack ends.
+//!   can see it. The program's `_start` calls `__libc_start_main` through the PLT, though:
+//!   this hook notes its own stack pointer, the top of glibc's start frames, and hands over
+//!   to glibc's. After `main` returned, nothing of the program's is live below; the two
+//!   glibc frames between (`__libc_start_main`, `__libc_start_call_main`) hold no heap
+//!   pointers of the program's. `main` is not wrapped: a frame of this library between the
+//!   program's would end every stack walk there (the walk stops at the tracer's own code, as
+//!   at its thread trampoline), and stacks would lose `main`'s callers.
 //!
-//! An `exit` that glibc calls itself (`error(3)`) is seen by neither; the scan then starts
-//! from the report's frame as before.
+//! An `exit` that glibc calls itself from the program's frames (`error(3)`) is not seen: in
+//! the main thread the scan then starts above them all (blocks only they hold may be called
+//! lost), in another thread from the report's frame as before. Allocations made by `atexit`
+//! handlers after an explicit `exit` have stacks that end at `exit` (this hook's frame is the
+//! tracer's own code).
 
 use crate::glibc::Next;
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use mem_trace_core::guard::Guard;
 use mem_trace_core::profile;
 
@@ -30,14 +36,18 @@ static EXIT: Next = Next::new(c"exit");
 static START_MAIN: Next = Next::new(c"__libc_start_main");
 
 type Main = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
-/// The program's `main`, which [`main_wrapper`] calls.
-static MAIN: AtomicUsize = AtomicUsize::new(0);
 
-/// The address of a local of the calling frame: the stack pointer there, to a few words.
+/// The stack pointer of the calling frame (a few words below its caller's). Read from the
+/// register, not as a local's address: a local whose address escapes would keep the compiler
+/// from turning `__libc_start_main`'s call into a jump.
 #[inline(always)]
 fn here() -> u64 {
-    let marker = 0u64;
-    core::hint::black_box(&marker) as *const u64 as u64
+    let sp: u64;
+    // SAFETY: only copies rsp into an output; no memory, stack or flags touched.
+    unsafe {
+        core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags));
+    }
+    sp
 }
 
 /// The callee-saved registers (`rbx`, `rbp`, `r12` to `r15`) as they are now: at the start
@@ -86,7 +96,7 @@ pub unsafe extern "C" fn exit(status: c_int) -> ! {
 }
 
 #[cfg_attr(not(test), no_mangle)]
-/// `__libc_start_main`: glibc's, with `main` wrapped ([`main_wrapper`]).
+/// `__libc_start_main`: notes where the program's stack begins, then glibc's.
 ///
 /// # Safety
 /// As for glibc's `__libc_start_main` (called by the program's `_start` only).
@@ -116,24 +126,10 @@ pub unsafe extern "C" fn __libc_start_main(
         // SAFETY: no glibc to start the program: nothing else can be done.
         unsafe { libc::abort() }
     }
-    MAIN.store(main as usize, Relaxed);
+    profile::program_starts(here());
     // SAFETY: glibc's __libc_start_main, found with RTLD_NEXT, of this signature.
     let real: Real = unsafe { core::mem::transmute(real) };
-    // SAFETY: forwarded contract, with a `main` of the same signature.
-    unsafe { real(main_wrapper, argc, argv, init, fini, rtld_fini, stack_end) }
-}
-
-/// The program's `main`; when it returns, its frame is dead and the live stack ends here.
-unsafe extern "C" fn main_wrapper(
-    argc: c_int,
-    argv: *mut *mut c_char,
-    envp: *mut *mut c_char,
-) -> c_int {
-    // SAFETY: the `main` glibc was given, stored before glibc could call this.
-    let main: Main = unsafe { core::mem::transmute(MAIN.load(Relaxed)) };
-    // SAFETY: glibc's call of `main`, forwarded.
-    let rc = unsafe { main(argc, argv, envp) };
-    // `main` restored the callee-saved registers: they are glibc's again, no program's.
-    profile::exit_begins(here(), [0; 6]);
-    rc
+    // SAFETY: forwarded contract. A call in tail position with the same arguments: the
+    // compiler makes it a jump, so that no frame of ours stays below glibc's.
+    unsafe { real(main, argc, argv, init, fini, rtld_fini, stack_end) }
 }

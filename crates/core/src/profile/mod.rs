@@ -208,12 +208,18 @@ pub fn thread_created(tcb: u64) {
 static EXIT_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 #[cfg(feature = "profiler")]
 static EXIT_THREAD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// The top of glibc's start frames in the main thread, and that thread
+/// ([`program_starts`]); 0: not known.
+#[cfg(feature = "profiler")]
+static START_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+#[cfg(feature = "profiler")]
+static START_THREAD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 /// The callee-saved registers of the frame that called `exit` ([`exit_begins`]).
 #[cfg(feature = "profiler")]
 static EXIT_REGISTERS: [core::sync::atomic::AtomicU64; 6] =
     [const { core::sync::atomic::AtomicU64::new(0) }; 6];
 
-/// The calling thread begins to exit the process (the preload's `exit` and `main` wrappers),
+/// The calling thread begins to exit the process (the preload's `exit`),
 /// its live stack ending at `sp`, with `registers` the calling frame's callee-saved
 /// registers: the exit report's leak check scans this thread's stack from there up, and those
 /// registers as loose words, not the stack from the report's own frame far below, whose dead
@@ -236,6 +242,24 @@ pub fn exit_begins(sp: u64, registers: [u64; 6]) {
     let _ = (sp, registers);
 }
 
+/// The program starts (the preload's `__libc_start_main`), in the main thread, with `sp` just
+/// above glibc's start frames (`__libc_start_main`, `__libc_start_call_main`, then `main`):
+/// when the main thread exits without [`exit_begins`] (a return from `main`, whose `exit`
+/// glibc calls without the PLT), nothing of the program's is live below, and the exit
+/// report's scan starts there.
+pub fn program_starts(sp: u64) {
+    #[cfg(feature = "profiler")]
+    {
+        use core::sync::atomic::Ordering::Relaxed;
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() } as u64;
+        START_SP.store(sp, Relaxed);
+        START_THREAD.store(me, Relaxed);
+    }
+    #[cfg(not(feature = "profiler"))]
+    let _ = sp;
+}
+
 /// The registers [`exit_begins`] noted, when `own_sp` is the stack pointer it noted: loose
 /// words of the leak check's roots.
 #[cfg(feature = "profiler")]
@@ -249,7 +273,8 @@ pub(crate) fn exit_registers(own_sp: Option<u64>) -> [u64; 6] {
 }
 
 /// A full report from a program thread, whose stack the leak scan reads from the caller's
-/// frame up, or at exit from where the program's stack ended ([`exit_begins`]).
+/// frame up, or at exit from where the program's stack ended ([`exit_begins`],
+/// [`program_starts`]).
 #[cfg(feature = "profiler")]
 #[inline(never)]
 fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
@@ -260,11 +285,16 @@ fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
     let mut sp = core::hint::black_box(&marker) as *const u64 as u64;
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() } as u64;
-    let at_exit = EXIT_SP.load(Relaxed);
     // Only this thread's, and above this frame: a stack pointer noted by another thread, or
     // one this thread has since returned above (an exit that did not happen), is no bound.
-    if matches!(kind, report::Kind::Exit) && EXIT_THREAD.load(Relaxed) == me && at_exit > sp {
-        sp = at_exit;
+    let at_exit = EXIT_SP.load(Relaxed);
+    let at_start = START_SP.load(Relaxed);
+    if matches!(kind, report::Kind::Exit) {
+        if EXIT_THREAD.load(Relaxed) == me && at_exit > sp {
+            sp = at_exit;
+        } else if START_THREAD.load(Relaxed) == me && at_start > sp {
+            sp = at_start;
+        }
     }
     let was_busy = crate::guard::set_busy(true);
     let printing = reporter::printing_within_a_second();
