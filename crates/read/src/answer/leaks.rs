@@ -3,11 +3,11 @@
 //! allocated them; the Rust twin of `python/mem_trace_gdb/text/leaks.py`:
 //!
 //! ```text
-//! scanned 100688 bytes of roots (5 objects' data, 2 thread stacks, 2 register sets), reached 16396 of 16497 live blocks
+//! scanned 100688 bytes of roots (5 objects' data, 2 thread stacks, 2 register sets), reached 16397 of 16497 live blocks
 //! definitely lost: 100000 bytes in 100 blocks, allocated from:
 //!     #0 0x5555555552a9 in leak_site at tests/fixtures/profile_sites.c:332
 //! ...
-//! SUMMARY: 100288 bytes definitely lost in 101 blocks (direct: 100288 bytes in 101 blocks, indirect: 0 bytes in 0 blocks); 0 bytes possibly lost in 0 blocks; 67294032 bytes still reachable in 16396 blocks
+//! SUMMARY: 100000 bytes definitely lost in 100 blocks (direct: 100000 bytes in 100 blocks, indirect: 0 bytes in 0 blocks); 0 bytes possibly lost in 0 blocks; 67294320 bytes still reachable in 16397 blocks
 //! ```
 //!
 //! Definitely lost groups first, then possibly lost ones, then still reachable ones, each
