@@ -115,12 +115,12 @@ fn sites_live_and_on_their_core() {
         from_core.report()
     );
 
-    // Definitely lost, possibly lost, still reachable: bytes and blocks of each, in that order
-    // on both lines.
+    // Definitely lost (all, direct, indirect), possibly lost, still reachable: bytes and
+    // blocks of each, in that order on both lines.
     let from_gdb = numbers_on(leaks, "SUMMARY: ", &|| live.report());
     let exit = fixture_run(&fixture, "leaks").run();
     let in_process = numbers_on(&exit.stderr, "mem-trace: leak check: ", &|| exit.describe());
-    assert_eq!(from_gdb.len(), 6, "{}", live.report());
+    assert_eq!(from_gdb.len(), 10, "{}", live.report());
     assert_eq!(
         from_gdb,
         in_process,

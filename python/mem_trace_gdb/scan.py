@@ -15,10 +15,13 @@ same program gets the same answer from gdb, live or on a core, as at its exit:
   "possibly". A block reached from the roots through a chain of pointers to
   block starts is *still reachable*; one reached only through some interior
   pointer is *possibly lost* (as is a block whose start is pointed at only from
-  possibly lost blocks); one not reached at all is *definitely lost* (memcheck's
-  "indirectly lost", a lost block pointed to by another lost one, is counted as
-  definitely lost here). A reached block's own words are scanned in turn, at
-  its level, until nothing rises any more.
+  possibly lost blocks); one not reached at all is *definitely lost*. A reached
+  block's own words are scanned in turn, at its level, until nothing rises any
+  more.
+* Definitely lost splits as memcheck's cliques do: in address order, each lost
+  block not yet reached from another leads a clique, and every lost block its
+  memory reaches (through any pointer, transitively) is *indirectly* lost, an
+  earlier leader included; the rest are *directly* lost, the blocks to fix.
 * Why interior pointers do not make a block reachable, as LeakSanitizer's rule
   would: glibc's own bookkeeping points into the last 8 bytes of blocks. It
   puts a chunk's 16-byte header right after the previous chunk's usable bytes,
@@ -26,11 +29,14 @@ same program gets the same answer from gdb, live or on a core, as at its exit:
   headers; counting such a pointer as reaching would call reachable a leaked
   block just before a free chunk (the profiler's reference fixture,
   tests/fixtures/profile_sites.c, has one).
-* Why a pointer exactly 8 bytes before a block's end does not count at all, not
-  even as "possibly": that is where glibc's next chunk header starts whenever
-  the block's size is 8 more than a multiple of 16 (a 1000-byte block: chunk of
-  1008 bytes, next header at +992). Without the exception, a leaked block
-  followed by a free chunk would be "possibly lost". memcheck and LSan replace
+* Why a pointer to where glibc's next chunk header starts does not count at
+  all, not even as "possibly" (:func:`glibc_next_header`): glibc's chunk for n
+  bytes is n + 8 rounded up to 16, at least 32, the block 16 bytes into it, so
+  the next header lies inside the block only when n is 1 to 8 more than a
+  multiple of 16 (n > 16): +992 of a 1000-byte block, +96 of a 100-byte one;
+  a 16-byte block has none (8 bytes into it is a real interior pointer).
+  Without the exception, a leaked block followed by a free chunk (or glibc's
+  top chunk) would be "possibly lost". memcheck and LSan replace
   the allocator, so their scans never see glibc's bookkeeping; mem-trace runs
   over glibc's malloc and must discount it. A real pointer to exactly that spot
   is rare, and the block's owner holds its start anyway.
@@ -69,6 +75,13 @@ MERGE_GAP = 64 << 10
 PAGE = 4096
 
 
+def glibc_next_header(size: int):
+    """Offset from a block's start of glibc's next chunk header when it lies inside the
+    block, else None (leaks/mod.rs's ``glibc_next_header``)."""
+    at = max(32, (size + 8 + 15) & ~15) - 16
+    return at if at < size else None
+
+
 class Reader(Protocol):
     """Exact reads or :class:`Inaccessible` (the layout's MemoryReader)."""
 
@@ -98,6 +111,8 @@ class ScanResult:
 
     blocks: Sequence[Block]
     levels: List[int]
+    # Indexes of the definitely lost blocks that are indirectly lost.
+    indirect: Set[int] = field(default_factory=set)
     # Bytes of roots scanned, and of roots (or reached blocks) that could not be read.
     root_bytes: int = 0
     unreadable: List[Tuple[str, int, int]] = field(default_factory=list)
@@ -108,6 +123,10 @@ class ScanResult:
     def lost(self) -> List[Block]:
         """Definitely lost: no pointer to them from the roots or any reached block."""
         return self.of_class(LOST)
+
+    def indirectly_lost(self) -> List[Block]:
+        """The definitely lost blocks some other definitely lost block points to."""
+        return [b for i, b in enumerate(self.blocks) if i in self.indirect]
 
     def possibly_lost(self) -> List[Block]:
         """Reached, but only through some interior pointer."""
@@ -135,16 +154,18 @@ class Heap:
         self.blocks: List[Block] = sorted(blocks, key=lambda b: b.addr)
         self.starts = [b.addr for b in self.blocks]
         self.ends = [b.addr + b.size for b in self.blocks]
+        self.headers = [glibc_next_header(b.size) for b in self.blocks]
         self.lo = self.starts[0] if self.starts else 0
         # The end of the last block (blocks do not overlap). As in leaks.rs, a value equal to
         # it is not looked up, even when the last block is zero-size and starts there.
         self.hi = self.ends[-1] if self.ends else 0
 
-    def hits(self, values: Iterable[int]) -> Tuple[Set[int], Set[int]]:
+    def hits(self, values: Iterable[int], exempt: bool = True) -> Tuple[Set[int], Set[int]]:
         """Indexes of the blocks ``values`` (a set, ideally) point to the start of, and of
-        those they point into only elsewhere (interior pointers). A value 8 bytes before a
-        block's end is neither (glibc's next chunk header: see the module documentation)."""
-        lo, hi, starts, ends = self.lo, self.hi, self.starts, self.ends
+        those they point into only elsewhere (interior pointers). A value where glibc's next
+        chunk header lies inside a block is neither (see the module documentation),
+        unless ``exempt`` is off (the values come from a lost block, not glibc's data)."""
+        lo, hi, starts, ends, headers = self.lo, self.hi, self.starts, self.ends, self.headers
         at_start: Set[int] = set()
         inside: Set[int] = set()
         for v in values:
@@ -155,9 +176,42 @@ class Heap:
             i = bisect_right(starts, v) - 1
             if v == starts[i]:
                 at_start.add(i)
-            elif v < ends[i] and v != ends[i] - 8:
+            elif v < ends[i] and (not exempt or v - starts[i] != headers[i]):
                 inside.add(i)
         return at_start, inside
+
+
+# A glibc thread control block lies this close to the end of its thread's stack mapping.
+TCB_WINDOW = 16 << 10
+
+
+def dtv_words(reader: Reader, mappings: Iterable[Tuple[int, int]],
+              blocks: Sequence[Block]) -> List[int]:
+    """The start of the dynamic thread vector (DTV) of every glibc thread whose control block
+    ends one of ``mappings`` (anonymous memory without live blocks), live threads' and those
+    of exited threads whose stacks glibc keeps for reuse: loose words of the roots (leaks/
+    roots.rs's ``dtv_words``). glibc allocates a thread's DTV with malloc and points at it
+    only from the control block, 16 bytes in (``tcbhead_t.dtv`` is ``dtv + 1``; ``tcb`` and
+    ``self``, at 0 and 16, point at the control block itself, 64-byte aligned); LSan treats
+    the DTV as reachable from there, and so does this scan."""
+    starts = sorted(b.addr for b in blocks)
+    words: List[int] = []
+    for start, end in mappings:
+        if end <= start:
+            continue
+        i = bisect_right(starts, start - 1)
+        if i < len(starts) and starts[i] < end:
+            continue
+        lo = max(start, end - TCB_WINDOW)
+        try:
+            tail = _words(reader.read(lo, end - lo))
+        except MemTraceError:
+            continue
+        for k in range(0, len(tail) - 2):
+            p = lo + 8 * k
+            if p % 64 == 0 and tail[k] == p and tail[k + 2] == p and tail[k + 1] >= 16:
+                words.append(tail[k + 1] - 16)
+    return words
 
 
 def _aligned(start: int, end: int) -> Tuple[int, int]:
@@ -237,7 +291,25 @@ def scan(reader: Reader, blocks: Iterable[Block], roots: Sequence[Root],
             levels[i] = POSSIBLY
         at_start, inside = heap.hits(_contents(reader, heap, frontier, result.unreadable))
         frontier = {i for i in at_start | inside if levels[i] == LOST}
+
+    _cliques(reader, heap, result)
     return result
+
+
+def _cliques(reader: Reader, heap: Heap, result: ScanResult) -> None:
+    """Marks the indirectly lost blocks (see the module documentation; leaks/scan.rs's
+    ``cliques``). Unreadable lost blocks are not noted: they hide nothing reachable."""
+    levels, indirect = result.levels, result.indirect
+    ignored: List[Tuple[str, int, int]] = []
+    for leader in range(len(heap.blocks)):
+        if levels[leader] != LOST or leader in indirect:
+            continue
+        frontier = {leader}
+        while frontier:
+            at_start, inside = heap.hits(_contents(reader, heap, frontier, ignored), exempt=False)
+            frontier = {i for i in at_start | inside
+                        if levels[i] == LOST and i not in indirect and i != leader}
+            indirect |= frontier
 
 
 def _contents(reader: Reader, heap: Heap, indexes: Iterable[int],

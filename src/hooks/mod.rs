@@ -21,4 +21,6 @@ mod alloc;
 #[cfg(feature = "profiler")]
 mod credentials;
 mod dlclose;
+#[cfg(feature = "profiler")]
+mod exit;
 mod threads;

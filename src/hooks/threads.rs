@@ -53,6 +53,10 @@ pub unsafe extern "C" fn pthread_create(
     };
     // SAFETY: forwarded contract; the trampoline takes ownership of `start`.
     let rc = unsafe { real(thread, attr, thread_trampoline, start.cast()) };
+    if rc == 0 && !thread.is_null() {
+        // SAFETY: glibc wrote the new thread's id there.
+        mem_trace_core::profile::thread_created(unsafe { *thread });
+    }
     if rc != 0 {
         let _g = Guard::enter();
         // SAFETY: the thread was not created, so the Box is still ours.

@@ -119,6 +119,33 @@ pub fn gcore(pid: u32, path: &Path, log: &Path) {
     );
 }
 
+/// A core of `fixture` run with `args` under the profiler build (no exit report), taken by
+/// gdb when the program calls `exit_group`: its memory as the kernel would end it.
+pub fn gcore_at_exit_group(fixture: &Fixture, args: &[&str], path: &Path, log: &Path) {
+    let _ = fs::remove_file(path);
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-nx", "-batch", "-ex", "set debuginfod enabled off"])
+        .arg("-ex")
+        .arg(format!(
+            "set environment LD_PRELOAD={}",
+            profiler_library().display()
+        ))
+        .args(["-ex", "set environment MEM_TRACE_LEAKS=0"])
+        .args(["-ex", "catch syscall exit_group", "-ex", "run"])
+        .arg("-ex")
+        .arg(format!("gcore {}", path.display()))
+        .args(["-ex", "kill", "--args"])
+        .arg(&fixture.bin)
+        .args(args)
+        .env_remove("LD_PRELOAD");
+    let out = run_with_timeout(cmd, log, true, None, GDB_TIMEOUT, "gcore");
+    assert!(
+        out.success() && path.is_file(),
+        "gcore at exit_group failed\n{}",
+        out.describe()
+    );
+}
+
 /// `mem-trace ARGS` run in `fixture`'s directory, with a timeout, its logs beside the
 /// fixture (`mem-trace.LABEL`).
 pub fn mem_trace_run(fixture: &Fixture, label: &str, args: &[&str]) -> Output {

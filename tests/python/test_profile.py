@@ -104,23 +104,67 @@ class ScanTests(unittest.TestCase):
         r = scan.scan(self.img, [a, b], self.roots())
         self.assertEqual(len(r.lost()), 2)
 
-    def test_8_bytes_before_the_end_is_not_a_pointer_into_the_block(self):
-        # A 1000-byte block: glibc's next chunk header is at offset 992, 8 bytes before its
-        # end; glibc's bins point there. Neither reachable nor possibly lost.
-        a = block(self.heap, 1000)
+    def test_glibc_next_header_offsets(self):
+        # The twin of glibc_next_header_lies_inside_only_for_sizes_1_to_8_past_16k (scan.rs).
+        for size in range(4096):
+            inside = size > 16 and 1 <= size % 16 <= 8
+            self.assertEqual(scan.glibc_next_header(size), size & ~15 if inside else None, size)
+
+    def test_a_pointer_to_glibc_next_header_is_not_a_pointer_into_the_block(self):
+        # glibc's bins and top point at the next chunk's header: +992 of a 1000-byte block,
+        # +96 of a 100-byte one. Neither reachable nor possibly lost.
         roots = [scan.Root("data", self.data, self.data + 8)]
-        self.ptr(self.data, a.addr + 992)
-        self.assertEqual(scan.scan(self.img, [a], roots).levels, [scan.LOST])
-        self.ptr(self.data, a.addr + 984)
-        self.assertEqual(scan.scan(self.img, [a], roots).levels, [scan.POSSIBLY])
-        # The rule is leaks.rs's, for every size: 8 bytes before the end of a 64-byte block.
+
+        def level(b, p):
+            self.ptr(self.data, p)
+            return scan.scan(self.img, [b], roots).levels
+
+        a = block(self.heap, 1000)
+        self.assertEqual(level(a, a.addr + 992), [scan.LOST])
+        self.assertEqual(level(a, a.addr + 984), [scan.POSSIBLY])
+        c = block(self.heap + 0x800, 100)
+        self.assertEqual(level(c, c.addr + 96), [scan.LOST])
+        self.assertEqual(level(c, c.addr + 88), [scan.POSSIBLY])
+        # No header inside a 16- or 64-byte block: 8 bytes before the end is interior.
         b = block(self.heap + 0x1000, 64)
-        self.ptr(self.data, b.addr + 56)
-        self.assertEqual(scan.scan(self.img, [b], roots).levels, [scan.LOST])
-        # An 8-byte block: its start is 8 bytes before its end, and counts as its start.
+        self.assertEqual(level(b, b.addr + 56), [scan.POSSIBLY])
+        d = block(self.heap + 0x1800, 16)
+        self.assertEqual(level(d, d.addr + 8), [scan.POSSIBLY])
+        # An 8-byte block: its start counts as its start.
         e = block(self.heap + 0x2000, 8)
-        self.ptr(self.data, e.addr)
-        self.assertEqual(scan.scan(self.img, [e], roots).levels, [scan.REACHABLE])
+        self.assertEqual(level(e, e.addr), [scan.REACHABLE])
+
+    def test_a_thread_control_block_makes_its_dtv_reachable(self):
+        # A stack mapping whose top holds a control block (tcb and self point at it, dtv at
+        # +8 is the DTV's start + 16): the DTV, a live block, is reached from its start.
+        stack = self.img.map(0x8000)
+        tcb = stack + 0x8000 - 0x900
+        dtv = block(self.heap, 288)
+        self.ptr(tcb, tcb)
+        self.ptr(tcb + 8, dtv.addr + 16)
+        self.ptr(tcb + 16, tcb)
+        words = scan.dtv_words(self.img, [(stack, stack + 0x8000)], [dtv])
+        self.assertEqual(words, [dtv.addr])
+        r = scan.scan(self.img, [dtv], self.roots(), words)
+        self.assertEqual(r.levels, [scan.REACHABLE])
+        # A mapping that holds live blocks is no stack; nor is one without the pattern.
+        self.assertEqual(scan.dtv_words(self.img, [(self.heap, self.heap + 0x10000)], [dtv]), [])
+        self.ptr(tcb + 16, 0)
+        self.assertEqual(scan.dtv_words(self.img, [(stack, stack + 0x8000)], [dtv]), [])
+
+    def test_definitely_lost_splits_into_direct_and_indirect(self):
+        # The twin of definitely_lost_splits_into_direct_and_indirect (scan.rs).
+        w, r, x, y, z, p, q, v = (block(self.heap + k * 0x100, 64) for k in range(8))
+        self.ptr(r.addr, x.addr)
+        self.ptr(r.addr + 8, y.addr + 24)
+        self.ptr(y.addr, z.addr)
+        self.ptr(p.addr, q.addr)
+        self.ptr(q.addr, p.addr)
+        self.ptr(v.addr + 16, w.addr)
+        res = scan.scan(self.img, [w, r, x, y, z, p, q, v], self.roots())
+        self.assertEqual(len(res.lost()), 8)
+        self.assertEqual(sorted(b.addr for b in res.indirectly_lost()),
+                         [b.addr for b in (w, x, y, z, q)])
 
     def test_zero_size_block_is_reached_by_its_start(self):
         z, a = block(self.heap + 0x100, 0), block(self.heap + 0x100 + 16, 64)
@@ -155,7 +199,8 @@ class ScanTests(unittest.TestCase):
         r = scan.scan(self.img, blocks, [], registers=[blocks[0].addr])
         self.assertEqual(len(r.reachable()), 63)
         self.assertEqual([x.addr for x in r.lost()], [blocks[63].addr])
-        self.assertEqual(len(self.img.reads), 63)  # one read per round, each one block
+        # One read per round, each one block, and the lost one's to split the lost.
+        self.assertEqual(len(self.img.reads), 64)
 
     def test_many_blocks_are_fast(self):
         import time
@@ -193,7 +238,7 @@ class ScanTests(unittest.TestCase):
                     b = blocks[i]
                     if p == b.addr:
                         lv = frm
-                    elif p < b.addr + b.size and p != b.addr + b.size - 8:
+                    elif p < b.addr + b.size and p - b.addr != scan.glibc_next_header(b.size):
                         lv = min(frm, scan.POSSIBLY)
                     else:
                         continue
@@ -384,7 +429,8 @@ class ProfileTextTests(unittest.TestCase):
             "    #0 0x3000 in leak_site at /src/p.c:76",
             "still reachable: 8192 bytes in 2 blocks, allocated from:",
             "    #0 0x1000 in hold_site at /src/p.c:56",
-            "SUMMARY: 1000 bytes definitely lost in 1 block; 0 bytes possibly lost in 0 blocks; "
+            "SUMMARY: 1000 bytes definitely lost in 1 block (direct: 1000 bytes in 1 block, "
+            "indirect: 0 bytes in 0 blocks); 0 bytes possibly lost in 0 blocks; "
             "8192 bytes still reachable in 2 blocks",
         ])
         out = leaks.lines(facts, lookups(t), limit=0 or None, reachable=False)
@@ -404,7 +450,8 @@ class ProfileTextTests(unittest.TestCase):
             "    #0 0x3000 in leak_site at /src/p.c:76",
             "still reachable: 8192 bytes in 2 blocks, allocated from:",
             "    #0 0x1000 in hold_site at /src/p.c:56",
-            "SUMMARY: 0 bytes definitely lost in 0 blocks; 1000 bytes possibly lost in 1 block; "
+            "SUMMARY: 0 bytes definitely lost in 0 blocks (direct: 0 bytes in 0 blocks, indirect: "
+            "0 bytes in 0 blocks); 1000 bytes possibly lost in 1 block; "
             "8192 bytes still reachable in 2 blocks",
         ])
         # --no-reachable hides only the still reachable groups.

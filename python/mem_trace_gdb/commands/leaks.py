@@ -13,7 +13,9 @@ roots with gdb, in ways that work on a live process and on a core file alike:
   comes from `info proc mappings` on a live process, from the core's segments
   (the `Core file` part of `maintenance info sections`) on a core, where `info
   proc mappings` is unavailable; failing both, readable pages are probed upward;
-* every thread's general registers (a pointer may live only in a register).
+* every thread's general registers (a pointer may live only in a register);
+* the start of every glibc thread's dynamic thread vector, found from its control block
+  at the top of its stack mapping (scan.dtv_words).
 
 Not scanned: thread-local storage outside the thread stacks (the main thread's
 static TLS), and memory mapped by the program itself outside the heap (a block
@@ -240,7 +242,8 @@ class LeaksCommand(ArgparsedCommand):
         blocks = list(tracer.blocks())
         roots, objects, segments = data_roots(tracer.header.address)
         stacks, registers, sets = thread_roots(reader, segments)
-        result = scan.scan(reader, blocks, roots + stacks, registers)
+        dtvs = scan.dtv_words(reader, segments or _live_mappings(), blocks)
+        result = scan.scan(reader, blocks, roots + stacks, registers + dtvs)
         facts = leaks.LeakFacts.from_scan(result, objects, len(stacks), sets,
                                           tracer.header.untracked)
         out = leaks.lines(facts, lookups(tracer, args.raw), args.count or None,

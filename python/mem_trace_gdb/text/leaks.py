@@ -2,7 +2,7 @@
 possibly lost, still reachable: see scan.py), grouped by the stack that allocated them, the
 way memcheck reports them:
 
-    scanned 100688 bytes of roots (5 objects' data, 2 thread stacks, 2 register sets), reached 16396 of 16497 live blocks
+    scanned 100688 bytes of roots (5 objects' data, 2 thread stacks, 2 register sets), reached 16397 of 16497 live blocks
     definitely lost: 100000 bytes in 100 blocks, allocated from:
         #0 0x5555555552a9 in leak_site at tests/fixtures/profile_sites.c:332
         #1 0x5555555554c1 in sites at tests/fixtures/profile_sites.c:467
@@ -10,7 +10,7 @@ way memcheck reports them:
     still reachable: 67108864 bytes in 16384 blocks, allocated from:
         #0 0x55555555526a in hold_site at tests/fixtures/profile_sites.c:312
     ...
-    SUMMARY: 100288 bytes definitely lost in 101 blocks; 0 bytes possibly lost in 0 blocks; 67294032 bytes still reachable in 16396 blocks
+    SUMMARY: 100000 bytes definitely lost in 100 blocks (direct: 100000 bytes in 100 blocks, indirect: 0 bytes in 0 blocks); 0 bytes possibly lost in 0 blocks; 67294320 bytes still reachable in 16397 blocks
 
 Definitely lost groups first, then possibly lost ones, then still reachable ones, each
 biggest first; the classes and their totals are those of the in-process leak check of the
@@ -21,7 +21,7 @@ profiler build (its exit report's `leak check:` line). The scan itself is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from ..scan import Group, ScanResult, group_by_stack, unreadable_bytes
 from .parts import Lookups, stack_lines
@@ -44,6 +44,8 @@ class LeakFacts:
     register_sets: int
     unreadable: int = 0
     untracked: int = 0
+    # Of the definitely lost: bytes and blocks indirectly lost.
+    indirect: Tuple[int, int] = (0, 0)
 
     @classmethod
     def from_scan(cls, result: ScanResult, objects: int, stacks: int, register_sets: int,
@@ -58,6 +60,7 @@ class LeakFacts:
             register_sets=register_sets,
             unreadable=unreadable_bytes(result),
             untracked=untracked,
+            indirect=(sum(b.size for b in result.indirectly_lost()), len(result.indirect)),
         )
 
 
@@ -80,6 +83,16 @@ def group_lines(kind: str, groups: Sequence[Group], limit: Optional[int], lookup
             f"{plural(rest_bytes, 'byte')} in {plural(rest_blocks, 'block')}; -n 0 shows all)"
         )
     return out
+
+
+def split(lost_bytes: int, lost_blocks: int, indirect: Tuple[int, int]) -> str:
+    """Definitely lost split as memcheck splits it (the roots to fix, and what they hold)."""
+    in_bytes, in_blocks = indirect
+    return (
+        f"direct: {plural(lost_bytes - in_bytes, 'byte')} in "
+        f"{plural(lost_blocks - in_blocks, 'block')}, indirect: {plural(in_bytes, 'byte')} in "
+        f"{plural(in_blocks, 'block')}"
+    )
 
 
 def lines(facts: LeakFacts, lookups: Lookups, limit: Optional[int] = None,
@@ -113,7 +126,8 @@ def lines(facts: LeakFacts, lookups: Lookups, limit: Optional[int] = None,
     if reachable:
         out += group_lines("still reachable", facts.reachable, limit, lookups, max_frames)
     out.append(
-        f"SUMMARY: {plural(lost_bytes, 'byte')} definitely lost in {plural(lost_blocks, 'block')}; "
+        f"SUMMARY: {plural(lost_bytes, 'byte')} definitely lost in {plural(lost_blocks, 'block')} "
+        f"({split(lost_bytes, lost_blocks, facts.indirect)}); "
         f"{plural(maybe_bytes, 'byte')} possibly lost in {plural(maybe_blocks, 'block')}; "
         f"{plural(kept_bytes, 'byte')} still reachable in {plural(kept_blocks, 'block')}"
     )

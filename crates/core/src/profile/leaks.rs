@@ -17,7 +17,7 @@ use crate::profile::roots;
 use crate::store::table;
 use allocator_api2::vec::Vec as AVec;
 use mem_trace_read::leaks::Scan;
-use mem_trace_read::memory::Process;
+use mem_trace_read::memory::{Memory, Process};
 
 pub(crate) use mem_trace_read::leaks::{Live, Total};
 
@@ -28,6 +28,8 @@ pub(crate) type ArenaVec<T> = AVec<T, Arena>;
 pub(crate) struct Leaks {
     pub blocks: ArenaVec<Live>,
     pub lost: Total,
+    /// The part of `lost` that is indirectly lost.
+    pub indirect: Total,
     pub possibly: Total,
     pub reachable: Total,
 }
@@ -38,13 +40,31 @@ pub(crate) fn check(own_sp: Option<u64>) -> Option<Leaks> {
     let me = Process::this();
     let mut scan = Scan::new(&me, &mut blocks)?;
     roots::for_each(own_sp, |r| scan.root(r));
+    scan.words(&crate::profile::exit_registers(own_sp));
+    roots::for_each_tcb(|tcb| {
+        if let Some(dtv) = dtv_of(&me, tcb) {
+            scan.words(&[dtv]);
+        }
+    });
     let outcome = scan.finish();
     Some(Leaks {
         blocks,
         lost: outcome.lost,
+        indirect: outcome.indirect,
         possibly: outcome.possibly,
         reachable: outcome.reachable,
     })
+}
+
+/// The start of the dynamic thread vector of the thread whose control block is at `tcb`, if
+/// that control block is still there (glibc's `tcbhead_t`: `tcb` and `self`, at offsets 0
+/// and 16, point at it; `dtv`, at 8, is the vector's start plus 16). See
+/// [`roots::thread_created`].
+fn dtv_of(me: &Process, tcb: u64) -> Option<u64> {
+    let mut head = [0u8; 24];
+    me.read(tcb, &mut head).ok()?;
+    let word = |i: usize| u64::from_ne_bytes(head[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    (word(0) == tcb && word(2) == tcb && word(1) >= 16).then(|| word(1) - 16)
 }
 
 /// The live blocks, sorted by address, each once.

@@ -193,15 +193,109 @@ pub fn report_to(fd: i32) {
     );
 }
 
+/// The program made a thread whose control block is `tcb` (its `pthread_t`): its dynamic
+/// thread vector is a root of the leak check (`roots::thread_created`).
+pub fn thread_created(tcb: u64) {
+    #[cfg(feature = "profiler")]
+    roots::thread_created(tcb);
+    #[cfg(not(feature = "profiler"))]
+    let _ = tcb;
+}
+
+/// Where the program's live stack ended when it began to exit, and in which thread
+/// ([`exit_begins`]); 0: not known.
+#[cfg(feature = "profiler")]
+static EXIT_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+#[cfg(feature = "profiler")]
+static EXIT_THREAD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// The top of glibc's start frames in the main thread, and that thread
+/// ([`program_starts`]); 0: not known.
+#[cfg(feature = "profiler")]
+static START_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+#[cfg(feature = "profiler")]
+static START_THREAD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// The callee-saved registers of the frame that called `exit` ([`exit_begins`]).
+#[cfg(feature = "profiler")]
+static EXIT_REGISTERS: [core::sync::atomic::AtomicU64; 6] =
+    [const { core::sync::atomic::AtomicU64::new(0) }; 6];
+
+/// The calling thread begins to exit the process (the preload's `exit`),
+/// its live stack ending at `sp`, with `registers` the calling frame's callee-saved
+/// registers: the exit report's leak check scans this thread's stack from there up, and those
+/// registers as loose words, not the stack from the report's own frame far below, whose dead
+/// slots in between (left by the program's earlier, deeper calls, never overwritten by
+/// `exit`'s chain) would keep lost blocks "reachable" (docs/FINDINGS.md). The registers are
+/// what the exit chain would have saved in its frames; memcheck reads them there.
+pub fn exit_begins(sp: u64, registers: [u64; 6]) {
+    #[cfg(feature = "profiler")]
+    {
+        use core::sync::atomic::Ordering::Relaxed;
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() } as u64;
+        for (slot, r) in EXIT_REGISTERS.iter().zip(registers) {
+            slot.store(r, Relaxed);
+        }
+        EXIT_SP.store(sp, Relaxed);
+        EXIT_THREAD.store(me, Relaxed);
+    }
+    #[cfg(not(feature = "profiler"))]
+    let _ = (sp, registers);
+}
+
+/// The program starts (the preload's `__libc_start_main`), in the main thread, with `sp` just
+/// above glibc's start frames (`__libc_start_main`, `__libc_start_call_main`, then `main`):
+/// when the main thread exits without [`exit_begins`] (a return from `main`, whose `exit`
+/// glibc calls without the PLT), nothing of the program's is live below, and the exit
+/// report's scan starts there.
+pub fn program_starts(sp: u64) {
+    #[cfg(feature = "profiler")]
+    {
+        use core::sync::atomic::Ordering::Relaxed;
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() } as u64;
+        START_SP.store(sp, Relaxed);
+        START_THREAD.store(me, Relaxed);
+    }
+    #[cfg(not(feature = "profiler"))]
+    let _ = sp;
+}
+
+/// The registers [`exit_begins`] noted, when `own_sp` is the stack pointer it noted: loose
+/// words of the leak check's roots.
+#[cfg(feature = "profiler")]
+pub(crate) fn exit_registers(own_sp: Option<u64>) -> [u64; 6] {
+    use core::sync::atomic::Ordering::Relaxed;
+    let at_exit = EXIT_SP.load(Relaxed);
+    if at_exit == 0 || own_sp != Some(at_exit) {
+        return [0; 6];
+    }
+    core::array::from_fn(|i| EXIT_REGISTERS[i].load(Relaxed))
+}
+
 /// A full report from a program thread, whose stack the leak scan reads from the caller's
-/// frame up.
+/// frame up, or at exit from where the program's stack ended ([`exit_begins`],
+/// [`program_starts`]).
 #[cfg(feature = "profiler")]
 #[inline(never)]
 fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
+    use core::sync::atomic::Ordering::Relaxed;
     // The scan reads this thread's stack from here up: the frames of the caller and of the
     // program, not the scan's own (below this one, and full of block addresses).
     let marker = 0u64;
-    let sp = core::hint::black_box(&marker) as *const u64 as u64;
+    let mut sp = core::hint::black_box(&marker) as *const u64 as u64;
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    // Only this thread's, and above this frame: a stack pointer noted by another thread, or
+    // one this thread has since returned above (an exit that did not happen), is no bound.
+    let at_exit = EXIT_SP.load(Relaxed);
+    let at_start = START_SP.load(Relaxed);
+    if matches!(kind, report::Kind::Exit) {
+        if EXIT_THREAD.load(Relaxed) == me && at_exit > sp {
+            sp = at_exit;
+        } else if START_THREAD.load(Relaxed) == me && at_start > sp {
+            sp = at_start;
+        }
+    }
     let was_busy = crate::guard::set_busy(true);
     let printing = reporter::printing_within_a_second();
     report::write(kind, Some(sp), printing.as_ref(), to);

@@ -302,9 +302,13 @@ fn write_leaks(
     let t = |t: &Total| (t.bytes, t.blocks);
     writeln!(
         out,
-        "mem-trace: leak check: definitely lost: {} bytes in {}; possibly lost: {} bytes in {}; still reachable: {} bytes in {}",
+        "mem-trace: leak check: definitely lost: {} bytes in {} (direct: {} bytes in {}, indirect: {} bytes in {}); possibly lost: {} bytes in {}; still reachable: {} bytes in {}",
         t(&l.lost).0,
         blocks(t(&l.lost).1),
+        l.lost.bytes - l.indirect.bytes,
+        blocks(l.lost.blocks - l.indirect.blocks),
+        l.indirect.bytes,
+        blocks(l.indirect.blocks),
         t(&l.possibly).0,
         blocks(t(&l.possibly).1),
         t(&l.reachable).0,

@@ -38,6 +38,14 @@ static THREAD_STACKS: [Slot; SLOTS] = [const {
     }
 }; SLOTS];
 
+/// Thread control blocks of the threads the program made ([`thread_created`]), alive or not,
+/// each once: their dynamic thread vectors are roots ([`for_each_tcb`]). A ring: past
+/// [`TCB_SLOTS`] distinct ones, the oldest is forgotten (glibc reuses a few cached stacks, so
+/// few distinct ones stay mapped).
+const TCB_SLOTS: usize = 1024;
+static TCBS: [AtomicU64; TCB_SLOTS] = [const { AtomicU64::new(0) }; TCB_SLOTS];
+static TCB_NEXT: AtomicUsize = AtomicUsize::new(0);
+
 /// Bytes of static TLS below a thread pointer (`_dl_get_tls_static_info`, looked up at start).
 static TLS_STATIC_SIZE: AtomicUsize = AtomicUsize::new(0);
 /// glibc's `struct pthread` at the thread pointer holds pointers too (the dtv, key data):
@@ -90,6 +98,40 @@ pub(crate) fn thread_exited(index: u32) {
             s.hi.store(0, Relaxed);
             s.index.store(0, Relaxed);
             return;
+        }
+    }
+}
+
+/// The program made a thread whose control block (`pthread_t`, the thread pointer) is `tcb`.
+///
+/// glibc allocates each new thread's dynamic thread vector (DTV, `allocate_dtv` in ld.so, a
+/// few hundred bytes) with `malloc`, and points at it only from the thread's control block,
+/// at the top of the thread's stack mapping, and from `+16` at that (`tcbhead_t.dtv` is
+/// `dtv + 1`). After the thread exits, glibc keeps the stack, control block and DTV for the
+/// next thread; no root points there, so without this every leak-free multi-threaded program
+/// would report a "definitely lost" DTV per cached stack. LSan treats the DTV as reachable
+/// from the thread's control block; so does the scan ([`for_each_tcb`]).
+pub(crate) fn thread_created(tcb: u64) {
+    if tcb == 0 || TCBS.iter().any(|t| t.load(Relaxed) == tcb) {
+        return;
+    }
+    let i = TCB_NEXT.fetch_add(1, Relaxed) % TCB_SLOTS;
+    TCBS[i].store(tcb, Relaxed);
+}
+
+/// Calls `f` on the control block of every thread the program made, and of every live thread
+/// known; the caller reads them with checked reads (a stack may have been unmapped since).
+pub(crate) fn for_each_tcb(mut f: impl FnMut(u64)) {
+    for t in &TCBS {
+        let tcb = t.load(Relaxed);
+        if tcb != 0 {
+            f(tcb);
+        }
+    }
+    for s in &THREAD_STACKS {
+        let tp = s.tp.load(Relaxed);
+        if s.index.load(Relaxed) != 0 && tp != 0 && !TCBS.iter().any(|t| t.load(Relaxed) == tp) {
+            f(tp);
         }
     }
 }

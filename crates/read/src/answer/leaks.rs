@@ -3,11 +3,11 @@
 //! allocated them; the Rust twin of `python/mem_trace_gdb/text/leaks.py`:
 //!
 //! ```text
-//! scanned 100688 bytes of roots (5 objects' data, 2 thread stacks, 2 register sets), reached 16396 of 16497 live blocks
+//! scanned 100688 bytes of roots (5 objects' data, 2 thread stacks, 2 register sets), reached 16397 of 16497 live blocks
 //! definitely lost: 100000 bytes in 100 blocks, allocated from:
 //!     #0 0x5555555552a9 in leak_site at tests/fixtures/profile_sites.c:332
 //! ...
-//! SUMMARY: 100288 bytes definitely lost in 101 blocks; 0 bytes possibly lost in 0 blocks; 67294032 bytes still reachable in 16396 blocks
+//! SUMMARY: 100000 bytes definitely lost in 100 blocks (direct: 100000 bytes in 100 blocks, indirect: 0 bytes in 0 blocks); 0 bytes possibly lost in 0 blocks; 67294320 bytes still reachable in 16397 blocks
 //! ```
 //!
 //! Definitely lost groups first, then possibly lost ones, then still reachable ones, each
@@ -16,7 +16,7 @@
 use super::parts::{plural, stack_lines, sum_by_stack, Lookups, StackKind};
 use super::AnswerError;
 use crate::layout::Tables;
-use crate::leaks::{roots, Class, Live, Outcome, Roots, Scan};
+use crate::leaks::{roots, Class, Live, Outcome, Roots, Scan, Total};
 use crate::memory::Memory;
 use crate::target::{Mapping, Module, ThreadState};
 use core::sync::atomic::Ordering::Relaxed;
@@ -55,6 +55,8 @@ pub struct LeakFacts {
     pub unreadable: u64,
     /// Blocks the tracer could not record.
     pub untracked: u64,
+    /// Of the definitely lost: the indirectly lost ones.
+    pub indirect: Total,
 }
 
 /// `blocks` of one class summed per stack, biggest first (ties: more blocks, lower id).
@@ -83,6 +85,7 @@ impl LeakFacts {
             register_sets: roots.register_sets,
             unreadable: outcome.unreadable,
             untracked,
+            indirect: outcome.indirect,
         }
     }
 
@@ -161,6 +164,18 @@ fn group_lines(
     out
 }
 
+/// Definitely lost (`bytes` in `blocks`) split as memcheck splits it, of which `indirect`
+/// is indirectly lost: `direct: B bytes in N blocks, indirect: B bytes in N blocks`.
+pub fn split(bytes: u64, blocks: u64, indirect: Total) -> String {
+    format!(
+        "direct: {} in {}, indirect: {} in {}",
+        plural(bytes.saturating_sub(indirect.bytes), "byte"),
+        plural(blocks.saturating_sub(indirect.blocks), "block"),
+        plural(indirect.bytes, "byte"),
+        plural(indirect.blocks, "block")
+    )
+}
+
 /// The answer: roots, definitely lost groups, possibly lost groups, still reachable groups
 /// (unless `reachable` is off), the summary; `limit` groups of each class (`None`: all), at
 /// most `max_frames` frames per stack (`None`: all).
@@ -224,9 +239,10 @@ pub fn lines(
         ));
     }
     out.push(format!(
-        "SUMMARY: {} definitely lost in {}; {} possibly lost in {}; {} still reachable in {}",
+        "SUMMARY: {} definitely lost in {} ({}); {} possibly lost in {}; {} still reachable in {}",
         plural(lost_bytes, "byte"),
         plural(lost_blocks, "block"),
+        split(lost_bytes, lost_blocks, facts.indirect),
         plural(maybe_bytes, "byte"),
         plural(maybe_blocks, "block"),
         plural(kept_bytes, "byte"),

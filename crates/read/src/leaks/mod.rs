@@ -13,18 +13,27 @@
 //! - one reached only through some interior pointer is *possibly lost*, as is one whose start
 //!   is pointed at only from possibly lost blocks (a pointer passes on the level of the memory
 //!   it was found in, an interior one at most "possibly");
-//! - one not reached at all is *definitely lost* (memcheck's "indirectly lost", a lost block
-//!   pointed to by another lost one, is counted as definitely lost here).
+//! - one not reached at all is *definitely lost*, and split as memcheck splits it: *indirectly*
+//!   lost if some pointer (to its start or into it) in another definitely lost block reaches
+//!   it, *directly* lost otherwise: the blocks to fix. As memcheck does (`mc_leakcheck.c`,
+//!   cliques), the lost blocks are taken in address order, and each one not yet reached from
+//!   another becomes a leader that marks every lost block its memory reaches indirectly lost,
+//!   an earlier leader included; so a lost cycle has one directly lost block, its lowest.
+//!   Definitely lost counts both, as memcheck's total does.
 //!
 //! Counting interior pointers as reaching, as LSan does, would call reachable a leaked block
 //! whose last 8 bytes glibc's own bookkeeping points at (a free chunk's header just after it,
 //! in `main_arena`'s bins), which the profiler's reference fixture
-//! (tests/fixtures/profile_sites.c) hits. That header is also why a pointer exactly 8 bytes
-//! before a block's end does not count at all: glibc's header of the next chunk starts there
-//! whenever the block's size is 8 more than a multiple of 16 (a 1000-byte block: chunk of 1008
-//! bytes, next header at +992), and glibc's bins and `top` (in libc's data, a root) point at
-//! free chunks' headers. Without the exception, a leaked block followed by a free chunk would
-//! be "possibly lost". memcheck and LSan replace the allocator, so their scans never see
+//! (tests/fixtures/profile_sites.c) hits. That header is also why a pointer to the one place in
+//! a block where the next chunk's header can start does not count at all
+//! ([`glibc_next_header`]): glibc's bins and `top` (in libc's data, a root) point at free
+//! chunks' headers, and without the exception a leaked block followed by a free chunk (or by
+//! `top`) would be "possibly lost". The place is exact for each size: glibc's chunk for `n`
+//! bytes is `n + 8` rounded up to 16, at least 32, the user pointer 16 bytes into it, so the
+//! next chunk starts `chunk - 16` bytes after the block's start: inside the block only when
+//! `n` is 1 to 8 more than a multiple of 16 (and at least 17). A 1000-byte block's next
+//! header is at +992 (8 before its end), a 100-byte one's at +96, a 16-byte one's at its end:
+//! a pointer 8 bytes into a 16-byte block is a real interior pointer. memcheck and LSan replace the allocator, so their scans never see
 //! glibc's bookkeeping; mem-trace runs over glibc's malloc and must discount it.
 //!
 //! The scan ([`Scan`]) is a worklist: a block whose level rises is queued, and its words are
@@ -40,6 +49,18 @@
 
 mod roots;
 mod scan;
+
+/// Where, from the start of a glibc block of `size` requested bytes, the header of the chunk
+/// after it starts, when that lies inside the block (see the module documentation): glibc's
+/// `request2size` is `max(32, (size + 8 + 15) & !15)`, the block starts 16 bytes into its
+/// chunk. A block that `realloc` shrank in place or `memalign` carved may sit in a bigger
+/// chunk, whose next header then lies past the block: nothing inside is exempted wrongly
+/// but the one word this gives, which a real pointer rarely holds.
+pub fn glibc_next_header(size: u64) -> Option<u64> {
+    let chunk = (size.checked_add(8 + 15)? & !15).max(32);
+    let at = chunk - 16;
+    (at < size).then_some(at)
+}
 
 pub use roots::{roots, Roots};
 pub use scan::Scan;
@@ -84,6 +105,8 @@ pub struct Live {
     /// Its allocation stack id.
     pub stack: u32,
     level: u8,
+    /// Definitely lost, and reached from another definitely lost block.
+    indirect: bool,
 }
 
 impl Live {
@@ -94,6 +117,7 @@ impl Live {
             size,
             stack,
             level: LOST,
+            indirect: false,
         }
     }
 
@@ -113,6 +137,11 @@ impl Live {
             POSSIBLY => Class::Possibly,
             _ => Class::Reachable,
         }
+    }
+
+    /// Definitely lost, but only indirectly: some other definitely lost block points to it.
+    pub fn indirect(&self) -> bool {
+        self.indirect
     }
 }
 
@@ -152,8 +181,10 @@ pub struct Total {
 /// What a finished scan says besides each block's class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Outcome {
-    /// Definitely lost.
+    /// Definitely lost, directly and indirectly.
     pub lost: Total,
+    /// The part of `lost` that is indirectly lost.
+    pub indirect: Total,
     /// Possibly lost.
     pub possibly: Total,
     /// Still reachable.

@@ -9,7 +9,9 @@
 //!   with its writable file mappings instead (whole pages, so a few more bytes than gdb);
 //! - each thread's stack, from its stack pointer (less the 128-byte red zone a leaf function
 //!   may use) to the end of the mapping that holds it, when the thread was stopped (a core);
-//! - each stopped thread's registers, as loose words.
+//! - each stopped thread's registers, as loose words;
+//! - the start of each glibc thread's dynamic thread vector, found from its control block,
+//!   as a loose word ([`dtv_words`]).
 //!
 //! A running process is never stopped, so neither its threads' stack pointers nor their
 //! registers are known. Its threads' stacks are then scanned whole: the main thread's
@@ -71,7 +73,8 @@ pub fn roots<M: Memory + ?Sized>(
     blocks: &[Live],
 ) -> Roots {
     let (mut ranges, objects) = data_roots(mem, header, modules, mappings);
-    let (stacks, words, register_sets) = thread_roots(mem, mappings, threads, blocks);
+    let (stacks, mut words, register_sets) = thread_roots(mem, mappings, threads, blocks);
+    words.extend(dtv_words(mem, mappings, blocks));
     let count = stacks.len();
     ranges.extend(stacks);
     Roots {
@@ -233,44 +236,90 @@ fn is_guard_below(below: &Mapping, stack: &Mapping) -> bool {
 }
 
 /// A live glibc thread's stack: private anonymous read-write memory without live blocks, whose
-/// last [`TCB_WINDOW`] bytes hold the thread control block of one of `tids` (`tcbhead_t`: its
-/// `tcb` and `self` words, at offsets 0 and 16, both point at it; it is 64-byte aligned; the
-/// thread's id is one of the 32-bit words of its first [`TID_WINDOW`] bytes, at 0x2d0 in the
-/// glibc of this writing). A stack glibc keeps for reuse holds the control block of an exited
-/// thread, whose id the kernel cleared: it is not scanned, as gdb and the exit report do not
-/// scan dead threads' stacks.
+/// last [`TCB_WINDOW`] bytes hold the thread control block of one of `tids` (see
+/// [`control_blocks`]; the thread's id is one of the 32-bit words of its first [`TID_WINDOW`]
+/// bytes, at 0x2d0 in the glibc of this writing). A stack glibc keeps for reuse holds the
+/// control block of an exited thread, whose id the kernel cleared: it is not scanned, as gdb
+/// and the exit report do not scan dead threads' stacks.
 fn is_thread_stack<M: Memory + ?Sized>(
     mem: &M,
     m: &Mapping,
     blocks: &[Live],
     tids: &[u32],
 ) -> bool {
+    let (tail, offsets) = control_blocks(mem, m, blocks);
+    offsets.iter().any(|&off| {
+        let end = (off + TID_WINDOW).min(tail.len());
+        tail[off..end]
+            .chunks_exact(4)
+            .any(|w| tids.contains(&u32::from_le_bytes(w.try_into().expect("4 bytes"))))
+    })
+}
+
+/// The glibc thread control blocks at the end of mapping `m` (private anonymous read-write
+/// memory without live blocks): the mapping's last bytes, and the offsets in them of the
+/// control blocks. `tcbhead_t`'s `tcb` and `self` words, at offsets 0 and 16, both point at
+/// it; it is 64-byte aligned and within the last [`TCB_WINDOW`] bytes.
+fn control_blocks<M: Memory + ?Sized>(
+    mem: &M,
+    m: &Mapping,
+    blocks: &[Live],
+) -> (Vec<u8>, Vec<usize>) {
+    let none = (Vec::new(), Vec::new());
     if !m.name.is_empty() || !m.read || !m.write || m.exec || m.end <= m.start {
-        return false;
+        return none;
     }
     let first = blocks.partition_point(|b| b.addr < m.start);
     if blocks.get(first).is_some_and(|b| b.addr < m.end) {
-        return false;
+        return none;
     }
     let lo = m.end.saturating_sub(TCB_WINDOW).max(m.start);
     let mut tail = vec![0u8; (m.end - lo) as usize];
     if mem.read(lo, &mut tail).is_err() {
-        return false;
+        return none;
     }
     let word = |off: usize| {
         tail.get(off..off + 8)
             .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
     };
-    let live = |tcb: usize| {
-        let end = (tcb + TID_WINDOW).min(tail.len());
-        tail[tcb..end]
-            .chunks_exact(4)
-            .any(|w| tids.contains(&u32::from_le_bytes(w.try_into().expect("4 bytes"))))
-    };
-    (0..tail.len()).step_by(8).any(|off| {
-        let p = lo + off as u64;
-        p % 64 == 0 && word(off) == Some(p) && word(off + 16) == Some(p) && live(off)
-    })
+    let offsets = (0..tail.len())
+        .step_by(8)
+        .filter(|&off| {
+            let p = lo + off as u64;
+            p % 64 == 0 && word(off) == Some(p) && word(off + 16) == Some(p)
+        })
+        .collect();
+    (tail, offsets)
+}
+
+/// The start of the dynamic thread vector (DTV) of every glibc thread whose control block
+/// lies at the top of a guarded anonymous mapping, live threads' and exited ones' whose
+/// stacks glibc keeps for reuse: loose words of the roots. glibc allocates a thread's DTV
+/// with `malloc` and points at it only from the control block, 16 bytes into it
+/// (`tcbhead_t.dtv` is `dtv + 1`), so without this every leak-free threaded program would
+/// show one DTV lost per cached stack. LSan treats the DTV as reachable from the control
+/// block; so do the exit report (crates/core/src/profile/roots.rs) and `mtrace-leaks`.
+fn dtv_words<M: Memory + ?Sized>(mem: &M, mappings: &[Mapping], blocks: &[Live]) -> Vec<u64> {
+    let mut words = Vec::new();
+    for (i, m) in mappings.iter().enumerate().skip(1) {
+        // gdb's `gcore` writes a guard page as a read-only segment: a core's guard is any
+        // unnamed mapping below that can be neither written nor run.
+        let below = &mappings[i - 1];
+        let guarded = below.end == m.start && !below.write && !below.exec && below.name.is_empty();
+        if !guarded {
+            continue;
+        }
+        let (tail, offsets) = control_blocks(mem, m, blocks);
+        for off in offsets {
+            let dtv = tail
+                .get(off + 8..off + 16)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+            if let Some(dtv) = dtv.filter(|&d| d >= 16) {
+                words.push(dtv - 16);
+            }
+        }
+    }
+    words
 }
 
 #[cfg(test)]

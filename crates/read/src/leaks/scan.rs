@@ -6,7 +6,7 @@
 //! and the highest block end, by binary search on a copy of the sorted starts. All buffers are
 //! allocated once, in [`Scan::new`]; only the worklist grows.
 
-use super::{Live, Outcome, Root, Total, LOST, POSSIBLY, REACHABLE};
+use super::{glibc_next_header, Live, Outcome, Root, Total, LOST, POSSIBLY, REACHABLE};
 use crate::memory::{Memory, Span};
 
 /// Bytes read at once.
@@ -39,6 +39,10 @@ struct Marks<'a> {
     end: u64,
     /// Blocks whose level rose and whose words are still to scan.
     work: Vec<u32>,
+    /// Splitting the lost blocks ([`Scan::cliques`]): pointers mark lost blocks indirect,
+    /// all but `leader`, the block the clique started from.
+    clique: bool,
+    leader: u32,
 }
 
 impl<'a, M: Memory + ?Sized> Scan<'a, M> {
@@ -68,6 +72,8 @@ impl<'a, M: Memory + ?Sized> Scan<'a, M> {
                 min,
                 end,
                 work,
+                clique: false,
+                leader: 0,
             },
             buf,
             spans,
@@ -118,6 +124,7 @@ impl<'a, M: Memory + ?Sized> Scan<'a, M> {
     /// the slice given to [`Scan::new`].
     pub fn finish(mut self) -> Outcome {
         self.drain();
+        self.cliques();
         let mut out = Outcome {
             root_bytes: self.root_bytes,
             unreadable: self.unreadable,
@@ -131,8 +138,36 @@ impl<'a, M: Memory + ?Sized> Scan<'a, M> {
             };
             t.bytes += b.size;
             t.blocks += 1;
+            if b.indirect {
+                out.indirect.bytes += b.size;
+                out.indirect.blocks += 1;
+            }
         }
         out
+    }
+
+    /// Splits the definitely lost blocks into directly and indirectly lost, as memcheck
+    /// does (see the module documentation): in address order, each lost block not yet
+    /// marked indirect leads a clique; every lost block its memory reaches, through any
+    /// pointer and transitively, is marked indirect, unless it is the leader itself.
+    fn cliques(&mut self) {
+        // Lost blocks that cannot be read hide nothing reachable: not counted as unreadable.
+        let unreadable = self.unreadable;
+        self.marks.clique = true;
+        for i in 0..self.marks.blocks.len() {
+            let b = self.marks.blocks[i];
+            if b.level != LOST || b.indirect {
+                continue;
+            }
+            self.marks.leader = i as u32;
+            if self.marks.work.try_reserve(1).is_err() {
+                break;
+            }
+            self.marks.work.push(i as u32);
+            self.drain();
+        }
+        self.marks.clique = false;
+        self.unreadable = unreadable;
     }
 
     /// Scans the aligned `[lo, hi)` at level `from` in chunks; a chunk that cannot be read is
@@ -256,13 +291,25 @@ impl Marks<'_> {
         let i = self.starts.partition_point(|&a| a <= p) - 1;
         let b = &mut self.blocks[i];
         let end = b.addr.saturating_add(b.size);
-        let level = if p == b.addr {
-            from
-        } else if p < end && p.wrapping_add(8) != end {
-            from.min(POSSIBLY)
-        } else {
+        let at_start = p == b.addr;
+        if !at_start && p >= end {
             return;
-        };
+        }
+        if self.clique {
+            // memcheck's cliques count start and interior pointers alike; and glibc's
+            // pointers to chunk headers are in its own data, not in a lost block.
+            if b.level == LOST && !b.indirect && i as u32 != self.leader {
+                b.indirect = true;
+                if self.work.try_reserve(1).is_ok() {
+                    self.work.push(i as u32);
+                }
+            }
+            return;
+        }
+        if !at_start && glibc_next_header(b.size) == Some(p - b.addr) {
+            return;
+        }
+        let level = if at_start { from } else { from.min(POSSIBLY) };
         if level > b.level {
             b.level = level;
             if self.work.try_reserve(1).is_ok() {

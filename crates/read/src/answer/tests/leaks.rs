@@ -47,13 +47,15 @@ fn lost_or_possibly_lost_and_reachable() {
             Class::Lost,
             "reached 2 of 3 live blocks",
             "definitely lost: 1000 bytes in 1 block, allocated from:",
-            "1000 bytes definitely lost in 1 block; 0 bytes possibly lost in 0 blocks",
+            "1000 bytes definitely lost in 1 block (direct: 1000 bytes in 1 block, indirect: 0 bytes \
+             in 0 blocks); 0 bytes possibly lost in 0 blocks",
         ),
         (
             Class::Possibly,
             "reached 3 of 3 live blocks (1 only through interior pointers)",
             "possibly lost: 1000 bytes in 1 block, allocated from:",
-            "0 bytes definitely lost in 0 blocks; 1000 bytes possibly lost in 1 block",
+            "0 bytes definitely lost in 0 blocks (direct: 0 bytes in 0 blocks, indirect: 0 bytes in 0 \
+             blocks); 1000 bytes possibly lost in 1 block",
         ),
     ] {
         let f = facts(Class::Reachable, class);
@@ -90,7 +92,8 @@ fn more_stacks_than_shown_unreadable_and_untracked() {
             "definitely lost: 8192 bytes in 2 blocks, allocated from:",
             "    #0 0x1000 in hold_site at /src/p.c:56",
             "(definitely lost: 1 more stack with 1000 bytes in 1 block; -n 0 shows all)",
-            "SUMMARY: 9192 bytes definitely lost in 3 blocks; 0 bytes possibly lost in 0 blocks; \
+            "SUMMARY: 9192 bytes definitely lost in 3 blocks (direct: 9192 bytes in 3 blocks, \
+             indirect: 0 bytes in 0 blocks); 0 bytes possibly lost in 0 blocks; \
              0 bytes still reachable in 0 blocks",
             "(1 block could not be tracked and are not counted)",
         ]
@@ -155,7 +158,8 @@ fn read_from_a_process_image_with_a_stopped_thread() {
             "    #0 0x3000 in leak_site at /src/p.c:76",
             "still reachable: 64 bytes in 1 block, allocated from:",
             "    #0 0x3000 in leak_site at /src/p.c:76",
-            "SUMMARY: 64 bytes definitely lost in 1 block; 64 bytes possibly lost in 1 block; \
+            "SUMMARY: 64 bytes definitely lost in 1 block (direct: 64 bytes in 1 block, indirect: 0 \
+             bytes in 0 blocks); 64 bytes possibly lost in 1 block; \
              64 bytes still reachable in 1 block",
         ]
     );

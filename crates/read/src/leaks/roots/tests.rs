@@ -241,3 +241,36 @@ fn a_running_process_scans_its_stack_mappings_whole() {
     let r = roots(&img, 0x10, &[], &mappings, &known, &blocks);
     assert_eq!(r.ranges, [Root::range(thread, thread + 0x8000)]);
 }
+
+#[test]
+fn every_thread_control_blocks_dtv_is_a_loose_word() {
+    let mut img = Image::new();
+    let live = img.map(0x8000);
+    let exited = img.map(0x8000);
+    let cored = img.map(0x8000);
+    let unguarded = img.map(0x8000);
+    // Control blocks whose `dtv` word (+8) is a DTV's start + 16: a live thread's, an exited
+    // one's (its stack kept by glibc), one under a guard as gcore writes it (read-only), and a
+    // look-alike with no guard below.
+    for (k, base) in [live, exited, cored, unguarded].into_iter().enumerate() {
+        let tcb = base + 0x7000;
+        img.write_u64(tcb, tcb);
+        img.write_u64(tcb + 8, 0x5555_0000_0000 + 0x1000 * k as u64 + 16);
+        img.write_u64(tcb + 16, tcb);
+    }
+    let guard = |base: u64, perms: &str| mapping(base - 0x1000, base, perms, "");
+    let mappings = [
+        guard(live, "---"),
+        mapping(live, live + 0x8000, "rw-", ""),
+        guard(exited, "---"),
+        mapping(exited, exited + 0x8000, "rw-", ""),
+        guard(cored, "r--"),
+        mapping(cored, cored + 0x8000, "rw-", ""),
+        mapping(unguarded, unguarded + 0x8000, "rw-", ""),
+    ];
+    let r = roots(&img, 0x10, &[], &mappings, &[], &[]);
+    assert_eq!(
+        r.words,
+        [0x5555_0000_0000, 0x5555_0000_1000, 0x5555_0000_2000]
+    );
+}

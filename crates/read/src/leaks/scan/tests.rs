@@ -143,24 +143,122 @@ fn a_lost_cycle_stays_lost() {
 }
 
 #[test]
-fn eight_bytes_before_the_end_is_not_a_pointer_into_the_block() {
-    // A 1000-byte block: glibc's next chunk header is at offset 992, 8 bytes before its end;
-    // glibc's bins point there. Neither reachable nor possibly lost.
+fn glibc_next_header_lies_inside_only_for_sizes_1_to_8_past_16k() {
+    use super::super::glibc_next_header as at;
+    // Chunk = max(32, size + 8 rounded up to 16); the next header starts chunk - 16 bytes
+    // after the block's start.
+    for size in 0..=16 {
+        assert_eq!(at(size), None, "size {size}");
+    }
+    for size in 17..=24 {
+        assert_eq!(at(size), Some(16), "size {size}");
+    }
+    for size in 25..=32 {
+        assert_eq!(at(size), None, "size {size}");
+    }
+    assert_eq!(at(33), Some(32));
+    assert_eq!(at(40), Some(32));
+    assert_eq!(at(41), None);
+    assert_eq!(at(100), Some(96));
+    assert_eq!(at(1000), Some(992));
+    assert_eq!(at(1008), None);
+    assert_eq!(at(u64::MAX), None);
+    // Every size: the header is inside exactly when size % 16 is 1..=8 and size > 16, and
+    // then it is at size rounded down to 16.
+    for size in 0..4096u64 {
+        let inside = size > 16 && (1..=8).contains(&(size % 16));
+        assert_eq!(at(size), inside.then_some(size & !15), "size {size}");
+    }
+}
+
+#[test]
+fn a_pointer_to_glibc_next_header_is_not_a_pointer_into_the_block() {
+    // glibc's bins and `top` point at the next chunk's header: inside a block of 1000 bytes
+    // (at +992), 100 bytes (+96) or 20 bytes (+16). Neither reachable nor possibly lost.
     let mut h = heap();
     let roots = [Root::range(h.data, h.data + 8)];
-    let a = block(h.heap, 1000);
     let mut class_with = |b: Live, p: u64| {
         h.img.write_u64(h.data, p);
         classes(&h.img, &[b], &roots, &[]).0[0].1
     };
+    let a = block(h.heap, 1000);
     assert_eq!(class_with(a, a.addr + 992), Lost);
     assert_eq!(class_with(a, a.addr + 984), Possibly);
-    // For every size: 8 bytes before the end of a 64-byte block.
-    let b = block(a.addr + 0x1000, 64);
-    assert_eq!(class_with(b, b.addr + 56), Lost);
-    // An 8-byte block: its start is 8 bytes before its end, and counts as its start.
-    let e = block(a.addr + 0x2000, 8);
-    assert_eq!(class_with(e, e.addr), Reachable);
+    let c = block(h.heap + 0x1000, 100);
+    assert_eq!(class_with(c, c.addr + 96), Lost);
+    assert_eq!(class_with(c, c.addr + 88), Possibly);
+    let d = block(h.heap + 0x1800, 20);
+    assert_eq!(class_with(d, d.addr + 16), Lost);
+    // A 16-byte or a 64-byte block has no header inside: `p + 1` of a 16-byte block (8
+    // bytes before its end) is a real interior pointer.
+    let e = block(h.heap + 0x2000, 16);
+    assert_eq!(class_with(e, e.addr + 8), Possibly);
+    let b = block(h.heap + 0x2800, 64);
+    assert_eq!(class_with(b, b.addr + 56), Possibly);
+    // An 8-byte block: its start counts as its start.
+    let f = block(h.heap + 0x3000, 8);
+    assert_eq!(class_with(f, f.addr), Reachable);
+}
+
+#[test]
+fn definitely_lost_splits_into_direct_and_indirect() {
+    // A lost tree: root r -> children x, y (y through an interior pointer) -> grandchild z;
+    // a lost cycle p <-> q (p first in address order: its leader, directly lost); and a lost
+    // block w at a lower address than the block v that points to it.
+    let mut h = heap();
+    let at = |k: u64| h.heap + k * 0x100;
+    let (w, r, x, y, z, p, q, v) = (
+        block(at(0), 64),
+        block(at(1), 64),
+        block(at(2), 64),
+        block(at(3), 64),
+        block(at(4), 64),
+        block(at(5), 64),
+        block(at(6), 64),
+        block(at(7), 64),
+    );
+    h.img.write_u64(r.addr, x.addr);
+    h.img.write_u64(r.addr + 8, y.addr + 24);
+    h.img.write_u64(y.addr, z.addr);
+    h.img.write_u64(p.addr, q.addr);
+    h.img.write_u64(q.addr, p.addr);
+    h.img.write_u64(v.addr + 16, w.addr);
+    let mut blocks = vec![w, r, x, y, z, p, q, v];
+    let mut scan = Scan::new(&h.img, &mut blocks).expect("memory");
+    scan.root(Root::range(h.data, h.data + 0x100));
+    let outcome = scan.finish();
+    let indirect: Vec<bool> = blocks.iter().map(|b| b.indirect()).collect();
+    assert_eq!(
+        indirect,
+        [true, false, true, true, true, false, true, false],
+        "w r x y z p q v"
+    );
+    assert_eq!(outcome.lost.blocks, 8);
+    assert_eq!(outcome.indirect.blocks, 5);
+    assert_eq!(outcome.indirect.bytes, 5 * 64);
+    assert!(blocks.iter().all(|b| b.class() == Lost));
+}
+
+#[test]
+fn reachable_and_possibly_lost_blocks_are_never_indirect() {
+    let mut h = heap();
+    let (a, b, c) = (
+        block(h.heap, 64),
+        block(h.heap + 0x100, 64),
+        block(h.heap + 0x200, 64),
+    );
+    // A lost a points at the reachable b and the possibly lost c.
+    h.img.write_u64(a.addr, b.addr);
+    h.img.write_u64(a.addr + 8, c.addr);
+    h.img.write_u64(h.data, b.addr);
+    h.img.write_u64(h.data + 8, c.addr + 8);
+    let mut blocks = vec![a, b, c];
+    let mut scan = Scan::new(&h.img, &mut blocks).expect("memory");
+    scan.root(Root::range(h.data, h.data + 0x100));
+    let outcome = scan.finish();
+    assert_eq!(outcome.indirect, Default::default());
+    assert_eq!(outcome.lost.blocks, 1);
+    assert!(blocks.iter().all(|b| !b.indirect()));
 }
 
 #[test]
@@ -225,7 +323,8 @@ fn each_reached_block_is_read_once_and_gaps_never() {
     assert_eq!(got[63], (blocks[63].addr, Lost));
     let mut reads = h.img.reads.borrow().clone();
     reads.sort_unstable();
-    let want: Vec<(u64, usize)> = blocks[..63].iter().map(|b| (b.addr, 0x40)).collect();
+    // The lost one too, once, to split the lost blocks into direct and indirect.
+    let want: Vec<(u64, usize)> = blocks.iter().map(|b| (b.addr, 0x40)).collect();
     assert_eq!(reads, want);
 }
 
@@ -256,7 +355,7 @@ fn two_passes(img: &Image, blocks: &[Live], roots: &[Root], registers: &[u64]) -
             if v == blocks[i].addr {
                 start.push(i);
             } else if v < blocks[i].addr + blocks[i].size
-                && v != blocks[i].addr + blocks[i].size - 8
+                && super::super::glibc_next_header(blocks[i].size) != Some(v - blocks[i].addr)
             {
                 inside.push(i);
             }
