@@ -30,19 +30,16 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-#[cfg(any(feature = "tracer", feature = "global-alloc", feature = "profiler"))]
 mod entries;
 mod gdb_script;
 #[cfg(feature = "tracer")]
 pub mod glibc;
 #[cfg(feature = "tracer")]
 mod hooks;
-#[cfg(feature = "profiler")]
 mod profile;
 #[cfg(feature = "global-alloc")]
 mod traced;
 
-#[cfg(feature = "profiler")]
 pub use profile::{peaks, report, report_to_file, reset_peaks, Peaks, ThreadPeak};
 #[cfg(feature = "global-alloc")]
 pub use traced::Traced;
@@ -79,7 +76,6 @@ static ALLOCATOR: mem_trace_core::arena::Arena = mem_trace_core::arena::Arena;
 /// tables are the process's, and its `print_trace` answers.
 #[no_mangle]
 pub extern "C" fn print_trace(addr: usize) {
-    #[cfg(any(feature = "global-alloc", feature = "profiler"))]
     if let Some(e) = entries::preload_if_known() {
         return (e.print_trace)(addr);
     }
@@ -90,7 +86,6 @@ pub extern "C" fn print_trace(addr: usize) {
 /// the global peak) becomes what is live now, so the next report's peaks are the new phase's
 /// own. For C programs through `dlsym(RTLD_DEFAULT, "mem_trace_reset_peaks")`, and from gdb
 /// with `call mem_trace_reset_peaks()`: it never waits on a lock and never allocates.
-#[cfg(feature = "profiler")]
 #[no_mangle]
 pub extern "C" fn mem_trace_reset_peaks() {
     match entries::preload_if_known() {

@@ -18,7 +18,6 @@
 
 mod aligned;
 mod alloc;
-#[cfg(feature = "profiler")]
 mod credentials;
 mod dlclose;
 mod threads;

@@ -33,7 +33,6 @@ pub(crate) struct ThreadState {
     /// This thread's quarantine.
     pub quarantine: quarantine::Local,
     /// This thread's cache of per-stack counter deltas.
-    #[cfg(feature = "profiler")]
     pub profile: crate::profile::counters::Local,
 }
 
@@ -50,7 +49,6 @@ impl ThreadState {
             stacks: stacks::Local::new(),
             history: freed::Claim::new(),
             quarantine: quarantine::Local::new(),
-            #[cfg(feature = "profiler")]
             profile: crate::profile::counters::Local::new(),
         }
     }
