@@ -93,9 +93,9 @@ pub(crate) struct Entries {
     pub start: unsafe extern "C" fn(start: *const Start),
     /// The preload's `print_trace`.
     pub print_trace: extern "C" fn(addr: usize),
-    /// The profiler's reset, when the preload is the profiler build.
+    /// The profiler's reset (absent only in builds from before the counters were always kept).
     pub reset_peaks: Option<extern "C" fn()>,
-    /// The profiler's report to a descriptor, when the preload is the profiler build.
+    /// The profiler's report to a descriptor, when the preload keeps counters.
     pub report_to: Option<extern "C" fn(fd: i32)>,
     /// The profiler's peaks: the global ones into `*out`, up to `cap` threads into
     /// `threads`; returns how many threads there are (call again with room for more).

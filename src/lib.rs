@@ -21,11 +21,15 @@
 //!   the program's heap;
 //! - `gdb_script`: the gdb commands, embedded for auto-loading.
 //!
-//! Feature `tracer` (default) makes this build the preload: the hooks, the global allocator and
-//! the ELF constructor. Feature `global-alloc` (with `default-features = false`) gives
-//! [`Traced`] instead, a `GlobalAlloc` wrapper that records into the same tables from inside a
-//! Rust program, which then defines its own `MEM_TRACE_HEADER`. Blocks allocated before the library is initialised are not recorded,
-//! and freeing them is harmless; initialisation happens at the first hooked call, before `main`.
+//! Two packages build this source. crates/preload (`mem-trace-preload`) builds it with
+//! feature `tracer` as `libmem_trace.so`, the preload: the hooks, the global allocator and the
+//! ELF constructor. The root package `mem-trace` builds it without them, for Rust programs:
+//! feature `global-alloc` gives [`Traced`], a `GlobalAlloc` wrapper that records into the same
+//! tables from inside the program, which then defines its own `MEM_TRACE_HEADER`. The
+//! per-stack counters are in every build; feature `profiler` only turns the reports on by
+//! default (`MEM_TRACE_PROFILE`). Blocks allocated before the library is initialised are not
+//! recorded, and freeing them is harmless; initialisation happens at the first hooked call,
+//! before `main`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]

@@ -682,6 +682,23 @@ mod tests {
         );
     }
 
+    /// Reports are a run-time switch whose default is the build's.
+    #[test]
+    fn reports_switch() {
+        assert_eq!(Config::default().reports, cfg!(feature = "profiler"));
+        for (v, on) in [("1", true), ("yes", true), ("0", false), ("false", false)] {
+            let (c, bad) = parse(env(&[("MEM_TRACE_PROFILE", v)]));
+            assert!(bad.is_empty(), "{v}: {bad:?}");
+            assert_eq!(c.reports, on, "{v}");
+        }
+        let (c, bad) = parse(env(&[("MEM_TRACE_PROFILE", "2")]));
+        assert_eq!(c, Config::default());
+        assert_eq!(
+            (bad[0].var, bad[0].expected),
+            ("MEM_TRACE_PROFILE", "0 or 1")
+        );
+    }
+
     #[test]
     fn bad_profile_values_are_named_and_defaulted() {
         let (c, bad) = parse(env(&[
@@ -796,6 +813,7 @@ mod tests {
             "MEM_TRACE_FREE_STACKS",
             "MEM_TRACE_MAX_STACKS",
             "MEM_TRACE_ON_ERROR",
+            "MEM_TRACE_PROFILE",
             "MEM_TRACE_PROFILE_INTERVAL",
             "MEM_TRACE_PROFILE_TOP",
             "MEM_TRACE_PROFILE_BY",
