@@ -1,6 +1,7 @@
 //! The front doors of issue 28, each through cargo as a user types it:
-//! - `cargo build --release` at the root, then `mem-trace run` and `mem-trace top PID` on a
-//!   process started under the library it built (the default build, no feature);
+//! - `cargo build --release` at the root, then `mem-trace run`, `mem-trace gdb` (`mtrace-why`)
+//!   and `mem-trace top PID` on a process started under the library it built (the default
+//!   build, no feature);
 //! - a Rust crate depending on `mem-trace` with `features = ["global-alloc"]` and its default
 //!   features on: it links with its own `#[global_allocator]`, runs, and `mtrace-why` names its
 //!   allocating function;
@@ -46,8 +47,8 @@ fn build(cmd: Command, dir: &Path, label: &str) -> Output {
     out
 }
 
-/// A C program that allocates 100 blocks from `grow`, prints `ready` and sleeps when given an
-/// argument, and exits at once (leaking them) otherwise.
+/// A C program that allocates 100 blocks from `grow`, calls `break_here`, prints `ready` and
+/// sleeps when given an argument, and exits at once (leaking them) otherwise.
 fn c_program(dir: &Path) -> PathBuf {
     let src = dir.join("held.c");
     fs::write(
@@ -57,8 +58,10 @@ fn c_program(dir: &Path) -> PathBuf {
 #include <unistd.h>
 void *kept[100];
 __attribute__((noinline)) void grow(int i) { kept[i] = malloc(1000); }
+__attribute__((noinline)) void break_here(void) { __asm__ volatile(""); }
 int main(int argc, char **argv) {
     for (int i = 0; i < 100; i++) grow(i);
+    break_here();
     if (argc > 1) { printf("ready\n"); fflush(stdout); sleep(60); }
     return 0;
 }
@@ -122,6 +125,34 @@ fn cargo_build_then_run_and_top() {
     let lib = release.join("libmem_trace.so");
     let program = c_program(&dir);
     run_reports_grow(&binary, &dir, &program, &[]);
+
+    // `mem-trace gdb` with the same build: the program under the library, mtrace-why loaded.
+    let mut cmd = Command::new(&binary);
+    cmd.args([
+        "gdb",
+        "-nx",
+        "-batch",
+        "-ex",
+        "break break_here",
+        "-ex",
+        "run",
+    ])
+    .args(["-ex", "mtrace-why kept[7]", "--"])
+    .arg(&program);
+    let out = run_with_timeout(
+        cmd,
+        &dir.join("gdb"),
+        true,
+        None,
+        GDB_TIMEOUT,
+        "mem-trace gdb",
+    );
+    assert!(
+        out.stdout.contains("is at the start of a 1000-byte block")
+            && out.stdout.contains("in grow at"),
+        "{}",
+        out.describe()
+    );
 
     // `top` on a process started by hand under the library.
     let mut child = Command::new(&program)

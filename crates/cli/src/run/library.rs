@@ -63,7 +63,8 @@ fn locate(build_it: &str) -> Result<PathBuf> {
                 }
                 return Err(Error::new(format!(
                     "no {NAME} beside {} (looked for {}): {build_it} (it goes beside the \
-                     binary), or set MEM_TRACE_LIB to its path",
+                     binary), set MEM_TRACE_LIB to its path, or install mem-trace with its \
+                     library: `cargo install --path crates/cli --features bundle`",
                     exe.display(),
                     path.display()
                 )));
