@@ -18,11 +18,12 @@ fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let root = manifest.join("../..");
     let preload = root.join("crates/preload/Cargo.toml");
-    // Rebuilt when the library's sources change: every crate it is made of.
+    // Rebuilt when the library's sources change: every crate it is made of, and the gdb
+    // commands it embeds, named file by file (a named directory is scanned recursively, and
+    // Python writes `__pycache__` there on every import).
     for dir in [
         "src",
         "build.rs",
-        "python",
         "crates/core",
         "crates/format",
         "crates/read",
@@ -30,6 +31,7 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
+    python_sources(&root.join("python/mem_trace_gdb"));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let target = out.join("preload-target");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -56,6 +58,22 @@ fn main() {
     std::fs::write(out.join("libmem_trace.so"), &bytes)
         .unwrap_or_else(|e| panic!("cannot copy {}: {e}", built.display()));
     println!("cargo:rustc-env=MEM_TRACE_BUNDLE_ID={:016x}", fnv1a(&bytes));
+}
+
+/// `rerun-if-changed` for every `.py` file under `dir`.
+fn python_sources(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.flatten().map(|e| e.path()) {
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "__pycache__") {
+                python_sources(&path);
+            }
+        } else if path.extension().is_some_and(|e| e == "py") {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
 }
 
 /// FNV-1a, 64 bits: enough to tell two builds apart, with no dependency.
