@@ -82,8 +82,14 @@ struct Module {
 }
 
 fn main() {
-    let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
-    let package = root.join("python").join(PACKAGE);
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    // The root package and crates/preload both build this crate's source: the package is at
+    // the root of the repository, above either manifest.
+    let package = manifest
+        .ancestors()
+        .map(|dir| dir.join("python").join(PACKAGE))
+        .find(|dir| dir.is_dir())
+        .unwrap_or_else(|| panic!("no python/{PACKAGE} above {}", manifest.display()));
     let mut modules = Vec::new();
     collect(&package, PACKAGE, &mut modules);
     modules.sort_by(|a, b| a.name.cmp(&b.name));

@@ -17,7 +17,6 @@ use core::ffi::c_void;
 pub(crate) const VERSION: u32 = 2;
 
 /// The exported symbol's name.
-#[cfg(any(feature = "global-alloc", feature = "profiler"))]
 const SYMBOL: &core::ffi::CStr = c"mem_trace_preload_entries";
 
 /// The global numbers of `mem_trace::Peaks`, across the table.
@@ -94,9 +93,9 @@ pub(crate) struct Entries {
     pub start: unsafe extern "C" fn(start: *const Start),
     /// The preload's `print_trace`.
     pub print_trace: extern "C" fn(addr: usize),
-    /// The profiler's reset, when the preload is the profiler build.
+    /// The profiler's reset (absent only in builds from before the counters were always kept).
     pub reset_peaks: Option<extern "C" fn()>,
-    /// The profiler's report to a descriptor, when the preload is the profiler build.
+    /// The profiler's report to a descriptor, when the preload keeps counters.
     pub report_to: Option<extern "C" fn(fd: i32)>,
     /// The profiler's peaks: the global ones into `*out`, up to `cap` threads into
     /// `threads`; returns how many threads there are (call again with room for more).
@@ -105,16 +104,13 @@ pub(crate) struct Entries {
 
 /// The preload's entries as looked up: 0 before the lookup, [`ABSENT`] when there are none,
 /// else their address.
-#[cfg(any(feature = "global-alloc", feature = "profiler"))]
 static LOOKED_UP: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
 /// Looked up, and none: never a table's address (tables are aligned).
-#[cfg(any(feature = "global-alloc", feature = "profiler"))]
 const ABSENT: usize = 1;
 
 /// The preload's entries, if `libmem_trace.so` is loaded, speaks this version, and is not
 /// this very copy; looked up once (`dlsym`, which may allocate: not for code gdb calls, which
 /// uses [`preload_if_known`]).
-#[cfg(any(feature = "global-alloc", feature = "profiler"))]
 pub(crate) fn preload() -> Option<&'static Entries> {
     use core::sync::atomic::Ordering;
     if LOOKED_UP.load(Ordering::Acquire) == 0 {
@@ -125,7 +121,6 @@ pub(crate) fn preload() -> Option<&'static Entries> {
 }
 
 /// [`preload`] as far as already looked up: never calls anything.
-#[cfg(any(feature = "global-alloc", feature = "profiler"))]
 pub(crate) fn preload_if_known() -> Option<&'static Entries> {
     match LOOKED_UP.load(core::sync::atomic::Ordering::Acquire) {
         0 | ABSENT => None,
@@ -134,7 +129,6 @@ pub(crate) fn preload_if_known() -> Option<&'static Entries> {
     }
 }
 
-#[cfg(any(feature = "global-alloc", feature = "profiler"))]
 fn look_up() -> Option<*mut Entries> {
     // SAFETY: dlsym with a NUL-terminated name (null when absent, as in a static binary).
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, SYMBOL.as_ptr()) } as *mut Entries;
@@ -149,10 +143,7 @@ fn look_up() -> Option<*mut Entries> {
 }
 
 /// This build's own table (a build with both the preload's and the wrapper's features).
-#[cfg(all(
-    feature = "tracer",
-    any(feature = "global-alloc", feature = "profiler")
-))]
+#[cfg(feature = "tracer")]
 fn preload_table() -> *const Entries {
     &preload::mem_trace_preload_entries
 }
@@ -160,7 +151,6 @@ fn preload_table() -> *const Entries {
 #[cfg(feature = "tracer")]
 mod preload {
     use super::{Entries, Start, Taken, VERSION};
-    #[cfg(feature = "profiler")]
     use super::{PeaksC, ThreadPeakC};
     use core::ffi::c_void;
     use mem_trace_core::format::Block;
@@ -179,18 +169,9 @@ mod preload {
         reallocated,
         start,
         print_trace: crate::print_trace,
-        #[cfg(feature = "profiler")]
         reset_peaks: Some(crate::mem_trace_reset_peaks),
-        #[cfg(feature = "profiler")]
         report_to: Some(report_to),
-        #[cfg(feature = "profiler")]
         peaks: Some(peaks),
-        #[cfg(not(feature = "profiler"))]
-        reset_peaks: None,
-        #[cfg(not(feature = "profiler"))]
-        report_to: None,
-        #[cfg(not(feature = "profiler"))]
-        peaks: None,
     };
 
     unsafe extern "C" fn start(start: *const Start) {
@@ -201,12 +182,10 @@ mod preload {
         }
     }
 
-    #[cfg(feature = "profiler")]
     extern "C" fn report_to(fd: i32) {
         mem_trace_core::profile::report_to(fd)
     }
 
-    #[cfg(feature = "profiler")]
     unsafe extern "C" fn peaks(out: *mut PeaksC, threads: *mut ThreadPeakC, cap: usize) -> usize {
         let p = crate::profile::own_peaks();
         // SAFETY: the caller passes its own `PeaksC`.

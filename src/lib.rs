@@ -21,28 +21,29 @@
 //!   the program's heap;
 //! - `gdb_script`: the gdb commands, embedded for auto-loading.
 //!
-//! Feature `tracer` (default) makes this build the preload: the hooks, the global allocator and
-//! the ELF constructor. Feature `global-alloc` (with `default-features = false`) gives
-//! [`Traced`] instead, a `GlobalAlloc` wrapper that records into the same tables from inside a
-//! Rust program, which then defines its own `MEM_TRACE_HEADER`. Blocks allocated before the library is initialised are not recorded,
-//! and freeing them is harmless; initialisation happens at the first hooked call, before `main`.
+//! Two packages build this source. crates/preload (`mem-trace-preload`) builds it with
+//! feature `tracer` as `libmem_trace.so`, the preload: the hooks, the global allocator and the
+//! ELF constructor. The root package `mem-trace` builds it without them, for Rust programs:
+//! feature `global-alloc` gives [`Traced`], a `GlobalAlloc` wrapper that records into the same
+//! tables from inside the program, which then defines its own `MEM_TRACE_HEADER`. The
+//! per-stack counters are in every build; feature `profiler` only turns the reports on by
+//! default (`MEM_TRACE_PROFILE`). Blocks allocated before the library is initialised are not
+//! recorded, and freeing them is harmless; initialisation happens at the first hooked call,
+//! before `main`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-#[cfg(any(feature = "tracer", feature = "global-alloc", feature = "profiler"))]
 mod entries;
 mod gdb_script;
 #[cfg(feature = "tracer")]
 pub mod glibc;
 #[cfg(feature = "tracer")]
 mod hooks;
-#[cfg(feature = "profiler")]
 mod profile;
 #[cfg(feature = "global-alloc")]
 mod traced;
 
-#[cfg(feature = "profiler")]
 pub use profile::{peaks, report, report_to_file, reset_peaks, Peaks, ThreadPeak};
 #[cfg(feature = "global-alloc")]
 pub use traced::Traced;
@@ -79,7 +80,6 @@ static ALLOCATOR: mem_trace_core::arena::Arena = mem_trace_core::arena::Arena;
 /// tables are the process's, and its `print_trace` answers.
 #[no_mangle]
 pub extern "C" fn print_trace(addr: usize) {
-    #[cfg(any(feature = "global-alloc", feature = "profiler"))]
     if let Some(e) = entries::preload_if_known() {
         return (e.print_trace)(addr);
     }
@@ -90,7 +90,6 @@ pub extern "C" fn print_trace(addr: usize) {
 /// the global peak) becomes what is live now, so the next report's peaks are the new phase's
 /// own. For C programs through `dlsym(RTLD_DEFAULT, "mem_trace_reset_peaks")`, and from gdb
 /// with `call mem_trace_reset_peaks()`: it never waits on a lock and never allocates.
-#[cfg(feature = "profiler")]
 #[no_mangle]
 pub extern "C" fn mem_trace_reset_peaks() {
     match entries::preload_if_known() {

@@ -38,7 +38,7 @@ pub struct ThreadPeak {
     pub exited: bool,
 }
 
-/// The peaks now (see [`Peaks`]). Under a preload that is not the profiler build, all 0.
+/// The peaks now (see [`Peaks`]). Under an old tracer-only preload, which kept none, all 0.
 pub fn peaks() -> Peaks {
     let Some(e) = entries::preload() else {
         return own_peaks();
@@ -118,7 +118,7 @@ pub fn reset_peaks() {
 }
 
 /// Writes the report to `fd`, from the process's tables; an error when the preload that
-/// holds them is not the profiler build.
+/// holds them is an old tracer-only build.
 fn report_to(fd: i32) -> io::Result<()> {
     match entries::preload() {
         Some(e) => match e.report_to {
@@ -130,9 +130,9 @@ fn report_to(fd: i32) -> io::Result<()> {
     Ok(())
 }
 
-/// Why there is no report under a preload without the profiler.
-const NOT_PROFILER: &str = "the preloaded libmem_trace.so is not the profiler build, which \
-     reports need (cargo build --release --features profiler)";
+/// Why there is no report under an old tracer-only preload, which kept no counters.
+const NOT_PROFILER: &str = "the preloaded libmem_trace.so is an old tracer-only build, which \
+     keeps no counters for a report (rebuild it with cargo build --release)";
 
 /// Writes the profiler's full report — the top stacks, the peaks and the stacks held at the
 /// global peak, the leak check so far — to `out`, as the snapshot signal writes it.

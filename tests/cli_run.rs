@@ -3,7 +3,8 @@
 //! flame graphs and leak check; each error is one line and a non-zero status.
 //!
 //! The binary runs from `target/profiler/release/`, beside the profiler build of the library
-//! (`common::mem_trace_binary`), as `cargo build --release --features profiler` leaves them.
+//! (`common::mem_trace_binary`), as `cargo build --release --features profiler` leaves them;
+//! `the_default_build_writes_the_report_too` points it at the default build.
 //! Fixtures: `tests/fixtures/run_modes.c` (ways to end) and `profile_sites.c` (known sites).
 
 mod common;
@@ -371,6 +372,24 @@ fn assert_one_line_error(r: &Run, code: i32, starts: &str) {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// The default build (no `profiler` feature) serves `run`: its counters are always kept, and
+/// `run` switches its reports on.
+#[test]
+fn the_default_build_writes_the_report_too() {
+    let f = sites();
+    let mut r = Run::new("default-build", &[&"run", &"-o", &"out", &f.bin]);
+    r.env.push(("MEM_TRACE_LIB", library().into()));
+    let out = r.run();
+    assert!(out.success(), "{}", out.describe());
+    let leaks = files(&r.out(), ".leaks.txt");
+    assert_eq!(leaks.len(), 1, "{}", out.describe());
+    let text = read(&leaks[0]);
+    assert!(
+        text.contains("# 0: 100000 bytes in 100 blocks definitely lost"),
+        "{text}"
+    );
+}
+
 #[test]
 fn errors_are_one_line() {
     let f = modes();
@@ -388,19 +407,6 @@ fn errors_are_one_line() {
         &Run::new("err-no-file", &[&"run", &"./nothing"]),
         127,
         "mem-trace: run: ./nothing: no such file",
-    );
-
-    // The plain tracer build: no reports, said before running anything.
-    let mut r = Run::new("err-not-profiler", &[&"run", &f.bin]);
-    r.env.push(("MEM_TRACE_LIB", library().into()));
-    assert_one_line_error(
-        &r,
-        1,
-        &format!(
-            "mem-trace: {} was built without the `profiler` feature, so it writes no reports: \
-             build it with `cargo build --release --features profiler`",
-            library().canonicalize().unwrap().display()
-        ),
     );
 
     let mut r = Run::new("err-lib-var", &[&"run", &f.bin]);

@@ -81,6 +81,15 @@ fn periodic_report_ranks_by_live_bytes() {
     );
 }
 
+/// Reports are a run-time switch: the default build writes none unless `MEM_TRACE_PROFILE=1`,
+/// and the profiler build none with `MEM_TRACE_PROFILE=0`.
+#[test]
+fn reports_are_switched_at_run_time() {
+    fixture_run(&sites(), "default-quiet").run();
+    fixture_run(&sites(), "default-switched-on").run();
+    fixture_run(&sites(), "profiler-switched-off").run();
+}
+
 #[test]
 fn allocated_ranks_the_churn_first() {
     fixture_run(&sites(), "allocated").run();

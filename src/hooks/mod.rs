@@ -18,9 +18,7 @@
 
 mod aligned;
 mod alloc;
-#[cfg(feature = "profiler")]
 mod credentials;
 mod dlclose;
-#[cfg(feature = "profiler")]
 mod exit;
 mod threads;

@@ -75,10 +75,10 @@ fn build_library() -> Result<PathBuf, String> {
     build_library_in("tracer", None)
 }
 
-/// `cargo build --release -p mem-trace --features FEATURE --lib`, into `target_dir` when
-/// given (the root package alone: the workspace's other libraries are not the preload).
+/// `cargo build --release -p mem-trace-preload --features FEATURE --lib`, into `target_dir`
+/// when given (the preload package alone: the workspace's other libraries are not the preload).
 fn build_library_in(feature: &str, target: Option<PathBuf>) -> Result<PathBuf, String> {
-    let args = ["-p", "mem-trace", "--features", feature, "--lib"];
+    let args = ["-p", "mem-trace-preload", "--features", feature, "--lib"];
     cargo_build(&args, target, "libmem_trace.so")
 }
 

@@ -410,7 +410,7 @@ class ProfileTextTests(unittest.TestCase):
         t = self.tracer(profiler=False)
         with self.assertRaises(profile.NotProfiler) as e:
             profile.TopFacts.read(t, "live")
-        self.assertIn("--features profiler", str(e.exception))
+        self.assertIn("cargo build --release", str(e.exception))
         self.assertNotIn("\n", str(e.exception))
         with self.assertRaises(profile.NotProfiler):
             profile.PeaksFacts.read(t)

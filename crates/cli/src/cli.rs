@@ -78,8 +78,9 @@ pub struct CompletionsArgs {
 /// `mem-trace run`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "The library is libmem_trace.so beside this binary, or $MEM_TRACE_LIB; \
-it must be the profiler build (`cargo build --release --features profiler`). The program's \
+    after_help = "The library is $MEM_TRACE_LIB, else libmem_trace.so beside this \
+binary (`cargo build --release` puts it there), else the one an installed mem-trace carries. \
+Reports are switched on for the program (MEM_TRACE_PROFILE=1). The program's \
 stdin, stdout and stderr are its own, and its exit status (or the signal that killed it) is \
 passed on. Reports go to DIR: mem-trace.<pid>.<n>.txt, with .folded and .svg beside each, and \
 the exit report's leak check in mem-trace.<pid>.<n>.leaks.txt."
@@ -261,11 +262,9 @@ pub struct StackOptions {
 
 /// `mem-trace top`.
 #[derive(Debug, Args)]
-#[command(
-    after_help = "Needs the library built with the `profiler` feature. --thread T keeps \
+#[command(after_help = "--thread T keeps \
 the live blocks allocated by thread T (the tracer's thread index), from the live-block table: \
-it works with --by live and --by blocks only."
-)]
+it works with --by live and --by blocks only.")]
 pub struct TopArgs {
     /// The target.
     #[command(flatten)]

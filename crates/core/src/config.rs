@@ -58,7 +58,7 @@ pub(crate) static PROFILE_INTERVAL_MS: AtomicU64 = AtomicU64::new(DEFAULT_PROFIL
 pub(crate) static PROFILE_TOP: AtomicUsize = AtomicUsize::new(DEFAULT_PROFILE_TOP);
 /// Profiler builds: what stacks are ranked by (`MEM_TRACE_PROFILE_BY`), a [`RankBy`] as `u8`.
 pub(crate) static PROFILE_BY: AtomicU8 = AtomicU8::new(RankBy::Live as u8);
-/// Profiler builds: the leak report at exit (`MEM_TRACE_LEAKS`, default 1; `0` off).
+/// The leak report at exit (`MEM_TRACE_LEAKS`, default 1; `0` off), when reports are on.
 pub(crate) static LEAKS: AtomicBool = AtomicBool::new(cfg!(feature = "profiler"));
 /// Profiler builds: the signal that asks for a full report (`MEM_TRACE_SNAPSHOT_SIGNAL`, a name
 /// such as `SIGUSR2` or `USR2`, or a number; default `SIGUSR2`; `0` off).
@@ -80,7 +80,6 @@ pub(crate) enum RankBy {
 
 impl RankBy {
     // Read by the profiler's reports only.
-    #[cfg_attr(not(feature = "profiler"), allow(dead_code))]
     /// The value stored in [`PROFILE_BY`] back as a `RankBy`.
     pub(crate) fn from_u8(v: u8) -> RankBy {
         match v {
@@ -135,6 +134,10 @@ pub(crate) struct Config {
     pub profile_interval_ms: u64,
     pub profile_top: usize,
     pub profile_by: RankBy,
+    /// Whether the library writes reports at all (`MEM_TRACE_PROFILE`): the periodic ones, the
+    /// exit report and the snapshot signal's. Off by default, on in the `profiler` build; the
+    /// counters the reports are made from are kept either way.
+    pub reports: bool,
     /// The leak report at exit.
     pub leaks: bool,
     /// The snapshot signal's number (0: none).
@@ -163,7 +166,8 @@ impl Default for Config {
             profile_interval_ms: DEFAULT_PROFILE_INTERVAL_MS,
             profile_top: DEFAULT_PROFILE_TOP,
             profile_by: RankBy::Live,
-            leaks: cfg!(feature = "profiler"),
+            reports: cfg!(feature = "profiler"),
+            leaks: true,
             snapshot_signal: DEFAULT_SNAPSHOT_SIGNAL,
             out_dir: None,
             sample: 0,
@@ -300,12 +304,19 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
     (c, bad)
 }
 
-/// The profiler's variables (read in every build, used by profiler builds).
+/// The profiler's variables: whether reports are written, and how.
 fn parse_profile(
     get: &impl Fn(&str) -> Option<String>,
     c: &mut Config,
     reject: &mut impl FnMut(&'static str, String, &'static str),
 ) {
+    if let Some(v) = get("MEM_TRACE_PROFILE") {
+        match v.trim() {
+            "1" | "yes" | "true" => c.reports = true,
+            "0" | "no" | "false" => c.reports = false,
+            _ => reject("MEM_TRACE_PROFILE", v, "0 or 1"),
+        }
+    }
     if let Some(v) = get("MEM_TRACE_PROFILE_INTERVAL") {
         match parse_seconds_ms(&v) {
             Some(ms) => c.profile_interval_ms = ms,
@@ -518,11 +529,16 @@ pub(crate) fn load() -> Config {
     CHECK_STACKS.store(c.check_stacks, Ordering::Relaxed);
     FREE_STACKS.store(c.free_stacks, Ordering::Relaxed);
     ABORT_ON_ERROR.store(c.abort_on_error, Ordering::Relaxed);
-    PROFILE_INTERVAL_MS.store(c.profile_interval_ms, Ordering::Relaxed);
+    // Reports off: no reporter thread, no signal handler, no exit report; the counters stay.
+    let on = c.reports;
+    PROFILE_INTERVAL_MS.store(
+        if on { c.profile_interval_ms } else { 0 },
+        Ordering::Relaxed,
+    );
     PROFILE_TOP.store(c.profile_top, Ordering::Relaxed);
     PROFILE_BY.store(c.profile_by as u8, Ordering::Relaxed);
-    LEAKS.store(c.leaks, Ordering::Relaxed);
-    SNAPSHOT_SIGNAL.store(c.snapshot_signal, Ordering::Relaxed);
+    LEAKS.store(on && c.leaks, Ordering::Relaxed);
+    SNAPSHOT_SIGNAL.store(if on { c.snapshot_signal } else { 0 }, Ordering::Relaxed);
     crate::sample::configure(c.sample, c.sample_seed);
     if let Some(dir) = &c.out_dir {
         let _ = OUT_DIR.set(dir.clone());
@@ -689,6 +705,23 @@ mod tests {
         );
     }
 
+    /// Reports are a run-time switch whose default is the build's.
+    #[test]
+    fn reports_switch() {
+        assert_eq!(Config::default().reports, cfg!(feature = "profiler"));
+        for (v, on) in [("1", true), ("yes", true), ("0", false), ("false", false)] {
+            let (c, bad) = parse(env(&[("MEM_TRACE_PROFILE", v)]));
+            assert!(bad.is_empty(), "{v}: {bad:?}");
+            assert_eq!(c.reports, on, "{v}");
+        }
+        let (c, bad) = parse(env(&[("MEM_TRACE_PROFILE", "2")]));
+        assert_eq!(c, Config::default());
+        assert_eq!(
+            (bad[0].var, bad[0].expected),
+            ("MEM_TRACE_PROFILE", "0 or 1")
+        );
+    }
+
     #[test]
     fn bad_profile_values_are_named_and_defaulted() {
         let (c, bad) = parse(env(&[
@@ -803,6 +836,7 @@ mod tests {
             "MEM_TRACE_FREE_STACKS",
             "MEM_TRACE_MAX_STACKS",
             "MEM_TRACE_ON_ERROR",
+            "MEM_TRACE_PROFILE",
             "MEM_TRACE_PROFILE_INTERVAL",
             "MEM_TRACE_PROFILE_TOP",
             "MEM_TRACE_PROFILE_BY",

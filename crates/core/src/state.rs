@@ -35,7 +35,6 @@ pub(crate) struct ThreadState {
     /// Bytes to this thread's next sampled allocation (`MEM_TRACE_SAMPLE`).
     pub(crate) sample: crate::sample::Local,
     /// This thread's cache of per-stack counter deltas.
-    #[cfg(feature = "profiler")]
     pub profile: crate::profile::counters::Local,
 }
 
@@ -53,7 +52,6 @@ impl ThreadState {
             history: freed::Claim::new(),
             quarantine: quarantine::Local::new(),
             sample: crate::sample::Local::new(),
-            #[cfg(feature = "profiler")]
             profile: crate::profile::counters::Local::new(),
         }
     }

@@ -38,13 +38,13 @@ FRAMES_OPTION = "--frames"
 
 
 class NotProfiler(Exception):
-    """The library was built without the profiler: no counters to rank."""
+    """An old tracer-only library, which kept no counters (every build keeps them now)."""
 
 
 NOT_PROFILER = (
-    "this libmem_trace.so was built without the `profiler` feature (header flag bit 1 is "
-    "clear), so it keeps no per-stack counters or peaks: build it with "
-    "`cargo build --release --features profiler` and run the program under that library"
+    "this libmem_trace.so is an old tracer-only build (header flag bit 1 is "
+    "clear), so it keeps no per-stack counters or peaks: rebuild it with "
+    "`cargo build --release` and run the program under that library"
 )
 
 

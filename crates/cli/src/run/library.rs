@@ -2,10 +2,12 @@
 //! write reports.
 //!
 //! The library is `$MEM_TRACE_LIB` when set, else `libmem_trace.so` in this binary's directory
-//! (where `cargo build --release` puts both). Reports need its profiler build, which exports
-//! `mem_trace_reset_peaks` (a tracer-only build does not: its header flag bit 1 is clear and it
-//! keeps no counters); that is checked in the file's dynamic symbols before the program runs,
-//! so that a run never ends with nothing written and no word why.
+//! (where `cargo build --release` puts both), else the copy this binary carries when built
+//! with the `bundle` feature (`cargo install`), written out to the cache directory
+//! (`bundled`). Reports need per-stack counters, which every build since the one-build change
+//! keeps and marks by exporting `mem_trace_reset_peaks` (an older tracer-only build does
+//! not); that is checked in the file's dynamic symbols before the program runs, so that a run
+//! never ends with nothing written and no word why.
 
 use crate::error::{Error, Result};
 use object::read::elf::ElfFile64;
@@ -13,33 +15,31 @@ use object::{Endianness, Object, ObjectSymbol};
 use std::path::{Path, PathBuf};
 
 /// The library's file name, beside the binary.
-const NAME: &str = "libmem_trace.so";
+pub(crate) const NAME: &str = "libmem_trace.so";
 /// Exported by every build of the library.
 const HEADER_SYMBOL: &str = "MEM_TRACE_HEADER";
-/// Exported by profiler builds only.
+/// Exported by every build that keeps the per-stack counters.
 const PROFILER_SYMBOL: &str = "mem_trace_reset_peaks";
-/// What to do about a missing or tracer-only library, for `run`.
-const BUILD_IT: &str = "build it with `cargo build --release --features profiler`";
-/// What to do about a missing library, where either build will do.
-const BUILD_ANY: &str = "build it with `cargo build --release`";
+/// What to do about a missing or old library.
+const BUILD_IT: &str = "build it with `cargo build --release`";
 
-/// The library to preload, checked to be a profiler build.
+/// The library to preload, checked to keep the counters reports are made of.
 pub fn find() -> Result<PathBuf> {
     let path = locate(BUILD_IT)?;
     check(&path)?;
     Ok(path)
 }
 
-/// The library to preload, of either build: `mem-trace gdb` needs only the tables, which the
+/// The library to preload, of any build: `mem-trace gdb` needs only the tables, which an old
 /// tracer-only build has too.
 pub fn find_any() -> Result<PathBuf> {
-    let path = locate(BUILD_ANY)?;
+    let path = locate(BUILD_IT)?;
     let data = read(&path)?;
     exports(&path, &data, HEADER_SYMBOL).map(|_| path)
 }
 
-/// `$MEM_TRACE_LIB` or the library beside this binary, absolute; `build_it` says how to get
-/// one when there is none.
+/// `$MEM_TRACE_LIB`, the library beside this binary or the bundled one, absolute; `build_it`
+/// says how to get one when there is none.
 fn locate(build_it: &str) -> Result<PathBuf> {
     let path = match std::env::var_os("MEM_TRACE_LIB").filter(|v| !v.is_empty()) {
         Some(lib) => {
@@ -58,9 +58,13 @@ fn locate(build_it: &str) -> Result<PathBuf> {
                 .map_err(|e| Error::new(format!("cannot find this binary's path: {e}")))?;
             let path = exe.with_file_name(NAME);
             if !path.is_file() {
+                if let Some(bundled) = super::bundled::path()? {
+                    return Ok(bundled);
+                }
                 return Err(Error::new(format!(
                     "no {NAME} beside {} (looked for {}): {build_it} (it goes beside the \
-                     binary), or set MEM_TRACE_LIB to its path",
+                     binary), set MEM_TRACE_LIB to its path, or install mem-trace with its \
+                     library: `cargo install --path crates/cli --features bundle`",
                     exe.display(),
                     path.display()
                 )));
@@ -102,12 +106,13 @@ fn exports(path: &Path, data: &[u8], symbol: &str) -> Result<bool> {
     Ok(exported(symbol))
 }
 
-/// Whether `path` is a profiler build of the library.
+/// Whether `path` keeps the per-stack counters.
 pub fn check(path: &Path) -> Result<()> {
     let data = read(path)?;
     if !exports(path, &data, PROFILER_SYMBOL)? {
         return Err(Error::new(format!(
-            "{} was built without the `profiler` feature, so it writes no reports: {BUILD_IT}",
+            "{} is an old tracer-only build, which keeps no counters to report: rebuild it with \
+             `cargo build --release`",
             path.display()
         )));
     }

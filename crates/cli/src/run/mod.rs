@@ -1,7 +1,8 @@
 //! `mem-trace run [--mode MODE] [--profile] [-o DIR] [--] PROGRAM [ARGS...]`: the program under the tracer,
 //! as if run directly, and its reports in a directory.
 //!
-//! - `library`: which `libmem_trace.so` to preload, checked to be the profiler build;
+//! - `library`: which `libmem_trace.so` to preload, checked to keep per-stack counters;
+//! - `bundled`: the library this binary carries (`bundle` feature), written out to a cache;
 //! - `child`: finding, starting and waiting for the program, and passing its end on;
 //! - `outputs`: the files left in the directory, and where they are.
 //!
@@ -10,6 +11,7 @@
 //! | variable | value | why |
 //! | --- | --- | --- |
 //! | `LD_PRELOAD` | the library, then the entries already there | the tracer; the user's own preloads kept |
+//! | `MEM_TRACE_PROFILE` | `1` | reports on: the library keeps its counters either way, and writes reports only when asked |
 //! | `MEM_TRACE_OUT` | the directory, absolute | each report a file there, not on the program's stderr |
 //! | `MEM_TRACE_LEAKS` | `1` | the exit report is written only with its leak check |
 //! | `MEM_TRACE_PROFILE_INTERVAL` | `0` without `--profile` | only the exit report; with `--profile` the user's interval (default 30 s) |
@@ -18,6 +20,7 @@
 //! Its stdin, stdout and stderr are ours, untouched. The reports' files are written by the
 //! library itself (`crates/core/src/profile/`); `outputs` completes them afterwards.
 
+mod bundled;
 pub(crate) mod child;
 pub(crate) mod library;
 mod outputs;
@@ -41,6 +44,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let dir = out_dir(args.output.as_deref(), &path)?;
     let mut env: Vec<(&str, OsString)> = vec![
         ("LD_PRELOAD", preload(&lib, std::env::var_os("LD_PRELOAD"))),
+        ("MEM_TRACE_PROFILE", "1".into()),
         ("MEM_TRACE_OUT", dir.clone().into_os_string()),
         ("MEM_TRACE_LEAKS", "1".into()),
         (

@@ -1,4 +1,4 @@
-//! The event counter of a profiler build: each allocation and free takes the next sequence
+//! The event counter: each allocation and free takes the next sequence
 //! number and moves the live byte count in one atomic step.
 //!
 //! Both words change on every event from every thread. Two `lock xadd`s on them were the

@@ -1,11 +1,11 @@
-//! Where the memory goes (the `profiler` feature): counters per interned stack, peaks global
-//! and per thread, and the reports built from them.
+//! Where the memory goes: counters per interned stack, peaks global and per thread (kept in
+//! every build), and the reports built from them (written only when asked for:
+//! `MEM_TRACE_PROFILE=1`, or by default in the `profiler` build).
 //!
 //! Everything the hot path updates lives in the exported layout (docs/LAYOUT.md "Profile",
 //! the header's live and peak words, the thread records' last five words), so that gdb and
 //! the `mem-trace` command read the same numbers from a running process or a core file,
-//! without calling in. Without the feature these hooks compile to nothing but the sequence
-//! counter.
+//! without calling in.
 //!
 //! - [`events`]: the sequence number and the global live bytes, moved together;
 //! - [`counters`]: live, ever-allocated and at-peak bytes and blocks of each stack;
@@ -26,62 +26,37 @@
 //! The exit report (with the leak check) is written by the library's ELF destructor, in the
 //! thread that calls `exit`; a program that ends with `_exit` or by a signal gets none.
 
-#[cfg(feature = "profiler")]
 pub mod counters;
-#[cfg(feature = "profiler")]
 mod events;
-#[cfg(feature = "profiler")]
 mod leaks;
-#[cfg(feature = "profiler")]
 mod output;
-#[cfg(feature = "profiler")]
 pub mod peaks;
-#[cfg(feature = "profiler")]
 mod rank;
-#[cfg(feature = "profiler")]
 mod report;
-#[cfg(feature = "profiler")]
 mod reporter;
-#[cfg(feature = "profiler")]
 pub(crate) mod roots;
-#[cfg(feature = "profiler")]
 mod signal;
-#[cfg(feature = "profiler")]
 mod svg;
 
 use crate::state::ThreadState;
 use mem_trace_format::Block;
 
 /// Takes the sequence number of an event that changes the live bytes by `delta` (wrapping:
-/// a free passes the negated size); returns it with the live bytes after the change (0
-/// without the profiler).
+/// a free passes the negated size); returns it with the live bytes after the change.
 #[inline(always)]
 pub(crate) fn tick(delta: u64) -> (u64, u64) {
-    #[cfg(feature = "profiler")]
-    return events::tick(delta);
-    #[cfg(not(feature = "profiler"))]
-    {
-        let _ = delta;
-        let seq = crate::store::header::header()
-            .next_seq
-            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        (seq, 0)
-    }
+    events::tick(delta)
 }
 
 /// Undoes the live bytes of a [`tick`] whose block could not be recorded, or that of a block
 /// that left the table without a free event (`realloc` in place).
 pub(crate) fn untick(size: u64) {
-    #[cfg(feature = "profiler")]
     crate::store::header::header()
         .live_bytes
         .fetch_sub(size, core::sync::atomic::Ordering::Relaxed);
-    #[cfg(not(feature = "profiler"))]
-    let _ = size;
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock reports measure time with.
-#[cfg(feature = "profiler")]
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -94,30 +69,21 @@ fn monotonic_ns() -> u64 {
 
 /// Start-up work.
 pub(crate) fn init() {
-    #[cfg(feature = "profiler")]
-    {
-        events::init();
-        peaks::init();
-    }
+    events::init();
+    peaks::init();
 }
 
 /// From the library's constructor, once initialised: the root information the leak scan
 /// needs, and the profiler thread if it has work.
 pub(crate) fn started() {
-    #[cfg(feature = "profiler")]
-    {
-        roots::init();
-        reporter::start();
-    }
+    roots::init();
+    reporter::start();
 }
 
 /// In a forked child: the thread again, and the roots of the one thread left.
 pub(crate) fn forked() {
-    #[cfg(feature = "profiler")]
-    {
-        roots::forked();
-        reporter::forked();
-    }
+    roots::forked();
+    reporter::forked();
 }
 
 /// Runs `change`, a call that changes the process's credentials (`setuid`, `setgroups` and
@@ -125,44 +91,35 @@ pub(crate) fn forked() {
 /// thread of the tracer's in the process: the profiler thread stops first and is made again
 /// after, from the calling thread.
 pub fn changing_credentials<T>(change: impl FnOnce() -> T) -> T {
-    #[cfg(feature = "profiler")]
-    return reporter::without_thread(change);
-    #[cfg(not(feature = "profiler"))]
-    change()
+    reporter::without_thread(change)
 }
 
 /// From the library's destructor, in the thread that called `exit`: the exit report with the
 /// leak check (`MEM_TRACE_LEAKS`).
 pub(crate) fn exiting() {
-    #[cfg(feature = "profiler")]
-    {
-        use core::sync::atomic::Ordering::Relaxed;
-        if !crate::config::LEAKS.load(Relaxed) {
-            return;
-        }
-        reporter::stop();
-        if crate::record::degraded() && !room_for_the_report() {
-            crate::out::note(NO_ROOM_NOTE);
-            return;
-        }
-        full_report(report::Kind::Exit, None);
+    use core::sync::atomic::Ordering::Relaxed;
+    if !crate::config::LEAKS.load(Relaxed) {
+        return;
     }
+    reporter::stop();
+    if crate::record::degraded() && !room_for_the_report() {
+        crate::out::note(NO_ROOM_NOTE);
+        return;
+    }
+    full_report(report::Kind::Exit, None);
 }
 
 /// The line written instead of the exit report when there is no memory for it.
-#[cfg(feature = "profiler")]
 const NO_ROOM_NOTE: &[u8] = b"mem-trace: no exit report: the tracer ran out of memory during the run and there is still no room to symbolize and sort the stacks\n";
 
 /// Address space the exit report may take (the symbolizer maps debug files and parses them;
 /// a large program's take tens of MiB).
-#[cfg(feature = "profiler")]
 const REPORT_ROOM: usize = 64 << 20;
 
 /// Whether [`REPORT_ROOM`] can be mapped now, for a tracer that ran out of memory: the
 /// report allocates through Rust's global allocator, which aborts when it cannot, and the
 /// program's exit status must stay its own. (A probe, not a reservation: what the report
 /// needs is only known as it goes.)
-#[cfg(feature = "profiler")]
 fn room_for_the_report() -> bool {
     // SAFETY: a fresh private anonymous mapping, unmapped at once; nothing else refers to it.
     unsafe {
@@ -185,7 +142,6 @@ fn room_for_the_report() -> bool {
 /// A full report, with the leak check, written now to the descriptor `fd` (not closed), for a
 /// program that asks for one (`mem_trace::report`). Waits up to a second for the right to
 /// symbolize (a report or `print_trace` in progress), then writes frames raw.
-#[cfg(feature = "profiler")]
 pub fn report_to(fd: i32) {
     full_report(
         report::Kind::Requested,
@@ -196,26 +152,18 @@ pub fn report_to(fd: i32) {
 /// The program made a thread whose control block is `tcb` (its `pthread_t`): its dynamic
 /// thread vector is a root of the leak check (`roots::thread_created`).
 pub fn thread_created(tcb: u64) {
-    #[cfg(feature = "profiler")]
     roots::thread_created(tcb);
-    #[cfg(not(feature = "profiler"))]
-    let _ = tcb;
 }
 
 /// Where the program's live stack ended when it began to exit, and in which thread
 /// ([`exit_begins`]); 0: not known.
-#[cfg(feature = "profiler")]
 static EXIT_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-#[cfg(feature = "profiler")]
 static EXIT_THREAD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 /// The top of glibc's start frames in the main thread, and that thread
 /// ([`program_starts`]); 0: not known.
-#[cfg(feature = "profiler")]
 static START_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-#[cfg(feature = "profiler")]
 static START_THREAD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 /// The callee-saved registers of the frame that called `exit` ([`exit_begins`]).
-#[cfg(feature = "profiler")]
 static EXIT_REGISTERS: [core::sync::atomic::AtomicU64; 6] =
     [const { core::sync::atomic::AtomicU64::new(0) }; 6];
 
@@ -227,19 +175,14 @@ static EXIT_REGISTERS: [core::sync::atomic::AtomicU64; 6] =
 /// `exit`'s chain) would keep lost blocks "reachable" (docs/FINDINGS.md). The registers are
 /// what the exit chain would have saved in its frames; memcheck reads them there.
 pub fn exit_begins(sp: u64, registers: [u64; 6]) {
-    #[cfg(feature = "profiler")]
-    {
-        use core::sync::atomic::Ordering::Relaxed;
-        // SAFETY: pthread_self has no preconditions.
-        let me = unsafe { libc::pthread_self() } as u64;
-        for (slot, r) in EXIT_REGISTERS.iter().zip(registers) {
-            slot.store(r, Relaxed);
-        }
-        EXIT_SP.store(sp, Relaxed);
-        EXIT_THREAD.store(me, Relaxed);
+    use core::sync::atomic::Ordering::Relaxed;
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    for (slot, r) in EXIT_REGISTERS.iter().zip(registers) {
+        slot.store(r, Relaxed);
     }
-    #[cfg(not(feature = "profiler"))]
-    let _ = (sp, registers);
+    EXIT_SP.store(sp, Relaxed);
+    EXIT_THREAD.store(me, Relaxed);
 }
 
 /// The program starts (the preload's `__libc_start_main`), in the main thread, with `sp` just
@@ -248,21 +191,15 @@ pub fn exit_begins(sp: u64, registers: [u64; 6]) {
 /// glibc calls without the PLT), nothing of the program's is live below, and the exit
 /// report's scan starts there.
 pub fn program_starts(sp: u64) {
-    #[cfg(feature = "profiler")]
-    {
-        use core::sync::atomic::Ordering::Relaxed;
-        // SAFETY: pthread_self has no preconditions.
-        let me = unsafe { libc::pthread_self() } as u64;
-        START_SP.store(sp, Relaxed);
-        START_THREAD.store(me, Relaxed);
-    }
-    #[cfg(not(feature = "profiler"))]
-    let _ = sp;
+    use core::sync::atomic::Ordering::Relaxed;
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    START_SP.store(sp, Relaxed);
+    START_THREAD.store(me, Relaxed);
 }
 
 /// The registers [`exit_begins`] noted, when `own_sp` is the stack pointer it noted: loose
 /// words of the leak check's roots.
-#[cfg(feature = "profiler")]
 pub(crate) fn exit_registers(own_sp: Option<u64>) -> [u64; 6] {
     use core::sync::atomic::Ordering::Relaxed;
     let at_exit = EXIT_SP.load(Relaxed);
@@ -275,7 +212,6 @@ pub(crate) fn exit_registers(own_sp: Option<u64>) -> [u64; 6] {
 /// A full report from a program thread, whose stack the leak scan reads from the caller's
 /// frame up, or at exit from where the program's stack ended ([`exit_begins`],
 /// [`program_starts`]).
-#[cfg(feature = "profiler")]
 #[inline(never)]
 fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
     use core::sync::atomic::Ordering::Relaxed;
@@ -308,37 +244,22 @@ fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
 /// blocks it stands for (itself, or a sample's weight).
 #[inline(always)]
 pub(crate) fn allocated(state: &ThreadState, block: &Block, counted: (u64, u64), live: u64) {
-    #[cfg(feature = "profiler")]
-    {
-        peaks::global(live, block.seq);
-        counters::add(state, block.stack, counted, block.seq, true);
-        peaks::add(state, counted.0, true);
-    }
-    #[cfg(not(feature = "profiler"))]
-    let _ = (state, block, counted, live);
+    peaks::global(live, block.seq);
+    counters::add(state, block.stack, counted, block.seq, true);
+    peaks::add(state, counted.0, true);
 }
 
 /// Counts a block put back after a failed `realloc`: live again, but not a new allocation
 /// (the global count never dropped: see [`forgotten`]).
 pub(crate) fn restored(state: &ThreadState, block: &Block, counted: (u64, u64)) {
-    #[cfg(feature = "profiler")]
-    {
-        counters::add(state, block.stack, counted, events::now_seq(), false);
-        peaks::add(state, counted.0, false);
-    }
-    #[cfg(not(feature = "profiler"))]
-    let _ = (state, block, counted);
+    counters::add(state, block.stack, counted, events::now_seq(), false);
+    peaks::add(state, counted.0, false);
 }
 
 /// Uncounts a block just taken out of the table (freed, or about to be moved by `realloc`)
 /// from its stack and its thread. The global count moves with the free's own [`tick`].
 #[inline(always)]
 pub(crate) fn forgotten(state: &ThreadState, block: &Block, counted: (u64, u64)) {
-    #[cfg(feature = "profiler")]
-    {
-        counters::sub(state, block.stack, counted, events::now_seq());
-        peaks::sub(state, counted.0, block.thread);
-    }
-    #[cfg(not(feature = "profiler"))]
-    let _ = (state, block, counted);
+    counters::sub(state, block.stack, counted, events::now_seq());
+    peaks::sub(state, counted.0, block.thread);
 }

@@ -158,7 +158,6 @@ fn register_thread(state: &ThreadState) -> u32 {
             bounds.set_from_pthread();
         }
     }
-    #[cfg(feature = "profiler")]
     crate::profile::roots::thread_registered(index, bounds);
     let key = EXIT_KEY.load(Ordering::Relaxed);
     if key != u32::MAX && index != 0 {
@@ -172,9 +171,7 @@ unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
     let state = state::current();
     capture::drop_cache(&state.capture);
     quarantine::thread_exiting(&state.quarantine);
-    #[cfg(feature = "profiler")]
     crate::profile::counters::thread_exiting(&state.profile, state.thread.record());
-    #[cfg(feature = "profiler")]
     crate::profile::roots::thread_exited(value as usize as u32);
     threads::mark_exited(value as usize as u32);
 }

@@ -36,11 +36,9 @@ pub const fn initial() -> Header {
         freed: &HISTORY,
         next_seq: AtomicU64::new(1),
         live_bytes: AtomicU64::new(0),
-        flags: AtomicU64::new(if cfg!(feature = "profiler") {
-            FLAG_PROFILER
-        } else {
-            0
-        }),
+        // The counters are in every build: readers check the bit to tell this library from
+        // an older tracer-only build, which kept none.
+        flags: AtomicU64::new(FLAG_PROFILER),
         untracked: AtomicU64::new(0),
         profile: profile_root(),
         peak_bytes: AtomicU64::new(0),
@@ -52,10 +50,7 @@ pub const fn initial() -> Header {
 }
 
 const fn profile_root() -> *const mem_trace_format::Profile {
-    #[cfg(feature = "profiler")]
-    return &crate::profile::counters::PROFILE;
-    #[cfg(not(feature = "profiler"))]
-    core::ptr::null()
+    &crate::profile::counters::PROFILE
 }
 
 /// The exported header.

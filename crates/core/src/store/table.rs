@@ -530,8 +530,6 @@ fn scan(shard: &Shard, f: &mut impl FnMut(Block)) {
 /// allocating threads wait at most for the copy of that one shard), otherwise without it, as
 /// a registered lockless reader. A block being moved inside its shard may be seen twice:
 /// callers deduplicate by address.
-// The profiler's leak scan is its only user.
-#[cfg_attr(not(feature = "profiler"), allow(dead_code))]
 pub(crate) fn for_each_block(mut f: impl FnMut(Block)) {
     for shard in &SHARDS {
         if shard.live.load(Ordering::Relaxed) != 0 {

@@ -62,10 +62,11 @@ impl By {
     }
 }
 
-/// The refusal of the `top` and `peaks` answers under a library built without the profiler.
-pub const NOT_PROFILER: &str = "this libmem_trace.so was built without the `profiler` feature \
-    (header flag bit 1 is clear), so it keeps no per-stack counters or peaks: build it with \
-    `cargo build --release --features profiler` and run the program under that library";
+/// The refusal of the `top` and `peaks` answers under an old tracer-only library, which kept
+/// no counters (every build keeps them now).
+pub const NOT_PROFILER: &str = "this libmem_trace.so is an old tracer-only build (header flag \
+    bit 1 is clear), so it keeps no per-stack counters or peaks: rebuild it with \
+    `cargo build --release` and run the program under that library";
 
 /// One stack's line of a ranking: what the ranking counts, plus its live bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
