@@ -56,18 +56,22 @@ fn here() -> u64 {
 fn callee_saved() -> [u64; 6] {
     #[cfg(target_arch = "x86_64")]
     {
-        let (a, b, c, d, e, f): (u64, u64, u64, u64, u64, u64);
-        // SAFETY: only copies registers into outputs; no memory, stack or flags touched.
+        let mut out = [0u64; 6];
+        // The registers are stored straight to memory through rdi, which is no callee-saved
+        // register: with six register outputs the compiler may give an output one of the
+        // registers the template reads, so that a later `mov` reads a value the template
+        // wrote (seen: r14 and r15 read as copies of rbx and rbp).
+        // SAFETY: writes six words into `out`, which is ours and that long; reads only
+        // registers; no stack or flags touched.
         unsafe {
             core::arch::asm!(
-                "mov {a}, rbx", "mov {b}, rbp", "mov {c}, r12",
-                "mov {d}, r13", "mov {e}, r14", "mov {f}, r15",
-                a = out(reg) a, b = out(reg) b, c = out(reg) c,
-                d = out(reg) d, e = out(reg) e, f = out(reg) f,
-                options(nomem, nostack, preserves_flags),
+                "mov [rdi], rbx", "mov [rdi + 8], rbp", "mov [rdi + 16], r12",
+                "mov [rdi + 24], r13", "mov [rdi + 32], r14", "mov [rdi + 40], r15",
+                in("rdi") out.as_mut_ptr(),
+                options(nostack, preserves_flags),
             );
         }
-        [a, b, c, d, e, f]
+        out
     }
     #[cfg(not(target_arch = "x86_64"))]
     [0; 6]

@@ -157,6 +157,11 @@ pub(crate) fn for_each(own_sp: Option<u64>, mut f: impl FnMut(Root)) {
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() } as u64;
     let tls = TLS_STATIC_SIZE.load(Relaxed) as u64;
+    // Each thread's tracer state lies in static TLS at the same distance below its thread
+    // pointer. It holds copies of stack words the unwinder read (the last walk, kept for the
+    // next capture), so the program's dead pointers would come back as roots from it.
+    let own_below = me.wrapping_sub(crate::state::current() as *const _ as u64);
+    let own_len = core::mem::size_of::<crate::state::ThreadState>() as u64;
     for s in &THREAD_STACKS {
         if s.index.load(Relaxed) == 0 {
             continue;
@@ -178,11 +183,20 @@ pub(crate) fn for_each(own_sp: Option<u64>, mut f: impl FnMut(Root)) {
             }),
         }
         if tp != 0 {
-            f(Root {
-                lo: tp.saturating_sub(tls),
-                hi: tp + TCB_BYTES,
-                downward: false,
-            });
+            let (lo, hi) = (tp.saturating_sub(tls), tp + TCB_BYTES);
+            let skip = tp.wrapping_sub(own_below);
+            let pieces = if lo <= skip && skip.saturating_add(own_len) <= hi {
+                [(lo, skip), (skip + own_len, hi)]
+            } else {
+                [(lo, hi), (hi, hi)]
+            };
+            for (lo, hi) in pieces.into_iter().filter(|(lo, hi)| lo < hi) {
+                f(Root {
+                    lo,
+                    hi,
+                    downward: false,
+                });
+            }
         }
     }
 }
