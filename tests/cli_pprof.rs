@@ -8,71 +8,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use common::{c_fixture, gcore, mem_trace_within, profiler_library, run_with_timeout, Fixture};
+use common::pprof_sites::{flat, go_pprof, top, Sites};
+use common::{c_fixture, gcore, mem_trace_within, Fixture};
 
 const MIB: u64 = 1 << 20;
-
-struct Sites {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    pid: u32,
-}
-
-impl Sites {
-    fn start(fixture: &Fixture) -> Sites {
-        let mut child = Command::new(&fixture.bin)
-            .env("LD_PRELOAD", profiler_library())
-            .env("MEM_TRACE_PROFILE_INTERVAL", "0")
-            .env("MEM_TRACE_LEAKS", "0")
-            .current_dir(&fixture.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("run {}: {e}", fixture.bin.display()));
-        let stdin = child.stdin.take().expect("piped stdin");
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut line = String::new();
-        stdout
-            .read_line(&mut line)
-            .expect("the fixture's first line");
-        let pid = line
-            .trim()
-            .strip_prefix("ready pid=")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no `ready pid=` line: {line:?}"));
-        Sites {
-            child,
-            stdin,
-            stdout,
-            pid,
-        }
-    }
-
-    /// Has the program allocate 512 KiB more from `site_more`.
-    fn more(&mut self) {
-        writeln!(self.stdin).expect("write to the fixture");
-        let mut answer = String::new();
-        self.stdout
-            .read_line(&mut answer)
-            .expect("the fixture's answer");
-        assert_eq!(answer.trim(), "ok");
-    }
-}
-
-impl Drop for Sites {
-    fn drop(&mut self) {
-        // Our own child, by its pid.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `mem-trace pprof TARGET -o FILE`, which must succeed.
 fn pprof(fixture: &Fixture, target: &str, file: &Path) {
@@ -83,46 +25,6 @@ fn pprof(fixture: &Fixture, target: &str, file: &Path) {
         Duration::from_secs(120),
     );
     assert!(out.success(), "{}", out.describe());
-}
-
-/// `go tool pprof ARGS` (Debian's golang-go), which must succeed: its stdout.
-fn go_pprof(fixture: &Fixture, label: &str, args: &[&str]) -> String {
-    let mut cmd = Command::new("go");
-    cmd.args(["tool", "pprof"])
-        .args(args)
-        .current_dir(&fixture.dir)
-        // go keeps a cache and looks for symbols; neither must leave the test's directory.
-        .env("HOME", &fixture.dir)
-        .env("PPROF_BINARY_PATH", &fixture.dir)
-        .env("PPROF_TMPDIR", &fixture.dir);
-    let out = run_with_timeout(
-        cmd,
-        &fixture.dir.join(format!("go-pprof.{label}")),
-        false,
-        None,
-        Duration::from_secs(120),
-        "go tool pprof",
-    );
-    assert!(out.success(), "{}", out.describe());
-    out.stdout
-}
-
-/// `-top -unit=B` lines as (function, flat bytes).
-fn top(text: &str) -> Vec<(String, u64)> {
-    text.lines()
-        .filter_map(|line| {
-            let mut words = line.split_whitespace();
-            let flat = words.next()?.strip_suffix('B')?.parse().ok()?;
-            let name = words.nth(4)?;
-            Some((name.to_string(), flat))
-        })
-        .collect()
-}
-
-fn flat(rows: &[(String, u64)], function: &str) -> u64 {
-    rows.iter()
-        .find(|(name, _)| name == function)
-        .map_or(0, |&(_, bytes)| bytes)
 }
 
 /// The total on the `Showing nodes accounting for ..., 100% of NB total` line.

@@ -12,11 +12,12 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{c_fixture, mem_trace_binary, profiler_library, run_with_timeout, Fixture};
+use common::pprof_sites::{self, go_pprof, top, Sites};
+use common::{c_fixture, mem_trace_binary, Fixture};
 
 /// What the receiver does with the next request.
 #[derive(Clone, Copy, Debug)]
@@ -119,83 +120,18 @@ fn decode(request: &Received, file: &Path) -> Vec<(String, String)> {
 
 /// `go tool pprof -top -unit=B -sample_index=INDEX FILE`: flat bytes of `function`.
 fn flat(fixture: &Fixture, file: &Path, index: &str, function: &str) -> u64 {
-    let mut cmd = Command::new("go");
-    cmd.args(["tool", "pprof", "-top", "-unit=B"])
-        .arg(format!("-sample_index={index}"))
-        .arg(file)
-        .env("HOME", &fixture.dir)
-        .current_dir(&fixture.dir);
-    let label = format!("go.{}.{index}", file.file_name().unwrap().to_string_lossy());
-    let out = run_with_timeout(
-        cmd,
-        &fixture.dir.join(label),
-        false,
-        None,
-        Duration::from_secs(120),
-        "go tool pprof",
+    let label = format!("{}.{index}", file.file_name().unwrap().to_string_lossy());
+    let text = go_pprof(
+        fixture,
+        &label,
+        &[
+            "-top",
+            "-unit=B",
+            &format!("-sample_index={index}"),
+            file.to_str().unwrap(),
+        ],
     );
-    assert!(out.success(), "{}", out.describe());
-    out.stdout
-        .lines()
-        .find_map(|l| {
-            let mut w = l.split_whitespace();
-            let bytes = w.next()?.strip_suffix('B')?.parse().ok()?;
-            (w.nth(4)? == function).then_some(bytes)
-        })
-        .unwrap_or(0)
-}
-
-/// `tests/fixtures/pprof_sites.c` under the profiler build; killed on drop.
-struct Sites {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    pid: u32,
-}
-
-impl Sites {
-    fn start(fixture: &Fixture) -> Sites {
-        let mut child = Command::new(&fixture.bin)
-            .env("LD_PRELOAD", profiler_library())
-            .env("MEM_TRACE_PROFILE_INTERVAL", "0")
-            .env("MEM_TRACE_LEAKS", "0")
-            .current_dir(&fixture.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("run the fixture");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let pid = line
-            .trim()
-            .strip_prefix("ready pid=")
-            .unwrap()
-            .parse()
-            .unwrap();
-        Sites {
-            child,
-            stdin,
-            stdout,
-            pid,
-        }
-    }
-
-    /// 512 KiB more from `site_more`.
-    fn more(&mut self) {
-        writeln!(self.stdin).unwrap();
-        let mut answer = String::new();
-        self.stdout.read_line(&mut answer).unwrap();
-        assert_eq!(answer.trim(), "ok");
-    }
-}
-
-impl Drop for Sites {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    pprof_sites::flat(&top(&text), function)
 }
 
 /// `mem-trace push` started in the background with `args` after the target.

@@ -13,6 +13,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod mtrace;
+pub mod pprof_sites;
 pub mod script;
 
 use std::collections::HashMap;
