@@ -33,6 +33,21 @@ pub(super) const OPAQUE: u16 = 4;
 pub(super) const BP_NEEDED: u16 = 8;
 /// A frame was recorded before this one (the tracer's own leading frames are behind).
 pub(super) const AFTER_OWN: u16 = 16;
+/// In the record, the flags' top byte counts the pairs of consecutive steps outwards of
+/// this one, up to it, that need the exact check ([`still_holds`]): the inner step of the
+/// pair was unwound by framehop, or restores an rbp whose value is used, or the two do not
+/// go up the stack in order. Kept by [`Trail::finish_record`], so that the branch-free
+/// check ([`window_holds`]) learns whether its window has such a pair by one subtraction
+/// instead of working it out from two steps' flags at every step of every capture.
+const EXACT_BEFORE_SHIFT: u32 = 8;
+const _: () = assert!(MAX_STEPS < 1 << (16 - EXACT_BEFORE_SHIFT));
+
+/// Pairs needing the exact check among the record's pairs outwards of `s` (see
+/// `EXACT_BEFORE_SHIFT`).
+#[inline(always)]
+fn exact_before(s: &Step) -> u16 {
+    s.flags >> EXACT_BEFORE_SHIFT
+}
 
 /// How a walk ended, for reusing it.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -109,8 +124,9 @@ impl Trail {
 
     /// Ends the record (outermost first) at `len` steps: marks, from step `fresh` on (the
     /// steps this capture walked; those below are marked already), the steps whose
-    /// continuation reads their entry rbp.
-    pub(super) fn finish_record(&mut self, len: usize, fresh: usize) {
+    /// continuation reads their entry rbp, then counts the pairs needing the exact check
+    /// from pair `pairs` on (see `EXACT_BEFORE_SHIFT`; the pairs below are unchanged).
+    pub(super) fn finish_record(&mut self, len: usize, fresh: usize, pairs: usize) {
         self.len = len;
         let mut needed = fresh
             .checked_sub(1)
@@ -120,6 +136,24 @@ impl Trail {
             if needed {
                 s.flags |= BP_NEEDED;
             }
+        }
+        // Pair `k` is steps `k` (outer) and `k + 1`; step `k + 1` counts the pairs up to `k`.
+        let pairs = pairs.min(len.saturating_sub(1));
+        let mut before = self.steps.get(pairs).map_or(0, exact_before);
+        if pairs == 0 {
+            before = 0;
+            if let Some(s) = self.steps.first_mut() {
+                s.flags &= (1 << EXACT_BEFORE_SHIFT) - 1;
+            }
+        }
+        for k in pairs..len.saturating_sub(1) {
+            let (to, from) = (self.steps[k], self.steps[k + 1]);
+            let exact = from.flags & OPAQUE != 0
+                || (from.flags & RESTORES_BP != 0 && to.flags & BP_NEEDED != 0)
+                || to.sp <= from.sp;
+            before += u16::from(exact);
+            let flags = &mut self.steps[k + 1].flags;
+            *flags = (*flags & ((1 << EXACT_BEFORE_SHIFT) - 1)) | (before << EXACT_BEFORE_SHIFT);
         }
     }
 }
@@ -248,45 +282,55 @@ fn still_holds(stack: Stack, from: Step, to: Step) -> bool {
 /// Whether the stack provably still holds every word the record's `window` (outermost
 /// first; the junction last) read — in one pass without a branch per step: the return
 /// addresses are compared by xor into one accumulator. `false` when a word differs, or when
-/// the window has a rare step this pass cannot judge (one framehop unwound; a saved rbp
-/// whose value is used): the caller's exact check, pair by pair with [`still_holds`], then
-/// decides.
+/// the window has a pair this pass cannot judge (a step framehop unwound, a saved rbp whose
+/// value is used, steps out of order: see `EXACT_BEFORE_SHIFT`): the caller's exact check,
+/// pair by pair with [`still_holds`], then decides.
+///
+/// Without such a pair the steps go up the stack in order, so the words read lie between
+/// the innermost one's and the outermost one's: checking those two against the stack's
+/// bounds keeps every read inside it, with no clamp per word.
 #[inline(always)]
 fn window_holds(stack: Stack, window: &[Step]) -> bool {
-    const _: () = assert!(BP_NEEDED >> 3 == RESTORES_BP);
-    if stack.hi < stack.lo + 8 {
+    let (Some(outer), Some(junction)) = (window.first(), window.last()) else {
+        return true;
+    };
+    let Some((_, pairs)) = window.split_last() else {
+        return true;
+    };
+    let Some(inner) = pairs.last() else {
+        return true;
+    };
+    if exact_before(junction) != exact_before(outer) {
         return false;
     }
-    let last_word = stack.hi - 8;
-    let mut differ = 0u64;
-    let mut special = 0u16;
-    for w in window.windows(2) {
-        let (to, from) = (w[0], w[1]);
-        let at = to.sp.wrapping_sub(8);
-        // Clamped into the stack rather than branched on: a slot outside it (never, on a
-        // sane record) reads some stack word and is counted as a difference.
-        let inside = at.clamp(stack.lo, last_word);
-        // SAFETY: `[lo, hi)` is the live part of this thread's stack (see `Stack::read`) and
-        // `inside` lies in it.
-        let word = unsafe { (inside as *const u64).read_unaligned() };
-        differ |= (word ^ to.pc) | u64::from(inside != at);
-        special |= from.flags & OPAQUE | from.flags & RESTORES_BP & (to.flags >> 3);
+    let (high, low) = (outer.sp.wrapping_sub(8), inner.sp.wrapping_sub(8));
+    if stack.hi < stack.lo + 8 || low < stack.lo || high > stack.hi - 8 || low > high {
+        return false;
     }
-    differ == 0 && special == 0
+    let mut differ = 0u64;
+    for to in pairs {
+        // SAFETY: the window's steps go up the stack in order (no exact pair in it, checked
+        // above), so `to.sp - 8` lies in `[low, high]`, inside `[lo, hi)`: the live part of
+        // this thread's stack (see `Stack::read`).
+        let word = unsafe { (to.sp.wrapping_sub(8) as *const u64).read_unaligned() };
+        differ |= word ^ to.pc;
+    }
+    differ == 0
 }
 
 /// What [`take_over_record`] made of the record from step `d`.
 pub(super) enum FromRecord {
-    /// The walk is complete: `walk`, its frames written; the record's steps `..=d` are its
-    /// outer part as they stand.
-    Done(Walk),
+    /// The walk is complete: `walk`; the record's steps `..=d` are its outer part as they
+    /// stand, and `Outer` says which of them are its frames, still to be written.
+    Done(Walk, Outer),
     /// Walk on, and try no step of the record at or above this index again (a word it
     /// read no longer holds, see [`take_over`]'s `Retry`).
     Retry(usize),
 }
 
 /// Completes the walk now at step `d` of the record `rec` (outermost first), with register
-/// `bp` and `n` frames counted, from the record if the stack still holds what it read.
+/// `bp` and `n` frames counted, from the record if the stack still holds what it read. The
+/// frames it takes are not written: [`write_outer`] does, when they are needed.
 ///
 /// Only the words that reach the frames the capture keeps are checked: the rest of the
 /// record (an interpreter's outer frames, past the 64 kept) is neither read nor copied. That
@@ -343,16 +387,40 @@ pub(super) fn take_over_record(
             }
         }
     }
-    let written = n.min(out.len());
-    for (o, k) in out[written..].iter_mut().zip(skip..skip + count) {
-        *o = steps[d - k].pc;
-    }
-    FromRecord::Done(Walk {
+    let walk = Walk {
         frames: (n + count).min(out.len()),
         // An address outside every module past the frames kept changes nothing they show.
         outside: outside && n + count <= out.len(),
         ..Walk::default()
-    })
+    };
+    let outer = Outer {
+        top: d - skip.min(d),
+        count: count.min(room),
+    };
+    FromRecord::Done(walk, outer)
+}
+
+/// The frames a take-over found in the record: steps `top`, `top - 1`, ... (`count` of
+/// them), outermost first. Written only when the call tree has no stack id for the walk
+/// yet (see [`write_outer`]): copying up to 64 return addresses on every capture cost the
+/// `deep` benchmark ~8% of its instructions, for frames nobody read.
+#[derive(Clone, Copy)]
+pub(super) struct Outer {
+    top: usize,
+    count: usize,
+}
+
+/// Writes the frames `outer` names from the record `rec` after the first `n` of `out`.
+#[inline(always)]
+pub(super) fn write_outer(rec: &Trail, outer: Outer, out: &mut [u64], n: usize) {
+    let written = n.min(out.len());
+    let steps = &rec.steps[..=outer.top];
+    for (o, s) in out[written..]
+        .iter_mut()
+        .zip(steps.iter().rev().take(outer.count))
+    {
+        *o = s.pc;
+    }
 }
 
 /// Frames a walk records over `len` steps after skipping the first `skip` (the tracer's own):

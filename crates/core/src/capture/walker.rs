@@ -243,7 +243,7 @@ impl ThreadCache {
                         let s = rec.steps[d];
                         if d < below && s.sp == sp && s.pc == pc && i + d < MAX_STEPS {
                             match take_over_record(rec, d, stack, bp, out, n) {
-                                FromRecord::Done(mut walk) => {
+                                FromRecord::Done(mut walk, outer) => {
                                     self.taken_over += 1;
                                     let first = if n > 0 {
                                         first_recorded
@@ -252,6 +252,11 @@ impl ThreadCache {
                                     };
                                     self.next.first = first;
                                     walk.node = self.commit(stack, Some(d), i, i);
+                                    // The caller needs the frames only to intern a stack
+                                    // the call tree has not named yet.
+                                    if !want_id || tree::stack_of(walk.node) == 0 {
+                                        write_outer(&self.last, outer, out, n);
+                                    }
                                     return walk;
                                 }
                                 FromRecord::Retry(k) => below = below.min(k),
@@ -367,7 +372,10 @@ impl ThreadCache {
         };
         let first = self.next.first;
         self.last.first = first;
-        self.last.finish_record(len, len - fresh);
+        // Pairs are counted again from the first one with a new step; all of them when the
+        // whole record is new (its outer steps may come from a kept walk).
+        let pairs = d.unwrap_or_default();
+        self.last.finish_record(len, len - fresh, pairs);
         self.last_kept = None;
         let node = self.name(len.saturating_sub(known));
         if len <= KEPT_STEPS && self.last.ending != Ending::Other {
