@@ -6,12 +6,52 @@ use core::ptr;
 use mem_trace_core::guard::Guard;
 use mem_trace_core::record::{self, nested, Disposition};
 
+/// Where a hook was called from: the caller's stack pointer once the hook returns, and its
+/// rbp, read by the hook's first two instructions and passed on as extra arguments. The
+/// stack recorded then starts at the caller's frame: walking up from the capture through
+/// the tracer's own frames cost ~4 steps of the walk on every allocation, for frames that
+/// are dropped anyway. The entries are naked so that nothing moves rsp or rbp before they
+/// are read, and they jump (not call) so that the hook returns straight to its caller.
+#[derive(Clone, Copy)]
+struct Caller {
+    sp: u64,
+    bp: u64,
+}
+
+impl Caller {
+    /// Stacks recorded while the result lives start at this caller's frame, unless an
+    /// allocator wrapper in the program set where they start (`None`).
+    ///
+    /// # Safety
+    /// `self` was read at the entry of the hook now running on this thread.
+    #[inline(always)]
+    unsafe fn start<'g>(self, g: &'g Guard) -> Option<record::StartHere<'g>> {
+        // SAFETY: forwarded contract: the return address is at `sp - 8`, the hook running.
+        unsafe { record::start_at_caller(g, self.sp, self.bp) }
+    }
+}
+
 #[cfg_attr(not(test), no_mangle)]
+#[unsafe(naked)]
 /// `malloc(3)`.
 ///
 /// # Safety
 /// As for glibc's `malloc`.
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    // The caller's registers as `malloc_from`'s second and third arguments (see `Caller`).
+    core::arch::naked_asm!(
+        "lea rsi, [rsp + 8]",
+        "mov rdx, rbp",
+        "jmp {from}",
+        from = sym malloc_from,
+    )
+}
+
+/// `malloc`, called by its entry with the caller's registers (see [`Caller`]).
+///
+/// # Safety
+/// As for glibc's `malloc`; `sp` and `bp` as [`Caller`] says.
+unsafe extern "C" fn malloc_from(size: usize, sp: u64, bp: u64) -> *mut c_void {
     if record::pass_malloc(size) {
         // SAFETY: glibc's malloc has no preconditions.
         let p = unsafe { glibc::__libc_malloc(size) };
@@ -20,16 +60,22 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
             return p;
         }
     }
-    traced_malloc(size)
+    // SAFETY: forwarded contract.
+    unsafe { traced_malloc(size, Caller { sp, bp }) }
 }
 
 /// `malloc` on the full path: kept out of line, so that the sampled path above is a leaf
 /// that saves no registers.
+///
+/// # Safety
+/// `caller` was read at the entry of the hook now running (see [`Caller`]).
 #[inline(never)]
-fn traced_malloc(size: usize) -> *mut c_void {
+unsafe fn traced_malloc(size: usize, caller: Caller) -> *mut c_void {
     let Some(g) = Guard::enter() else {
         return nested_malloc(size);
     };
+    // SAFETY: forwarded contract.
+    let _start = unsafe { caller.start(&g) };
     let mut p = record::reuse(&g, size);
     if p.is_null() {
         // SAFETY: glibc's malloc has no preconditions.
@@ -89,11 +135,26 @@ pub(super) fn again(g: &Guard, size: usize, ask: impl FnOnce() -> *mut c_void) -
 }
 
 #[cfg_attr(not(test), no_mangle)]
+#[unsafe(naked)]
 /// `calloc(3)`; overflow of `n * size` is glibc's to report (NULL, `ENOMEM`).
 ///
 /// # Safety
 /// As for glibc's `calloc`.
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    // The caller's registers as `calloc_from`'s third and fourth arguments (see `Caller`).
+    core::arch::naked_asm!(
+        "lea rdx, [rsp + 8]",
+        "mov rcx, rbp",
+        "jmp {from}",
+        from = sym calloc_from,
+    )
+}
+
+/// `calloc`, called by its entry with the caller's registers (see [`Caller`]).
+///
+/// # Safety
+/// As for glibc's `calloc`; `sp` and `bp` as [`Caller`] says.
+unsafe extern "C" fn calloc_from(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
     if record::pass_malloc(n.saturating_mul(size)) {
         // SAFETY: glibc's calloc has no preconditions.
         let p = unsafe { glibc::__libc_calloc(n, size) };
@@ -102,15 +163,21 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
             return p;
         }
     }
-    traced_calloc(n, size)
+    // SAFETY: forwarded contract.
+    unsafe { traced_calloc(n, size, Caller { sp, bp }) }
 }
 
 /// `calloc` on the full path, out of line as [`traced_malloc`].
+///
+/// # Safety
+/// As for [`traced_malloc`].
 #[inline(never)]
-fn traced_calloc(n: usize, size: usize) -> *mut c_void {
+unsafe fn traced_calloc(n: usize, size: usize, caller: Caller) -> *mut c_void {
     let Some(g) = Guard::enter() else {
         return nested_calloc(n, size);
     };
+    // SAFETY: forwarded contract.
+    let _start = unsafe { caller.start(&g) };
     let recycled = n
         .checked_mul(size)
         .map(|total| (total, record::reuse(&g, total)));
@@ -131,12 +198,27 @@ fn traced_calloc(n: usize, size: usize) -> *mut c_void {
 }
 
 #[cfg_attr(not(test), no_mangle)]
+#[unsafe(naked)]
 /// `free(3)`. A freed block may be held in quarantine instead of going back to glibc at once,
 /// and a double or invalid free is reported and kept from glibc (which would abort).
 ///
 /// # Safety
 /// `p` is null or a live block of this process's allocator (violations are reported).
 pub unsafe extern "C" fn free(p: *mut c_void) {
+    // The caller's registers as `free_from`'s second and third arguments (see `Caller`).
+    core::arch::naked_asm!(
+        "lea rsi, [rsp + 8]",
+        "mov rdx, rbp",
+        "jmp {from}",
+        from = sym free_from,
+    )
+}
+
+/// `free`, called by its entry with the caller's registers (see [`Caller`]).
+///
+/// # Safety
+/// As for [`free`]; `sp` and `bp` as [`Caller`] says.
+unsafe extern "C" fn free_from(p: *mut c_void, sp: u64, bp: u64) {
     if p.is_null() {
         return;
     }
@@ -145,17 +227,21 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         return unsafe { glibc::__libc_free(p) };
     }
     // SAFETY: forwarded contract.
-    unsafe { traced_free(p) }
+    unsafe { traced_free(p, Caller { sp, bp }) }
 }
 
 /// `free` on the full path, out of line as [`traced_malloc`].
 ///
 /// # Safety
-/// As for [`free`], `p` not null.
+/// As for [`free`], `p` not null; `caller` as for [`traced_malloc`].
 #[inline(never)]
-unsafe fn traced_free(p: *mut c_void) {
+unsafe fn traced_free(p: *mut c_void, caller: Caller) {
     let disposition = match Guard::enter() {
-        Some(g) => record::free(&g, p, &Glibc),
+        Some(g) => {
+            // SAFETY: forwarded contract.
+            let _start = unsafe { caller.start(&g) };
+            record::free(&g, p, &Glibc)
+        }
         // SAFETY: forwarded contract.
         None if unsafe { nested::free(p) } => return,
         None => Disposition::Release,
@@ -167,15 +253,30 @@ unsafe fn traced_free(p: *mut c_void) {
 }
 
 #[cfg_attr(not(test), no_mangle)]
+#[unsafe(naked)]
 /// `realloc(3)`: the result is recorded as a new block allocated here (ASan does the same);
 /// when the block moves, or size 0 frees it, the old one joins the freed-block history.
 ///
 /// # Safety
 /// As for glibc's `realloc`.
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    // The caller's registers as `realloc_from`'s third and fourth arguments (see `Caller`).
+    core::arch::naked_asm!(
+        "lea rdx, [rsp + 8]",
+        "mov rcx, rbp",
+        "jmp {from}",
+        from = sym realloc_from,
+    )
+}
+
+/// `realloc`, called by its entry with the caller's registers (see [`Caller`]).
+///
+/// # Safety
+/// As for glibc's `realloc`; `sp` and `bp` as [`Caller`] says.
+unsafe extern "C" fn realloc_from(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
     if p.is_null() {
-        // SAFETY: realloc(NULL, n) is malloc(n).
-        return unsafe { malloc(size) };
+        // SAFETY: realloc(NULL, n) is malloc(n), for the same caller.
+        return unsafe { malloc_from(size, sp, bp) };
     }
     let Some(g) = Guard::enter() else {
         // SAFETY: forwarded contract.
@@ -185,6 +286,8 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         // SAFETY: forwarded contract.
         return unsafe { glibc::__libc_realloc(p, size) };
     };
+    // SAFETY: forwarded contract.
+    let _start = unsafe { Caller { sp, bp }.start(&g) };
     let old = record::take(&g, p);
     if old.is_none() {
         // A block a signal handler got from the tracer's arena (`nested`), then kept.

@@ -13,18 +13,25 @@ use framehop::{FrameAddress, Unwinder};
 /// kernel's signal frame as the fast walk does (framehop does not evaluate the CFI
 /// expressions glibc's restorer is described with, and would stop there): from the restorer,
 /// at the interrupted registers. Those may lie on `home`, the thread's own stack, when the
-/// walk starts on an alternate signal stack; the walk then reads `home` from there on.
+/// walk starts on an alternate signal stack; the walk then reads `home` from there on. The
+/// first pc is a return address when `at_return` says so (see `How::at_return`).
 pub(super) fn walk_framehop(
     set: &ModuleSet,
     mut stack: Stack,
-    (pc, sp, bp): (u64, u64, u64),
+    ((pc, sp, bp), at_return): ((u64, u64, u64), bool),
     out: &mut [u64],
     own: Own,
     cache: &mut CacheX86_64,
     home: Option<Stack>,
 ) -> Walk {
     let mut regs = UnwindRegsX86_64::new(pc, sp, bp);
-    let mut address = FrameAddress::InstructionPointer(pc);
+    let mut address = match at_return {
+        true => match FrameAddress::from_return_address(pc) {
+            Some(a) => a,
+            None => return Walk::default(),
+        },
+        false => FrameAddress::InstructionPointer(pc),
+    };
     let mut n = 0;
     let mut known = KnownModule::default();
     loop {

@@ -24,6 +24,9 @@ pub(super) struct How {
     pub(super) fp: bool,
     /// Return the stack id a kept walk knows instead of writing the frames.
     pub(super) want_id: bool,
+    /// The first pc is a return address (a hook's caller, see `start_at_return`), whose
+    /// rule is that of the call before it; else the instruction executing there.
+    pub(super) at_return: bool,
 }
 
 /// What to do with mem-trace's own frames.

@@ -19,6 +19,8 @@ pub struct Local {
     /// Registers the next capture starts from instead of its own (0: none), set by an
     /// allocator wrapper whose frames lie in the program's own module (`record::start_here`).
     pub(super) start: Cell<(u64, u64, u64)>,
+    /// `start`'s pc is a return address: the caller of a hook (see `capture::start_at_return`).
+    pub(super) start_returns: Cell<bool>,
 }
 
 impl Local {
@@ -30,6 +32,7 @@ impl Local {
             closed: Cell::new(false),
             frames: UnsafeCell::new([0; MAX_FRAMES]),
             start: Cell::new((0, 0, 0)),
+            start_returns: Cell::new(false),
         }
     }
 }

@@ -156,7 +156,12 @@ impl ThreadCache {
         stack: Stack,
         (mut pc, mut sp, mut bp): (u64, u64, u64),
         out: &mut [u64],
-        How { own, fp, want_id }: How,
+        How {
+            own,
+            fp,
+            want_id,
+            at_return,
+        }: How,
     ) -> Walk {
         if !core::ptr::eq(self.set, set) {
             // A fresh cache is empty already: emptying it again would touch, and so make the
@@ -187,7 +192,7 @@ impl ThreadCache {
         // step, for the same reason.
         let mut above = self.last.len;
         let mut below = self.last.len.saturating_sub(1);
-        let mut key = pc | FIRST;
+        let mut key = if at_return { pc } else { pc | FIRST };
         let ending = loop {
             if i > 0 {
                 if let Some(k) = self.last_kept {

@@ -147,6 +147,22 @@ pub fn start_at(g: &Guard, regs: (u64, u64, u64)) -> StartHere<'_> {
     StartHere(g)
 }
 
+/// Stacks recorded while the result lives start at the frame a hook returns to: `sp` is the
+/// caller's stack pointer once the hook returns, `bp` its rbp, both as they were at the
+/// hook's first instruction (see `capture::start_at_return`). `None`, changing nothing,
+/// when an allocator wrapper's start is set already (its frames are skipped from there).
+///
+/// # Safety
+/// The hook's return address is at `sp - 8` on this thread's stack, and the hook has not
+/// returned.
+#[inline(always)]
+pub unsafe fn start_at_caller(g: &Guard, sp: u64, bp: u64) -> Option<StartHere<'_>> {
+    // SAFETY: forwarded contract.
+    let set = unsafe { capture::start_at_return(&g.state().capture, sp, bp) };
+    // Not `then_some`: a `StartHere` made and dropped would clear the wrapper's start.
+    set.then(|| StartHere(g))
+}
+
 /// Where this thread's stacks start until changed again: at `regs` (see [`start_at`]), or,
 /// with `None`, where they are captured. For a caller that cannot hold a [`StartHere`]
 /// across the calls it covers.

@@ -66,7 +66,7 @@ fn sample() {
     let set = modules::current().unwrap();
     let mut slow = [0u64; MAX_FRAMES];
     let fresh = &mut CacheX86_64::new();
-    let ns = walk_framehop(set, stack, regs, &mut slow, Own::Keep, fresh, None).frames;
+    let ns = walk_framehop(set, stack, (regs, false), &mut slow, Own::Keep, fresh, None).frames;
     let slow = &slow[..ns];
     let gcc = libgcc_stack();
     // Twice: continuing from the previous sample's walk where it can, then frame by frame

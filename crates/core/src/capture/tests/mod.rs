@@ -16,6 +16,7 @@ const KEEP: How = How {
     own: Own::Keep,
     fp: false,
     want_id: false,
+    at_return: false,
 };
 const KEEP_ID: How = How {
     want_id: true,
@@ -201,7 +202,16 @@ fn stack_at(regs: (u64, u64, u64)) -> Stack {
 fn reference_walk(regs: (u64, u64, u64), out: &mut [u64]) -> usize {
     let set = modules::current().unwrap();
     let fresh = &mut CacheX86_64::new();
-    walk_framehop(set, stack_at(regs), regs, out, Own::Keep, fresh, None).frames
+    walk_framehop(
+        set,
+        stack_at(regs),
+        (regs, false),
+        out,
+        Own::Keep,
+        fresh,
+        None,
+    )
+    .frames
 }
 /// Two stacks in turn: each capture's last walk is the other stack's, so only the kept
 /// walks can serve it whole; they must, and exactly.
