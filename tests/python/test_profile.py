@@ -413,8 +413,7 @@ class ProfileTextTests(unittest.TestCase):
     def test_shard_sums_past_2_64_are_flagged(self):
         # The twin of shard_sums_past_2_64_are_flagged in crates/read/src/answer/tests/profile.rs.
         t = self.tracer(shard_bytes={0: 3 << 61, 1: 3 << 61, 2: 3 << 61})
-        flag = ("inconsistent tables: live counts sum past 2^64 or below zero (the sum is shown "
-                "as 18446744073709551615)")
+        flag = "inconsistent tables: live counts sum past 2^64 or below zero"
         out = profile.top_lines(profile.TopFacts.read(t, "live"), lookups(t), 10)
         self.assertEqual(out[1], flag, out)
         out = profile.peaks_lines(profile.PeaksFacts.read(t), lookups(t), 1)

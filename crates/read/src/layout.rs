@@ -209,13 +209,12 @@ pub struct Totals {
     /// Threads that ever allocated.
     pub threads: u64,
     /// The shards' live counts summed past 2^64 or one was below zero, which no consistent
-    /// tables hold: `blocks` and `bytes` are then clamped to `u64::MAX` (see [`SUM_LINE`]).
+    /// tables hold (see [`SUM_LINE`]); a sum past 2^64 is clamped to `u64::MAX`.
     pub wrapped: bool,
 }
 
 /// The line an answer adds when counts it sums went past 2^64 or below zero.
-pub const SUM_LINE: &str = "inconsistent tables: live counts sum past 2^64 or below zero \
-    (the sum is shown as 18446744073709551615)";
+pub const SUM_LINE: &str = "inconsistent tables: live counts sum past 2^64 or below zero";
 
 /// Sums `counts`: the sum clamped to `u64::MAX`, and whether it went past 2^64 or a count
 /// was below zero (2^63 or more: a wrapped count; no process holds that much).
