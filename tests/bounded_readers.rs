@@ -7,6 +7,9 @@
 //! its core, every `mem-trace` subcommand runs under a timeout and an address-space cap, and
 //! must answer or refuse in one line: never hang, crash or run out of memory. The gdb commands
 //! run against the same mutants and must never show a Python traceback.
+//!
+//! Numbers no process can hold (live bytes 2^64-1, a stack's count below zero, shard counts
+//! that sum past 2^64) must also be flagged by the answers that print them, not only printed.
 
 mod common;
 
@@ -296,35 +299,42 @@ fn check_readers(fixture: &Fixture, mutant: &str, target: &str, block: u64) -> V
     problems
 }
 
-/// gdb attached to the running mutant runs every mtrace command: no traceback, no hang.
-fn check_gdb(fixture: &Fixture, mutant: &str, pid: u32, block: u64) -> Vec<String> {
+/// gdb attached to the running process `pid` runs `commands` (the gdb side's mtrace
+/// commands loaded); its output.
+fn gdb_commands(fixture: &Fixture, label: &str, pid: u32, commands: &[String]) -> common::Output {
     let script = common::manifest_dir().join("gdb").join("mem_trace.py");
-    let at = format!("{block:#x}");
     let mut cmd = Command::new("gdb");
     cmd.args(["-nx", "-batch", "-ex", "set debuginfod enabled off", "-p"])
         .arg(pid.to_string())
         .arg("-ex")
         .arg(format!("source {}", script.display()));
-    for c in [
-        "mtrace-info".to_string(),
-        format!("mtrace-why {at}"),
-        format!("mtrace-history {at}"),
-        "mtrace-top".to_string(),
-        "mtrace-peaks".to_string(),
-        "mtrace-leaks".to_string(),
-    ] {
+    for c in commands {
         cmd.arg("-ex").arg(c);
     }
     cmd.env_remove("LD_PRELOAD").current_dir(&fixture.dir);
-    let label = mutant.replace(|c: char| !c.is_alphanumeric(), "_");
-    let out = run_with_timeout(
+    let label = label.replace(|c: char| !c.is_alphanumeric(), "_");
+    run_with_timeout(
         cmd,
         &fixture.dir.join(format!("gdb.{label}")),
         true,
         None,
         Duration::from_secs(60),
         "gdb",
-    );
+    )
+}
+
+/// gdb attached to the running mutant runs every mtrace command: no traceback, no hang.
+fn check_gdb(fixture: &Fixture, mutant: &str, pid: u32, block: u64) -> Vec<String> {
+    let at = format!("{block:#x}");
+    let commands = [
+        "mtrace-info".to_string(),
+        format!("mtrace-why {at}"),
+        format!("mtrace-history {at}"),
+        "mtrace-top".to_string(),
+        "mtrace-peaks".to_string(),
+        "mtrace-leaks".to_string(),
+    ];
+    let out = gdb_commands(fixture, mutant, pid, &commands);
     let text = &out.stdout;
     if text.contains("Traceback") || text.contains("Python Exception") {
         vec![format!("{mutant}: gdb showed a Python error:\n{text}")]
@@ -436,4 +446,139 @@ fn scribbled_tables_give_answers_or_one_line_running_and_in_a_core() {
         problems.len(),
         problems.join("\n")
     );
+}
+
+/// What the inconsistent-tables test expects of one mutant: the lines the answers of
+/// `mem-trace SUBCOMMAND` (and of gdb's `mtrace-SUBCOMMAND`) must hold, running and in a core.
+struct Flagged {
+    name: &'static str,
+    expected: Vec<(&'static str, Vec<String>)>,
+}
+
+/// Impossible numbers are flagged, not only printed (issue 33, item 5): the scribbler sets the
+/// global live bytes to 2^64-1 (a count gone below zero), one stack's live bytes below zero,
+/// and three shards' live bytes to a sum past 2^64. Each time `mem-trace peaks`, `top` or
+/// `info` says `inconsistent tables:` for it below the numbers, running, in a core, and gdb's
+/// commands say the same; honest tables have no such line.
+#[test]
+fn impossible_numbers_are_flagged_running_in_a_core_and_in_gdb() {
+    use core::mem::{offset_of, size_of};
+    let fixture = c_fixture("scribble.c", &["-pthread"]);
+    let mut s = Scribbler::start(&fixture);
+    let pid = s.pid.to_string();
+    let target = Target::open(&Source::Pid(s.pid as i32)).expect("the fixture as a target");
+    let h = target.header();
+    let header: Header = read_plain(target.memory(), h).expect("the header");
+    let answer = |label: &str, sub: &str, on: &str| {
+        let out = read(&fixture, label, &[sub.to_string(), on.to_string()]);
+        assert!(out.success(), "{}", out.describe());
+        out.stdout
+    };
+    for sub in ["info", "top", "peaks"] {
+        let text = answer("flag-honest", sub, &pid);
+        assert!(!text.contains("inconsistent"), "{sub}: {text}");
+    }
+
+    // A stack the counters know, with live bytes: its shared record in chunk 0.
+    let chunk = word(
+        &target,
+        header.profile as u64 + offset_of!(Profile, dir) as u64,
+    );
+    let record = (1..1u64 << 12)
+        .map(|id| chunk + id * 64)
+        .find(|&r| word(&target, r + 48) != 0 && word(&target, r) != 0)
+        .expect("a counted stack with live bytes");
+    let id = (record - chunk) / 64;
+    let shard_bytes = |k: u64| {
+        header.shards as u64 + k * size_of::<Shard>() as u64 + offset_of!(Shard, live_bytes) as u64
+    };
+    let sum_line = "inconsistent tables: live counts sum past 2^64 or below zero";
+    let mutants: Vec<(Flagged, Vec<(u64, u64)>)> = vec![
+        (
+            Flagged {
+                name: "global live bytes 2^64-1",
+                expected: vec![
+                    (
+                        "peaks",
+                        vec![
+                            "live now: 18446744073709551615 bytes".to_string(),
+                            "inconsistent tables: live bytes 18446744073709551615 above the peak"
+                                .to_string(),
+                        ],
+                    ),
+                    (
+                        "top",
+                        vec![
+                            "inconsistent tables: live bytes 18446744073709551615 above the peak"
+                                .to_string(),
+                        ],
+                    ),
+                ],
+            },
+            vec![(h + offset_of!(Header, live_bytes) as u64, u64::MAX)],
+        ),
+        (
+            Flagged {
+                name: "a stack's live bytes below zero",
+                expected: vec![(
+                    "top",
+                    vec![format!(
+                        "inconsistent tables: the counters of 1 stack sum below zero or to more \
+                         live than ever allocated (stack {id} first)"
+                    )],
+                )],
+            },
+            vec![(record, 1 << 63)],
+        ),
+        (
+            Flagged {
+                name: "shards' live bytes past 2^64",
+                expected: vec![
+                    (
+                        "info",
+                        vec![
+                            "(18446744073709551615 bytes)".to_string(),
+                            format!("  {sum_line}"),
+                        ],
+                    ),
+                    ("top", vec![sum_line.to_string()]),
+                    ("peaks", vec![sum_line.to_string()]),
+                ],
+            },
+            (0..3).map(|k| (shard_bytes(k), 3 << 61)).collect(),
+        ),
+    ];
+    let cores = fixture.dir.join("cores");
+    std::fs::create_dir_all(&cores).expect("a directory for the cores");
+    for (k, (flagged, writes)) in mutants.iter().enumerate() {
+        for &(addr, value) in writes {
+            s.write(addr, value);
+        }
+        let core = cores.join(format!("flagged.{k}"));
+        gcore(s.pid, &core, &fixture.dir.join("gcore.log"));
+        let core_text = core.display().to_string();
+        let commands: Vec<String> = flagged
+            .expected
+            .iter()
+            .map(|(sub, _)| format!("mtrace-{sub}"))
+            .collect();
+        let gdb = gdb_commands(&fixture, flagged.name, s.pid, &commands);
+        for (sub, lines) in &flagged.expected {
+            for (on, text) in [
+                ("running", answer(flagged.name, sub, &pid)),
+                ("core", answer(flagged.name, sub, &core_text)),
+                ("gdb", gdb.stdout.clone()),
+            ] {
+                for line in lines {
+                    assert!(
+                        text.contains(line.as_str()),
+                        "{}: {sub} ({on}) lacks {line:?}:\n{text}",
+                        flagged.name
+                    );
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&core);
+        s.restore();
+    }
 }

@@ -77,6 +77,33 @@ fn answer(fixture: &Fixture, label: &str, args: &[&str]) -> String {
     out.stdout
 }
 
+/// Every reading subcommand answers on `target` (a pid or a core); `top` names the fixture's
+/// allocation site.
+fn every_reader(fixture: &Fixture, label: &str, target: &str) {
+    let top = answer(fixture, &format!("top-{label}"), &["top", target]);
+    assert!(top.contains(" in hold_site at "), "{top}");
+    for sub in ["info", "peaks", "leaks"] {
+        answer(fixture, &format!("{sub}-{label}"), &[sub, target]);
+    }
+    for (sub, file) in [
+        ("flamegraph", "flame.svg"),
+        ("dhat", "dhat.json"),
+        ("pprof", "heap.pb.gz"),
+    ] {
+        let out = fixture.dir.join(format!("{label}.{file}"));
+        answer(
+            fixture,
+            &format!("{sub}-{label}"),
+            &[sub, target, "-o", text(&out)],
+        );
+        assert!(
+            fs::metadata(&out).is_ok_and(|m| m.len() > 0),
+            "{sub}: no {}",
+            out.display()
+        );
+    }
+}
+
 /// Replaces the file at `path` by a FIFO.
 fn make_fifo(path: &Path) {
     let _ = fs::remove_file(path);
@@ -95,7 +122,7 @@ fn text(path: &Path) -> &str {
 }
 
 /// A memfd pool mapped from its second half (the file at no offset 0, issue 33): every
-/// subcommand reads the process, and its core, as any other; then the core, once the data file
+/// reading subcommand reads the process, and its core, as any other; then the core, once the data file
 /// it maps (left out of the core) and then the library have become FIFOs, answers or refuses
 /// in one line within a second instead of waiting for a writer.
 #[test]
@@ -118,13 +145,10 @@ fn a_memfd_pool_read_live_and_from_its_core_then_fifos() {
                 .any(|l| l.ends_with("/memfd:pool (deleted)") && l.contains(" 00008000 ")),
             "{maps}"
         );
-        let top = answer(&f, "top-live", &["top", &pid]);
-        assert!(top.contains(" in hold_site at "), "{top}");
-        answer(&f, "info-live", &["info", &pid]);
+        every_reader(&f, "live", &pid);
         gcore(running.pid, &core, &f.dir.join("gcore"));
     }
-    let top = answer(&f, "top-core", &["top", text(&core)]);
-    assert!(top.contains(" in hold_site at "), "{top}");
+    every_reader(&f, "core", text(&core));
     let info = answer(&f, "info-core", &["info", text(&core)]);
 
     make_fifo(&data);

@@ -6,8 +6,11 @@
 
 mod common;
 
-use common::{c_fixture, fixture_run, profiler_library, run_with_timeout, rust_fixture, Job};
+use common::{
+    c_fixture, fixture_run, library, profiler_library, run_with_timeout, rust_fixture, Job,
+};
 use std::fs;
+use std::path::Path;
 use std::process::Command;
 
 fn sites() -> common::Fixture {
@@ -251,9 +254,35 @@ fn rust_frames_are_named_with_rust_paths() {
     fixture_run(&rust_fixture("rust_frames.rs"), "profile").run();
 }
 
-/// Runs `job` plain, then under the profiler build; both must succeed with the same stdout.
-/// Needs root: the programs drop root's privileges.
-fn same_as_plain_under_the_profiler(mut job: Job) -> common::Output {
+/// A library and the settings it runs with, named for the logs.
+type Setting = (
+    &'static str,
+    &'static Path,
+    &'static [(&'static str, &'static str)],
+);
+
+/// The libraries and settings under which the library runs a thread of its own in the
+/// program (its reporter): the profiler build as it starts; the default build with reports
+/// switched on, as `mem-trace run` does; and that with sampling and a report every 50 ms.
+fn with_our_thread() -> [Setting; 3] {
+    [
+        ("profiler", profiler_library(), &[]),
+        ("profile-on", library(), &[("MEM_TRACE_PROFILE", "1")]),
+        (
+            "sampled",
+            library(),
+            &[
+                ("MEM_TRACE_PROFILE", "1"),
+                ("MEM_TRACE_SAMPLE", "4096"),
+                ("MEM_TRACE_PROFILE_INTERVAL", "0.05"),
+            ],
+        ),
+    ]
+}
+
+/// Runs `job` plain, then under each of [`with_our_thread`]; every run must succeed with the
+/// plain run's stdout. Needs root: the programs drop root's privileges.
+fn same_as_plain_with_our_thread(job: Job) -> Vec<common::Output> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     assert!(
@@ -263,25 +292,33 @@ fn same_as_plain_under_the_profiler(mut job: Job) -> common::Output {
     );
     let plain = job.run(false);
     assert!(plain.success(), "fails even plain:\n{}", plain.describe());
-    job.env.push((
-        "LD_PRELOAD".into(),
-        profiler_library().display().to_string(),
-    ));
-    job.env.push(("MEM_TRACE_LEAKS".into(), "0".into()));
-    job.label.push_str(".profiler");
-    let profiled = job.run(false);
-    assert!(
-        profiled.success() && profiled.stdout == plain.stdout,
-        "not as plain under the profiler build:\n{}----- plain -----\n{}",
-        profiled.describe(),
-        plain.describe()
-    );
-    profiled
+    let mut outs = Vec::new();
+    for (name, lib, settings) in with_our_thread() {
+        let mut traced = job.clone();
+        traced
+            .env
+            .push(("LD_PRELOAD".into(), lib.display().to_string()));
+        traced.env.push(("MEM_TRACE_LEAKS".into(), "0".into()));
+        traced
+            .env
+            .extend(settings.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        traced.label = format!("{}.{name}", job.label);
+        let out = traced.run(false);
+        assert!(
+            out.success() && out.stdout == plain.stdout,
+            "not as plain under {name}:\n{}----- plain -----\n{}",
+            out.describe(),
+            plain.describe()
+        );
+        outs.push(out);
+    }
+    outs
 }
 
 /// `setpriv` keeps its capabilities across setresuid and raises them again in its own thread
-/// only, then calls setresgid: the profiler's thread, asked by glibc to change its gid too,
-/// must not be left without them (glibc aborts when one thread fails; issue 33).
+/// only, then calls setresgid: our reporter thread, asked by glibc to change its gid too,
+/// must not be left without them (glibc aborts when one thread fails; issue 33), whichever
+/// build or setting started it.
 #[test]
 fn setpriv_drops_privileges_under_the_profiler() {
     let f = c_fixture("credentials.c", &["-pthread"]);
@@ -292,12 +329,12 @@ fn setpriv_drops_privileges_under_the_profiler() {
     job.log_dir = Some(f.dir.clone());
     job.cwd = Some(f.dir.clone());
     job.no_core_dump = true;
-    same_as_plain_under_the_profiler(job);
+    same_as_plain_with_our_thread(job);
 }
 
 /// The same sequence as setpriv's in a C program, and setgroups, setresgid and setresuid with
-/// the program's threads running: every thread, the profiler's too, ends with the new
-/// credentials, and the profiler's thread is there again after the changes.
+/// the program's threads running: every thread, ours too, ends with the new credentials, and
+/// our thread is there again after the changes, under each of [`with_our_thread`].
 #[test]
 fn credential_changes_under_the_profiler() {
     let f = c_fixture("credentials.c", &["-pthread"]);
@@ -305,11 +342,12 @@ fn credential_changes_under_the_profiler() {
         let mut job = Job::fixture(&f);
         job.args = vec![mode.to_string()];
         job.label = format!("credentials-{mode}");
-        let out = same_as_plain_under_the_profiler(job);
-        assert!(
-            out.stderr.contains("profiler thread: there"),
-            "{}",
-            out.describe()
-        );
+        for out in same_as_plain_with_our_thread(job) {
+            assert!(
+                out.stderr.contains("profiler thread: there"),
+                "{}",
+                out.describe()
+            );
+        }
     }
 }

@@ -305,7 +305,9 @@ def lookups(tracer):
 
 
 class ProfileTextTests(unittest.TestCase):
-    def tracer(self, profiler=True):
+    def tracer(self, profiler=True, shard_bytes=None):
+        """The sites' tables; ``shard_bytes`` ({shard: bytes}) scribbles over shards' live
+        bytes."""
         b = TraceBuilder()
         if profiler:
             b.flags = 3
@@ -325,7 +327,9 @@ class ProfileTextTests(unittest.TestCase):
                       peak_blocks=1, last_seq=60)
         b.add_cached(self.t1, leak, live_bytes=1000, live_blocks=1, total_bytes=1000,
                      total_blocks=1, last_seq=3)
-        img, header, _ = b.build()
+        img, header, where = b.build()
+        for shard, value in (shard_bytes or {}).items():
+            img.write_u64(where["shards"] + 64 * shard + 32, value)
         return Tracer.open(img, header)
 
     def test_top_by_live_biggest_last(self):
@@ -405,6 +409,15 @@ class ProfileTextTests(unittest.TestCase):
         t = self.tracer()
         out = profile.top_lines(profile.TopFacts.read(t, "live"), lookups(t), 10)
         self.assertFalse([line for line in out if line.startswith("inconsistent")], out)
+
+    def test_shard_sums_past_2_64_are_flagged(self):
+        # The twin of shard_sums_past_2_64_are_flagged in crates/read/src/answer/tests/profile.rs.
+        t = self.tracer(shard_bytes={0: 3 << 61, 1: 3 << 61, 2: 3 << 61})
+        flag = "inconsistent tables: live counts sum past 2^64 or below zero"
+        out = profile.top_lines(profile.TopFacts.read(t, "live"), lookups(t), 10)
+        self.assertEqual(out[1], flag, out)
+        out = profile.peaks_lines(profile.PeaksFacts.read(t), lookups(t), 1)
+        self.assertEqual(out[3], flag, out)
 
     def test_without_the_profiler(self):
         t = self.tracer(profiler=False)

@@ -413,6 +413,26 @@ class InfoTextTests(unittest.TestCase):
             "  errors reported: 0 (double or invalid frees)",
         ])
 
+    def test_live_bytes_summed_past_2_64_are_flagged(self):
+        # The twin of live_bytes_summed_past_2_64_are_flagged in
+        # crates/read/src/answer/tests/info.rs.
+        def scribbled(shard_bytes):
+            b = TraceBuilder()
+            b.add_block(0x5555_5555_A2A0, 100, thread=0, stack=b.add_stack([0x1234]))
+            img, addr, where = b.build()
+            for shard, value in shard_bytes.items():
+                img.write_u64(where["shards"] + 64 * shard + 32, value)
+            return info.lines(info.InfoFacts.read(Tracer.open(img, addr)))
+
+        flag = "  inconsistent tables: live counts sum past 2^64 or below zero"
+        out = scribbled({0: 3 << 61, 1: 3 << 61, 2: 3 << 61})
+        self.assertEqual(out[1:4], ["  live blocks:     1 (18446744073709551615 bytes)", flag,
+                                    "  distinct stacks: 1"])
+        out = scribbled({7: 2**64 - 200})
+        self.assertEqual(out[1:3], ["  live blocks:     1 (18446744073709551516 bytes)", flag])
+        facts, _, _ = self.facts()
+        self.assertFalse([line for line in info.lines(facts) if "inconsistent" in line])
+
     def test_history_variants(self):
         facts, _, _ = self.facts(history_capacity=None, flags=7)
         self.assertEqual(info.lines(facts)[6:], [

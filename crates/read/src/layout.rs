@@ -208,6 +208,26 @@ pub struct Totals {
     pub stacks: u64,
     /// Threads that ever allocated.
     pub threads: u64,
+    /// The shards' live counts summed past 2^64 or one was below zero, which no consistent
+    /// tables hold (see [`SUM_LINE`]); a sum past 2^64 is clamped to `u64::MAX`.
+    pub wrapped: bool,
+}
+
+/// The line an answer adds when counts it sums went past 2^64 or below zero.
+pub const SUM_LINE: &str = "inconsistent tables: live counts sum past 2^64 or below zero";
+
+/// Sums `counts`: the sum clamped to `u64::MAX`, and whether it went past 2^64 or a count
+/// was below zero (2^63 or more: a wrapped count; no process holds that much).
+pub fn checked_sum(counts: impl IntoIterator<Item = u64>) -> (u64, bool) {
+    let (mut sum, mut negative) = (0u128, false);
+    for n in counts {
+        sum += u128::from(n);
+        negative |= (n as i64) < 0;
+    }
+    match u64::try_from(sum) {
+        Ok(sum) if !negative => (sum, false),
+        _ => (u64::try_from(sum).unwrap_or(u64::MAX), true),
+    }
 }
 
 /// A thread's record.
@@ -334,11 +354,15 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             core::mem::offset_of!(Shard, live) / 8,
             core::mem::offset_of!(Shard, live_bytes) / 8,
         );
-        let mut t = Totals::default();
-        for s in words.chunks_exact(per_shard) {
-            t.blocks += s[live];
-            t.bytes += s[bytes];
-        }
+        let shards = || words.chunks_exact(per_shard);
+        let (blocks, blocks_wrapped) = checked_sum(shards().map(|s| s[live]));
+        let (bytes, bytes_wrapped) = checked_sum(shards().map(|s| s[bytes]));
+        let mut t = Totals {
+            blocks,
+            bytes,
+            wrapped: blocks_wrapped || bytes_wrapped,
+            ..Totals::default()
+        };
         t.stacks = self.stack_count()?;
         t.threads = self.thread_count()?;
         Ok(t)

@@ -2,7 +2,7 @@
 //! twin of `tests/python/image.py`, written from docs/LAYOUT.md with its own offsets, not with
 //! the decoder's, so that a misreading of the contract in one does not hide in both.
 
-use crate::memory::{Memory, Unreadable};
+use crate::memory::{read_plain, Memory, Unreadable};
 use mem_trace_format::{STACK_IN_TREE, VERSION};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -169,6 +169,21 @@ pub(crate) struct Built {
     pub(crate) index: u64,
     pub(crate) heads: u64,
     pub(crate) links: u64,
+}
+
+impl Built {
+    /// Sets shard `index`'s live bytes to `bytes`, as a program scribbling over its tables can.
+    pub(crate) fn set_shard_bytes(&mut self, index: u64, bytes: u64) {
+        let shards = read_plain::<u64>(
+            &self.image,
+            self.header + core::mem::offset_of!(mem_trace_format::Header, shards) as u64,
+        )
+        .expect("the header");
+        let at = shards
+            + index * core::mem::size_of::<mem_trace_format::Shard>() as u64
+            + core::mem::offset_of!(mem_trace_format::Shard, live_bytes) as u64;
+        self.image.write_u64(at, bytes);
+    }
 }
 
 /// The index's geometry as docs/LAYOUT.md gives it: 64-byte granules at level 0, each level 4

@@ -125,6 +125,18 @@ def signed64(value: int) -> int:
     return value - (1 << 64) if value >> 63 else value
 
 
+# The line an answer adds when counts it sums went past 2^64 or below zero.
+SUM_LINE = "inconsistent tables: live counts sum past 2^64 or below zero"
+
+
+def checked_sum(counts: Sequence[int]) -> Tuple[int, bool]:
+    """The sum of u64 ``counts`` clamped to 2^64-1, and whether it went past 2^64 or a count
+    was below zero (2^63 or more: a wrapped count; no process holds that much)."""
+    total = sum(counts)
+    wrapped = total > MASK64 or any(signed64(n) < 0 for n in counts)
+    return min(total, MASK64), wrapped
+
+
 @dataclass(frozen=True)
 class Thread:
     """A thread record; ``index`` is what slots store.
@@ -278,6 +290,9 @@ class Totals:
     threads: int
     untracked: int
     next_seq: int
+    # The shards' live counts summed past 2^64 or one was below zero: live_blocks and
+    # live_bytes are then clamped to 2^64-1 (see SUM_LINE).
+    wrapped: bool = False
 
 
 @dataclass(frozen=True)

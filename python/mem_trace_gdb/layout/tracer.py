@@ -86,6 +86,7 @@ from .records import (
     Stack,
     Thread,
     Totals,
+    checked_sum,
     decode_counter,
     decode_freed,
     decode_slot,
@@ -635,14 +636,17 @@ class Tracer:
     def totals(self) -> Totals:
         """Counters for ``mtrace-info``: reads the header, shards and two directory heads."""
         shards = self.shards()
+        blocks, blocks_wrapped = checked_sum([s.live for s in shards])
+        live_bytes, bytes_wrapped = checked_sum([s.live_bytes for s in shards])
         return Totals(
-            live_blocks=sum(s.live for s in shards),
-            live_bytes=sum(s.live_bytes for s in shards),
+            live_blocks=blocks,
+            live_bytes=live_bytes,
             tombstones=sum(s.tombstones for s in shards),
             stacks=self.stack_count(),
             threads=self.thread_count(),
             untracked=self.header.untracked,
             next_seq=self.header.next_seq,
+            wrapped=blocks_wrapped or bytes_wrapped,
         )
 
     # -- live blocks containing an address (every one, for mtrace-history)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-from ..layout import Header, History, MemTraceError, Totals, Tracer, sample
+from ..layout import SUM_LINE, Header, History, MemTraceError, Totals, Tracer, sample
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ def lines(facts: InfoFacts) -> List[str]:
     return [
         f"mem-trace is loaded: header at {h.address:#x}, layout version {h.version}",
         f"  live blocks:     {t.live_blocks} ({t.live_bytes} bytes)",
+        *([f"  {SUM_LINE}"] if t.wrapped else []),
         f"  distinct stacks: {t.stacks}",
         f"  threads seen:    {t.threads}",
         f"  untracked:       {t.untracked}",

@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..layout import Counts, Header, Profile, Thread, Tracer, sample, signed64
+from ..layout import (SUM_LINE, Counts, Header, Profile, Thread, Tracer, checked_sum, sample,
+                      signed64)
 from .parts import Lookups, stack_lines, thread_details, thread_text
 
 # What --by accepts, and how each ranking is named in the answer.
@@ -86,6 +87,9 @@ def rank(counts: Dict[int, Counts], by: str) -> List[Ranked]:
     return out
 
 
+U64_MAX = (1 << 64) - 1
+
+
 def rank_thread_blocks(tracer: Tracer, thread: int, by: str) -> Tuple[List[Ranked], int, int]:
     """The live blocks ``thread`` allocated, per stack, from the live-block table (the
     counters are per stack, not per thread); with the thread's live bytes and blocks."""
@@ -95,21 +99,28 @@ def rank_thread_blocks(tracer: Tracer, thread: int, by: str) -> Tuple[List[Ranke
         if b.thread == thread:
             nbytes, count = sample.weight(b.addr, b.size, mean)
             s = sums.setdefault(b.stack, [0, 0])
-            s[0] += nbytes
-            s[1] += count
+            # Clamped as the Rust twin's saturating sums: sizes and weights come from the
+            # target, which may have scribbled.
+            s[0] = min(s[0] + nbytes, U64_MAX)
+            s[1] = min(s[1] + count, U64_MAX)
     ranked = [Ranked(stack, n, count, n) for stack, (n, count) in sums.items()]
     if by == "blocks":
         ranked.sort(key=lambda r: (-r.blocks, -r.bytes, r.stack))
     else:
         ranked.sort(key=lambda r: (-r.bytes, -r.blocks, r.stack))
-    return ranked, sum(r.bytes for r in ranked), sum(r.blocks for r in ranked)
+    return (ranked, min(sum(r.bytes for r in ranked), U64_MAX),
+            min(sum(r.blocks for r in ranked), U64_MAX))
 
 
-def _live_blocks(tracer: Tracer, counts: Dict[int, Counts]) -> int:
-    """Live blocks now: the table's count, or under sampling the counters' estimate."""
+def _live_blocks(tracer: Tracer, counts: Dict[int, Counts]) -> Tuple[int, bool]:
+    """Live blocks now: the table's count, or under sampling the counters' estimate; and
+    whether the counts summed past 2^64 or below zero (checked_sum)."""
     if not tracer.header.sample_mean:
-        return tracer.totals().live_blocks
-    return sum(max(c.live_blocks, 0) for c in counts.values())
+        totals = tracer.totals()
+        return totals.live_blocks, totals.wrapped
+    # A stack's count below zero is flagged on its own line (inconsistencies) and counts as
+    # zero here.
+    return checked_sum([max(c.live_blocks, 0) for c in counts.values()])
 
 
 def estimated_lines(header: Header) -> List[str]:
@@ -169,9 +180,9 @@ class TopFacts:
     def read(cls, tracer: Tracer, by: str, thread: Optional[int] = None) -> "TopFacts":
         profile = require_profiler(tracer)
         counts = tracer.stack_counts()
-        live_blocks = _live_blocks(tracer, counts)
+        live_blocks, wrapped = _live_blocks(tracer, counts)
         flags = tuple(inconsistencies(tracer.header, tracer.threads(), counts)
-                      + estimated_lines(tracer.header))
+                      + ([SUM_LINE] if wrapped else []) + estimated_lines(tracer.header))
         if thread is None:
             return cls(tracer.header, profile, live_blocks, by, rank(counts, by),
                        inconsistent=flags)
@@ -253,14 +264,15 @@ class PeaksFacts:
         profile = require_profiler(tracer)
         threads = tracer.threads()
         counts = tracer.stack_counts()
+        live_blocks, wrapped = _live_blocks(tracer, counts)
         return cls(
             header=tracer.header,
             profile=profile,
-            live_blocks=_live_blocks(tracer, counts),
+            live_blocks=live_blocks,
             threads=tuple(threads),
             ranked=rank(counts, "peak"),
             inconsistent=tuple(inconsistencies(tracer.header, threads, counts)
-                               + estimated_lines(tracer.header)),
+                               + ([SUM_LINE] if wrapped else []) + estimated_lines(tracer.header)),
         )
 
 

@@ -2,7 +2,7 @@
 //! Rust twin of `python/mem_trace_gdb/text/info.py`.
 
 use super::parts::error_text;
-use crate::layout::{Error, History, Tables, Totals};
+use crate::layout::{Error, History, Tables, Totals, SUM_LINE};
 use crate::memory::Memory;
 use core::sync::atomic::Ordering::Relaxed;
 use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER, FLAG_PROFILE_MODE};
@@ -86,12 +86,17 @@ pub fn lines(facts: &InfoFacts) -> Vec<String> {
             facts.header, facts.version
         ),
         format!("  live blocks:     {} ({} bytes)", t.blocks, t.bytes),
+    ];
+    if t.wrapped {
+        out.push(format!("  {SUM_LINE}"));
+    }
+    out.extend([
         format!("  distinct stacks: {}", t.stacks),
         format!("  threads seen:    {}", t.threads),
         format!("  untracked:       {}", facts.untracked),
         format!("  next sequence:   {}", facts.next_seq),
         format!("  flags:           {flags}"),
-    ];
+    ]);
     if facts.sample_mean != 0 {
         out.push(format!(
             "  sampling:        {} (MEM_TRACE_SAMPLE): the live blocks are the samples",

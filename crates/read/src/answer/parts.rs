@@ -210,8 +210,9 @@ pub(super) fn sum_by_stack(blocks: impl Iterator<Item = (u32, u64, u64)>) -> Vec
     let mut sums: HashMap<u32, (u64, u64)> = HashMap::new();
     for (stack, size, count) in blocks {
         let s = sums.entry(stack).or_default();
-        s.0 += size;
-        s.1 += count;
+        // Saturating: sizes and sample weights come from the target, which may have scribbled.
+        s.0 = s.0.saturating_add(size);
+        s.1 = s.1.saturating_add(count);
     }
     let mut out: Vec<(u32, u64, u64)> = sums.into_iter().map(|(k, (n, c))| (k, n, c)).collect();
     out.sort_by_key(|&(stack, bytes, blocks)| (core::cmp::Reverse((bytes, blocks)), stack));

@@ -19,7 +19,7 @@ use super::parts::{
     plural, stack_lines, sum_by_stack, thread_details, thread_text, Lookups, StackKind,
 };
 use super::AnswerError;
-use crate::layout::{Tables, Thread};
+use crate::layout::{checked_sum, Tables, Thread, SUM_LINE};
 use crate::memory::Memory;
 use crate::profile::Peaks;
 use mem_trace_format::{non_negative as positive, Counts};
@@ -154,8 +154,9 @@ impl TopFacts {
         }
         let peaks = require_profiler(tables)?;
         let counts = tables.stack_counts()?.unwrap_or_default();
-        let live_blocks = live_blocks(tables, &counts)?;
+        let (live_blocks, wrapped) = live_blocks(tables, &counts)?;
         let mut inconsistent = inconsistencies(&peaks, &tables.threads()?, &counts);
+        inconsistent.extend(wrapped.then(|| SUM_LINE.to_string()));
         inconsistent.extend(estimated_line(tables));
         let Some(index) = thread else {
             return Ok(TopFacts {
@@ -183,8 +184,8 @@ impl TopFacts {
             peaks,
             live_blocks,
             by,
-            thread_bytes: ranked.iter().map(|r| r.bytes).sum(),
-            thread_blocks: ranked.iter().map(|r| r.blocks).sum(),
+            thread_bytes: ranked.iter().fold(0, |n, r| n.saturating_add(r.bytes)),
+            thread_blocks: ranked.iter().fold(0, |n, r| n.saturating_add(r.blocks)),
             ranked,
             thread: Some(index),
             inconsistent,
@@ -192,18 +193,21 @@ impl TopFacts {
     }
 }
 
-/// Live blocks now: the table's count, or under sampling the counters' estimate.
+/// Live blocks now: the table's count, or under sampling the counters' estimate; and whether
+/// the counts summed past 2^64 or below zero ([`checked_sum`]).
 fn live_blocks<M: Memory + ?Sized>(
     tables: &Tables<'_, M>,
     counts: &BTreeMap<u32, Counts>,
-) -> Result<u64, AnswerError> {
+) -> Result<(u64, bool), AnswerError> {
     if tables.sample_mean() == 0 {
-        return Ok(tables.totals()?.blocks);
+        let totals = tables.totals()?;
+        return Ok((totals.blocks, totals.wrapped));
     }
-    Ok(counts
-        .values()
-        .map(|c| mem_trace_format::non_negative(c.live_blocks))
-        .sum())
+    // A stack's count below zero is flagged on its own line (`inconsistencies`) and counts
+    // as zero here.
+    Ok(checked_sum(
+        counts.values().map(|c| positive(c.live_blocks)),
+    ))
 }
 
 /// The line that says the numbers are estimates, under sampling.
@@ -424,11 +428,13 @@ impl PeaksFacts {
         let peaks = require_profiler(tables)?;
         let threads = tables.threads()?;
         let counts = tables.stack_counts()?.unwrap_or_default();
+        let (live_blocks, wrapped) = live_blocks(tables, &counts)?;
         let mut inconsistent = inconsistencies(&peaks, &threads, &counts);
+        inconsistent.extend(wrapped.then(|| SUM_LINE.to_string()));
         inconsistent.extend(estimated_line(tables));
         Ok(PeaksFacts {
             peaks,
-            live_blocks: live_blocks(tables, &counts)?,
+            live_blocks,
             inconsistent,
             threads,
             ranked: rank(&counts, By::Peak),

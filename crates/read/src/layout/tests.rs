@@ -140,3 +140,32 @@ fn sizes_read_as_a_person_would_say_them() {
     assert_eq!(human_bytes(96 << 30), "96 GiB");
     assert_eq!(human_bytes(u64::MAX), "16384 PiB");
 }
+
+#[test]
+fn sums_past_2_64_or_below_zero_are_clamped_and_said() {
+    use super::checked_sum;
+    assert_eq!(checked_sum([]), (0, false));
+    assert_eq!(checked_sum([1, 2, u64::MAX / 2 - 3]), (u64::MAX / 2, false));
+    assert_eq!(checked_sum([1 << 62; 4]), (u64::MAX, true));
+    assert_eq!(checked_sum([u64::MAX, 0]), (u64::MAX, true));
+    // A count below zero (a wrapped one) is said even when the sum still fits.
+    assert_eq!(checked_sum([0u64.wrapping_sub(5)]), (u64::MAX - 4, true));
+}
+
+#[test]
+fn shard_sums_past_2_64_are_clamped_in_the_totals() {
+    let mut b = TraceBuilder::new();
+    let s = b.add_stack(&[0x1234]);
+    b.add_block(0x5555_5555_0000, 100, 0, s, 0);
+    let mut built = b.build();
+    // Three shards' counts that each fit, and their sum that does not.
+    for shard in 0..3 {
+        built.set_shard_bytes(shard, 3 << 61);
+    }
+    let t = Tables::open(&built.image, built.header).unwrap();
+    let totals = t.totals().unwrap();
+    assert_eq!(
+        (totals.blocks, totals.bytes, totals.wrapped),
+        (1, u64::MAX, true)
+    );
+}

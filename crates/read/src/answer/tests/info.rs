@@ -2,7 +2,7 @@
 
 use super::super::info::{lines, InfoFacts};
 use crate::layout::Tables;
-use crate::test_image::{Free, ThreadSpec, TraceBuilder};
+use crate::test_image::{Built, Free, ThreadSpec, TraceBuilder};
 
 /// One thread, one live block, one free; `change` adjusts the builder first.
 fn info(change: impl FnOnce(&mut TraceBuilder)) -> (InfoFacts, Vec<String>) {
@@ -27,7 +27,11 @@ fn info(change: impl FnOnce(&mut TraceBuilder)) -> (InfoFacts, Vec<String>) {
         realloc: false,
     });
     change(&mut b);
-    let built = b.build();
+    facts_and_lines(&b.build())
+}
+
+/// The facts and the answer of `built`.
+fn facts_and_lines(built: &Built) -> (InfoFacts, Vec<String>) {
     let tables = Tables::open(&built.image, built.header).unwrap();
     let facts = InfoFacts::read(&tables, built.header).unwrap();
     let out = lines(&facts);
@@ -56,6 +60,41 @@ fn loaded() {
             "  quarantine:      off (MEM_TRACE_QUARANTINE=0)",
             "  errors reported: 0 (double or invalid frees)",
         ]
+    );
+}
+
+/// Shards' live bytes that sum past 2^64: the sum clamped and the tables flagged, right
+/// below it; then one shard's below zero.
+#[test]
+fn live_bytes_summed_past_2_64_are_flagged() {
+    let mut b = TraceBuilder::new();
+    let s = b.add_stack(&[0x1234]);
+    b.add_block(0x5555_5555_A2A0, 100, 0, s, 0);
+    let mut built = b.build();
+    for shard in 0..3 {
+        built.set_shard_bytes(shard, 3 << 61);
+    }
+    let (_, out) = facts_and_lines(&built);
+    let flag = "  inconsistent tables: live counts sum past 2^64 or below zero";
+    assert_eq!(
+        out[1..4],
+        [
+            "  live blocks:     1 (18446744073709551615 bytes)",
+            flag,
+            "  distinct stacks: 1",
+        ]
+    );
+    let mut built = b.build();
+    built.set_shard_bytes(7, 0u64.wrapping_sub(200));
+    let (_, out) = facts_and_lines(&built);
+    assert_eq!(
+        out[1..3],
+        ["  live blocks:     1 (18446744073709551516 bytes)", flag]
+    );
+    let (_, honest) = info(|_| {});
+    assert!(
+        honest.iter().all(|l| !l.contains("inconsistent")),
+        "{honest:?}"
     );
 }
 

@@ -234,3 +234,19 @@ fn impossible_numbers_are_flagged() {
         "{lines:?}"
     );
 }
+
+/// Shards' counts that sum past 2^64: `top` and `peaks` say so below their figures.
+#[test]
+fn shard_sums_past_2_64_are_flagged() {
+    let mut built = sites(true);
+    for shard in 0..3 {
+        built.set_shard_bytes(shard, 3 << 61);
+    }
+    let flag = "inconsistent tables: live counts sum past 2^64 or below zero";
+    let lines = top(&built, By::Live, None, 10).unwrap();
+    assert_eq!(lines[1], flag, "{lines:?}");
+    let tables = Tables::open(&built.image, built.header).unwrap();
+    let facts = PeaksFacts::read(&tables).unwrap();
+    let peaks = with_lookups(&tables, |l| peaks_lines(&facts, l, 1, None));
+    assert_eq!(peaks[3], flag, "{peaks:?}");
+}
