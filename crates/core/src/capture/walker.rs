@@ -47,7 +47,7 @@ impl ThreadCache {
         out: &mut [u64],
         want_id: bool,
     ) -> Option<Walk> {
-        let shape = &self.shapes[Shape::index(sp)];
+        let shape = &self.shapes[Shape::index(pc, sp)];
         if shape.sp != sp || shape.pc != pc {
             return None;
         }
@@ -64,7 +64,7 @@ impl ThreadCache {
             }
             let count = kept.checks.count as usize;
             let id = kept.stack_id;
-            self.repeated(k, sp);
+            self.repeated(k, (pc, sp));
             return Some(Walk {
                 frames: count.min(out.len()),
                 outside: false,
@@ -87,18 +87,18 @@ impl ThreadCache {
         };
         walk.id = id;
         walk.node = kept.steps.get(kept.first).map_or(0, |s| s.node);
-        self.repeated(k, sp);
+        self.repeated(k, (pc, sp));
         Some(walk)
     }
 
     /// Notes that a capture from `sp` repeated kept walk `k`, all of it (a walk no longer
     /// stops where the frame buffer fills, so a take-over of a kept walk is always whole).
     #[inline(always)]
-    pub(super) fn repeated(&mut self, k: usize, sp: u64) {
+    pub(super) fn repeated(&mut self, k: usize, (pc, sp): (u64, u64)) {
         self.memo = Some(k);
         self.taken_over += 1;
         self.kept_hits += 1;
-        let shape = &mut self.shapes[Shape::index(sp)];
+        let shape = &mut self.shapes[Shape::index(pc, sp)];
         shape.score = (shape.score + 1).min(SHAPE_SCORE);
         self.kept_recent[k / KEPT_WAYS] = (k % KEPT_WAYS) as u8;
         self.last_kept = Some(k);
@@ -113,7 +113,7 @@ impl ThreadCache {
         }
         let steps = &next.steps[..next.len];
         let (pc, sp) = (steps[0].pc, steps[0].sp);
-        let shape = &mut self.shapes[Shape::index(sp)];
+        let shape = &mut self.shapes[Shape::index(pc, sp)];
         if shape.sp != sp || shape.pc != pc || shape.slots == 0 {
             // Another start, or none yet: replace it once it stops serving.
             shape.score = shape.score.saturating_sub(1);
