@@ -11,6 +11,12 @@
 //! once for both files, and a last `[N other stacks]` line for what the ranking left out, so
 //! that the graph keeps the scale of the whole), and drawn as `X.svg` (`svg`).
 //!
+//! At the end (the exit and final reports), a program that freed (nearly) everything leaves
+//! an empty graph of what is live: when what is live is under a tenth of the global peak, the
+//! graph is of the stacks live at the global peak instead, and the report says so. A graph
+//! with no stack in it is not drawn, and its empty `.folded` not left; a graph the renderer
+//! failed to draw is not left either.
+//!
 //! Everything is computed first (rankings, the leak scan: arena memory, no lock the
 //! allocation path waits on for long), then written while symbolizing in the scratch region
 //! (`report::frames`), never while holding anything an allocating thread needs.
@@ -41,6 +47,9 @@ pub(crate) enum Kind {
     Exit,
     /// Asked for by the program (`mem_trace::report`): everything, to where it said.
     Requested,
+    /// Asked for by `mem-trace run` when it was told to stop (`requests`): everything, as at
+    /// exit, before the signal is passed on to the program.
+    Final,
 }
 
 impl Kind {
@@ -50,6 +59,7 @@ impl Kind {
             Kind::Snapshot => "snapshot",
             Kind::Exit => "at exit",
             Kind::Requested => "requested",
+            Kind::Final => "final",
         }
     }
 }
@@ -75,6 +85,13 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
     } else {
         AVec::new_in(Arena)
     };
+    let graph_by = graph_ranking(kind, by, live, peak);
+    // The graph's rows: the ranking it is drawn from, with something in it.
+    let graph_rows = if graph_by == by {
+        top.len()
+    } else {
+        at_peak.len()
+    };
     let leaks = if full { leaks::check(own_sp) } else { None };
     let groups = leaks.as_ref().and_then(|l| group(&l.blocks));
 
@@ -82,8 +99,12 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
         Some(out) => (out, None),
         None => output::open(),
     };
-    // With a report file, its folded stacks go beside it (then drawn as a flame graph).
-    let mut folded = path.as_ref().and_then(|p| output::sibling(p, "folded"));
+    // With a report file, its folded stacks go beside it (then drawn as a flame graph); not
+    // for a graph with nothing in it.
+    let mut folded = path
+        .as_ref()
+        .filter(|_| graph_rows > 0)
+        .and_then(|p| output::sibling(p, "folded"));
     let mut stacks_out = match printing {
         Some(p) => p.writer(),
         None => StackWriter::raw("another thread is symbolizing"),
@@ -96,6 +117,13 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
             seconds_since_start(),
             blocks(live_blocks),
         )?;
+        if graph_by != by && folded.is_some() {
+            writeln!(
+                out,
+                "mem-trace: little is live now ({live} bytes of a {peak}-byte peak): the flame \
+                 graph shows the stacks live at the global peak"
+            )?;
+        }
         writeln!(
             out,
             "mem-trace: top {} stacks by {}, biggest last:",
@@ -104,13 +132,23 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
         )?;
         for (i, r) in top.iter().enumerate().rev() {
             let c = &r.counts;
-            let folded = folded.as_mut().map(|(f, _)| (f, rank::key(c, by)));
+            let folded = folded
+                .as_mut()
+                .filter(|_| graph_by == by)
+                .map(|(f, _)| (f, rank::key(c, by)));
             match by {
                 RankBy::Allocated => writeln!(
                     out,
                     "# {i}: {} bytes allocated in {}, {} bytes live",
                     c.total_bytes,
                     blocks(c.total_blocks),
+                    positive(c.live_bytes)
+                )?,
+                RankBy::Peak => writeln!(
+                    out,
+                    "# {i}: {} bytes in {} at the peak, {} bytes live",
+                    c.peak_bytes,
+                    blocks(c.peak_blocks),
                     positive(c.live_bytes)
                 )?,
                 _ => writeln!(
@@ -122,13 +160,14 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
             }
             stack_and_folded(&mut out, &mut stacks_out, r, folded)?;
         }
-        if let Some((f, _)) = &mut folded {
+        if let Some((f, _)) = folded.as_mut().filter(|_| graph_by == by) {
             other_stacks(f, all_ref, &top, by)?;
         }
         if !full {
             return stacks_out.write_names_hint(&mut out);
         }
-        write_peaks(&mut out, &mut stacks_out, &at_peak)?;
+        let peak_folded = folded.as_mut().filter(|_| graph_by != by).map(|(f, _)| f);
+        write_peaks(&mut out, &mut stacks_out, &at_peak, all_ref, peak_folded)?;
         match (&leaks, &groups) {
             (Some(l), Some(g)) => write_leaks(&mut out, &mut stacks_out, l, g, top_n)?,
             _ => writeln!(out, "mem-trace: leak check: out of memory, skipped")?,
@@ -140,28 +179,53 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
     drop(out);
     if let Some((f, path)) = folded {
         drop(f);
-        flame_graph(&path, by, kind, n);
+        flame_graph(&path, graph_by, graph_by != by, kind, n);
     }
 }
 
-/// Draws the flame graph of the folded stacks at `folded` (`X.svg` beside `X.folded`).
-fn flame_graph(folded: &output::PathBuf, by: RankBy, kind: Kind, n: u64) {
+/// What a report's flame graph counts: what the report ranks by, except at the end of a
+/// program that freed nearly everything (live under a tenth of the `peak`), whose graph of
+/// live bytes or blocks would be (nearly) empty: then the stacks live at the global peak.
+fn graph_ranking(kind: Kind, by: RankBy, live: u64, peak: u64) -> RankBy {
+    let at_the_end = matches!(kind, Kind::Exit | Kind::Final);
+    let of_live = matches!(by, RankBy::Live | RankBy::Blocks);
+    if at_the_end && of_live && peak > 0 && live.saturating_mul(10) < peak {
+        RankBy::Peak
+    } else {
+        by
+    }
+}
+
+/// Draws the flame graph of the folded stacks at `folded` (`X.svg` beside `X.folded`);
+/// `instead` when it is of the peak because little was live.
+fn flame_graph(folded: &output::PathBuf, by: RankBy, instead: bool, kind: Kind, n: u64) {
     let by_name = match by {
         RankBy::Live => c"live",
         RankBy::Allocated => c"allocated",
         RankBy::Blocks => c"blocks",
+        RankBy::Peak => c"peak",
     };
     let mut title = output::PathBuf::default();
     let titled = write!(
         title,
-        "{}: report {n} ({}) of process {}\0",
+        "{}{}: report {n} ({}) of process {}\0",
         what(by),
+        if instead {
+            " (little was live at the end)"
+        } else {
+            ""
+        },
         kind.name(),
         // SAFETY: getpid has no preconditions.
         unsafe { libc::getpid() }
     );
-    if let (Ok(()), Some(svg)) = (titled, folded.with_extension("svg")) {
-        svg::draw(folded, &svg, by_name, &title);
+    let Some(svg) = folded.with_extension("svg") else {
+        return;
+    };
+    if titled.is_err() || !svg::draw(folded, &svg, by_name, &title) {
+        // Whatever a failed renderer left is no graph.
+        // SAFETY: removes a file of ours by its NUL-terminated path.
+        unsafe { libc::unlink(svg.as_c()) };
     }
 }
 
@@ -171,6 +235,7 @@ fn what(by: RankBy) -> &'static str {
         RankBy::Live => "live bytes",
         RankBy::Allocated => "bytes allocated",
         RankBy::Blocks => "live blocks",
+        RankBy::Peak => "bytes live at the global peak",
     }
 }
 
@@ -217,8 +282,15 @@ fn seconds_since_start() -> f64 {
 }
 
 /// The global peak, every thread's (the biggest first, exited threads included: they keep
-/// theirs), and the stacks held at the global peak.
-fn write_peaks(out: &mut Out, w: &mut StackWriter<'_>, at_peak: &[Ranked]) -> fmt::Result {
+/// theirs), and the stacks held at the global peak, written as folded stacks too when
+/// `folded` is given (the flame graph is of the peak).
+fn write_peaks(
+    out: &mut Out,
+    w: &mut StackWriter<'_>,
+    at_peak: &[Ranked],
+    all: &[Counts],
+    mut folded: Option<&mut Out>,
+) -> fmt::Result {
     let h = header();
     writeln!(
         out,
@@ -260,7 +332,11 @@ fn write_peaks(out: &mut Out, w: &mut StackWriter<'_>, at_peak: &[Ranked]) -> fm
             r.counts.peak_bytes,
             blocks(r.counts.peak_blocks)
         )?;
-        stack(out, w, r)?;
+        let f = folded.as_deref_mut().map(|f| (f, r.counts.peak_bytes));
+        stack_and_folded(out, w, r, f)?;
+    }
+    if let Some(f) = folded {
+        other_stacks(f, all, at_peak, RankBy::Peak)?;
     }
     Ok(())
 }
