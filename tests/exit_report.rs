@@ -8,7 +8,8 @@
 //!   a program killed by SIGKILL is said to have no exit report;
 //! - a program that freed (nearly) everything gets a flame graph of its global peak, said so;
 //!   `MEM_TRACE_PROFILE_BY=peak` ranks by it; a graph with nothing in it is neither written
-//!   nor listed.
+//!   nor listed;
+//! - a full report lists the exited threads with the highest peaks, and sums up the rest.
 
 mod common;
 
@@ -21,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn fixture() -> common::Fixture {
-    c_fixture("exit_paths.c", &[])
+    c_fixture("exit_paths.c", &["-pthread"])
 }
 
 /// A fresh, empty directory for one test.
@@ -354,4 +355,42 @@ fn an_empty_flame_graph_is_neither_written_nor_listed() {
     assert!(!drawn.status.success());
     assert!(!svg.exists());
     assert_eq!(drawn.status.signal(), None);
+}
+
+/// 40 threads made and ended: the report lists the 10 with the highest peaks (threads 31 to
+/// 40 of the fixture: 31 to 40 KiB), and one line for the other 30.
+#[test]
+fn a_report_lists_ten_exited_threads_and_sums_up_the_rest() {
+    let d = scratch("threads");
+    let out = preloaded(&fixture().bin, &["threads", "40"], &[], &d.join("run"));
+    assert_eq!(out.status.code(), Some(0), "{}", out.describe());
+    let report = exit_report(&out.stderr);
+    let peaks = report
+        .split("mem-trace: thread peaks:\n")
+        .nth(1)
+        .and_then(|r| r.split("mem-trace: top ").next())
+        .unwrap_or_else(|| panic!("{report}"));
+    let exited: Vec<&str> = peaks.lines().filter(|l| l.ends_with(", exited")).collect();
+    assert_eq!(exited.len(), 10, "{peaks}");
+    // The main thread is listed, running; each exited one shown held at least 31 KiB.
+    assert!(
+        peaks.lines().next().unwrap().starts_with("   thread 1 "),
+        "{peaks}"
+    );
+    for l in &exited {
+        let peak: u64 = l
+            .split("peak ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{l}"));
+        assert!(peak >= 31 * 1024, "{peaks}");
+    }
+    let last = peaks.lines().last().unwrap();
+    // Threads 2 to 31 held 1 to 30 KiB; 465 KiB in all.
+    assert_eq!(
+        last,
+        "   ... and 30 more exited threads, each with a peak of at most 30720 bytes, 476160 \
+         bytes allocated in all"
+    );
 }

@@ -281,9 +281,10 @@ fn seconds_since_start() -> f64 {
     super::monotonic_ns().saturating_sub(PROFILE.started_ns.load(Relaxed)) as f64 / 1e9
 }
 
-/// The global peak, every thread's (the biggest first, exited threads included: they keep
-/// theirs), and the stacks held at the global peak, written as folded stacks too when
-/// `folded` is given (the flame graph is of the peak).
+/// The global peak, every thread's (running threads all, exited ones, which keep theirs, the
+/// [`EXITED_SHOWN`] with the highest peaks and a line for the rest), and the stacks held at
+/// the global peak, written as folded stacks too when `folded` is given (the flame graph is
+/// of the peak).
 fn write_peaks(
     out: &mut Out,
     w: &mut StackWriter<'_>,
@@ -299,12 +300,29 @@ fn write_peaks(
         h.peak_seq.load(Relaxed),
         PROFILE.resets.load(Relaxed)
     )?;
-    let count = threads::THREADS.count.load(Relaxed);
+    let count = threads::THREADS
+        .count
+        .load(Relaxed)
+        .min(u64::from(u32::MAX)) as u32;
+    let exited = |t: &mem_trace_format::ThreadRecord| {
+        t.flags.load(Relaxed) & mem_trace_format::THREAD_EXITED != 0
+    };
+    let mut shown = ExitedShown::default();
+    for i in 1..=count {
+        if let Some(t) = threads::get(i).filter(|t| exited(t)) {
+            shown.offer(t.peak_bytes.load(Relaxed), i);
+        }
+    }
     writeln!(out, "mem-trace: thread peaks:")?;
-    for i in 1..=count.min(u64::from(u32::MAX)) as u32 {
+    let mut rest = ExitedRest::default();
+    for i in 1..=count {
         let Some(t) = threads::get(i) else {
             continue;
         };
+        if exited(t) && !shown.has(i) {
+            rest.add(t);
+            continue;
+        }
         writeln!(
             out,
             "   thread {i} (tid {}, {}): peak {} bytes, live {} bytes, allocated {} bytes{}",
@@ -313,11 +331,17 @@ fn write_peaks(
             t.peak_bytes.load(Relaxed),
             t.live_bytes(),
             t.allocated_bytes.load(Relaxed),
-            if t.flags.load(Relaxed) & mem_trace_format::THREAD_EXITED != 0 {
-                ", exited"
-            } else {
-                ""
-            }
+            if exited(t) { ", exited" } else { "" }
+        )?;
+    }
+    if rest.threads > 0 {
+        writeln!(
+            out,
+            "   ... and {} more exited {}, each with a peak of at most {} bytes, {} bytes allocated in all",
+            rest.threads,
+            if rest.threads == 1 { "thread" } else { "threads" },
+            rest.max_peak,
+            rest.allocated
         )?;
     }
     writeln!(
@@ -339,6 +363,47 @@ fn write_peaks(
         other_stacks(f, all, at_peak, RankBy::Peak)?;
     }
     Ok(())
+}
+
+/// Exited threads listed one a line in a full report: a server that made a thread per
+/// request would otherwise list hundreds.
+const EXITED_SHOWN: usize = 10;
+
+/// The exited threads with the highest peaks (ties: the first made), kept without allocating.
+#[derive(Default)]
+struct ExitedShown {
+    /// (peak, index), the highest first; index 0: an empty place.
+    top: [(u64, u32); EXITED_SHOWN],
+}
+
+impl ExitedShown {
+    fn offer(&mut self, peak: u64, index: u32) {
+        let Some(at) = self.top.iter().position(|&(p, i)| i == 0 || peak > p) else {
+            return;
+        };
+        self.top.copy_within(at..EXITED_SHOWN - 1, at + 1);
+        self.top[at] = (peak, index);
+    }
+
+    fn has(&self, index: u32) -> bool {
+        self.top.iter().any(|&(_, i)| i == index)
+    }
+}
+
+/// The exited threads not listed, summed.
+#[derive(Default)]
+struct ExitedRest {
+    threads: u64,
+    max_peak: u64,
+    allocated: u64,
+}
+
+impl ExitedRest {
+    fn add(&mut self, t: &mem_trace_format::ThreadRecord) {
+        self.threads += 1;
+        self.max_peak = self.max_peak.max(t.peak_bytes.load(Relaxed));
+        self.allocated = self.allocated.wrapping_add(t.allocated_bytes.load(Relaxed));
+    }
 }
 
 /// Per class (lost, possibly lost, reachable), the bytes and blocks of each stack id.
@@ -472,6 +537,29 @@ mod tests {
         let mut plain = [0u8; 16];
         plain[..7].copy_from_slice("worker1".as_bytes());
         assert_eq!(ThreadName(&plain).to_string(), "\"worker1\"");
+    }
+
+    #[test]
+    fn the_exited_threads_shown_are_those_with_the_highest_peaks() {
+        let mut shown = ExitedShown::default();
+        for i in 1..=30u32 {
+            // Peaks 0, 10, ..., 290, with thread 5's the highest.
+            let peak = if i == 5 {
+                10_000
+            } else {
+                u64::from(i - 1) * 10
+            };
+            shown.offer(peak, i);
+        }
+        assert!(shown.has(5) && shown.has(30) && shown.has(22));
+        assert!(!shown.has(21) && !shown.has(1));
+        assert_eq!(shown.top[0], (10_000, 5));
+        // Ties: the first made stays.
+        let mut ties = ExitedShown::default();
+        for i in 1..=12u32 {
+            ties.offer(7, i);
+        }
+        assert!(ties.has(1) && ties.has(10) && !ties.has(11));
     }
 
     #[test]
