@@ -17,6 +17,7 @@
 //! or exit report is written: those left when the run ends name the processes that ended
 //! without an exit report ([`unfinished`]).
 
+use crate::liveness::alive;
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
@@ -186,14 +187,6 @@ fn send(pidfd: i32, pid: u32, sig: i32) {
     }
 }
 
-/// Whether the process `pid` is still there (a zombie counts: its FIFO is no longer read).
-fn alive(pid: u32) -> bool {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The state follows the command's closing parenthesis.
-    let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start());
-    state.is_some_and(|s| !s.starts_with('Z') && !s.starts_with('X'))
-}
-
 /// The pid of `DIR/mem-trace.<pid>.request`.
 fn pid_of(path: &Path) -> Option<u32> {
     request_pid(path.file_name()?)
@@ -251,11 +244,5 @@ mod tests {
         assert_eq!(request_pid(OsStr::new("mem-trace.123.request")), Some(123));
         assert_eq!(request_pid(OsStr::new("mem-trace.123.1.txt")), None);
         assert_eq!(request_pid(OsStr::new("mem-trace.x.request")), None);
-    }
-
-    #[test]
-    fn this_process_is_alive() {
-        assert!(alive(std::process::id()));
-        assert!(!alive(u32::MAX));
     }
 }
