@@ -92,8 +92,13 @@ fn ls_gets_its_exit_report_though_it_closes_stderr() {
 /// `mem-trace run -o out FIXTURE serve` under `sh -c`, stdout piped; returns once the fixture
 /// says it serves, with sh and `run`'s pid.
 fn serve(d: &Path) -> (Child, u32) {
+    serve_mode(d, "serve", &mut String::new())
+}
+
+/// As [`serve`], with the fixture's `mode`; what it printed before "serving" in `before`.
+fn serve_mode(d: &Path, mode: &str, before: &mut String) -> (Child, u32) {
     let script = format!(
-        "'{}' run -o out '{}' serve 2>run.stderr; echo \"status $?\"",
+        "'{}' run -o out '{}' {mode} 2>run.stderr; echo \"status $?\"",
         mem_trace_binary().display(),
         fixture().bin.display()
     );
@@ -108,17 +113,37 @@ fn serve(d: &Path) -> (Child, u32) {
         .process_group(0)
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    let stdout = sh.stdout.as_mut().unwrap();
-    BufReader::new(stdout).read_line(&mut first).unwrap();
-    assert_eq!(first, "serving\n", "the server did not start");
+    let mut stdout = BufReader::new(sh.stdout.take().unwrap());
+    loop {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert!(!line.is_empty(), "the server did not start: {before}");
+        if line == "serving\n" {
+            break;
+        }
+        before.push_str(&line);
+    }
+    sh.stdout = Some(stdout.into_inner());
     let children = fs::read_to_string(format!("/proc/{0}/task/{0}/children", sh.id())).unwrap();
     let run: u32 = children.trim().parse().expect("sh runs mem-trace");
     (sh, run)
 }
 
-/// The rest of sh's output, and its status, within 30 s.
+/// The rest of sh's output, once it has ended (within 30 s).
 fn finish(mut sh: Child) -> String {
+    wait_for(&mut sh);
+    rest(sh)
+}
+
+/// What sh wrote after the fixture's "serving": once every writer of the pipe has ended.
+fn rest(mut sh: Child) -> String {
+    let mut rest = String::new();
+    std::io::Read::read_to_string(sh.stdout.as_mut().unwrap(), &mut rest).unwrap();
+    rest
+}
+
+/// Waits for sh to end, 30 s at most.
+fn wait_for(sh: &mut Child) {
     let start = Instant::now();
     while sh.try_wait().unwrap().is_none() {
         if start.elapsed() > Duration::from_secs(30) {
@@ -128,9 +153,6 @@ fn finish(mut sh: Child) -> String {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut rest = String::new();
-    std::io::Read::read_to_string(sh.stdout.as_mut().unwrap(), &mut rest).unwrap();
-    rest
 }
 
 fn read(p: &Path) -> String {
@@ -392,5 +414,51 @@ fn a_report_lists_ten_exited_threads_and_sums_up_the_rest() {
         last,
         "   ... and 30 more exited threads, each with a peak of at most 30720 bytes, 476160 \
          bytes allocated in all"
+    );
+}
+
+/// A program that forked (no exec): each process listens on its own FIFO, and both write a
+/// final report when `run` is stopped; the signal goes to the program only.
+#[test]
+fn a_forked_child_writes_its_own_final_report() {
+    let d = scratch("sigterm-fork");
+    let mut before = String::new();
+    let (sh, run) = serve_mode(&d, "serve-fork", &mut before);
+    let child: i32 = before
+        .trim()
+        .strip_prefix("child ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{before}"));
+    // SAFETY: signals the mem-trace this test started (through sh).
+    unsafe { libc::kill(run as i32, libc::SIGTERM) };
+    let mut sh = sh;
+    wait_for(&mut sh);
+    // SAFETY: the fixture's child, which this test made; the signal went to its parent only.
+    // It holds sh's stdout open: gone, the rest can be read.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    let rest = rest(sh);
+    assert_eq!(rest, "status 143\n");
+    let stderr = read(&d.join("run.stderr"));
+    assert!(
+        stderr.contains("asking 2 processes for their final report"),
+        "{stderr}"
+    );
+    let report = read(&d.join(format!("out/mem-trace.{child}.1.txt")));
+    assert!(
+        report.starts_with("mem-trace: report 1 (final)"),
+        "{report}"
+    );
+    // The child's own block, and its parent's four inherited.
+    assert!(
+        report
+            .lines()
+            .next()
+            .is_some_and(|l| l.ends_with(": 27775 bytes live in 5 blocks, peak 27775 bytes")),
+        "{report}"
+    );
+    assert_eq!(
+        stderr.matches("final report of process").count(),
+        2,
+        "{stderr}"
     );
 }

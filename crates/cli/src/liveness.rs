@@ -2,8 +2,8 @@
 //! and for a read that failed because its process exited meanwhile.
 
 use crate::cli::Command;
-use mem_trace_read::target::Source;
 use crate::error::Error;
+use mem_trace_read::target::Source;
 
 /// Whether the process `pid` is still running (a zombie has ended: its memory is gone).
 pub fn alive(pid: u32) -> bool {
