@@ -83,7 +83,9 @@ binary (`cargo build --release` puts it there), else the one an installed mem-tr
 Reports are switched on for the program (MEM_TRACE_PROFILE=1). The program's \
 stdin, stdout and stderr are its own, and its exit status (or the signal that killed it) is \
 passed on. Reports go to DIR: mem-trace.<pid>.<n>.txt, with .folded and .svg beside each, and \
-the exit report's leak check in mem-trace.<pid>.<n>.leaks.txt."
+the exit report's leak check in mem-trace.<pid>.<n>.leaks.txt. Told to stop (SIGTERM, or \
+a SIGINT sent to it), it asks every traced process for a final report, waits for them (5 s at \
+most), then passes the signal on; processes that ended with no exit report are named."
 )]
 pub struct RunArgs {
     /// What the tracer records: `profile` (allocation stacks only, the cheaper) or `debug`

@@ -26,6 +26,7 @@ pub mod dhat;
 pub mod error;
 pub mod flamegraph;
 pub mod gdb;
+pub mod liveness;
 pub mod pprof;
 pub mod progress;
 pub mod push;
@@ -38,6 +39,17 @@ use error::Result;
 
 /// Runs the subcommand; the process's exit status on success.
 pub fn dispatch(cli: Cli) -> Result<u8> {
+    // A process read may exit under the reader: then that is the answer's one line.
+    let pid = liveness::target_pid(&cli.command);
+    let was_alive = pid.is_some_and(liveness::alive);
+    let result = command(cli);
+    match pid {
+        Some(pid) => result.map_err(|e| liveness::explain(e, pid, was_alive)),
+        None => result,
+    }
+}
+
+fn command(cli: Cli) -> Result<u8> {
     match cli.command {
         Command::Run(a) => run::run(&a),
         Command::Gdb(a) => gdb::gdb(&a),

@@ -66,6 +66,9 @@ pub(crate) static SNAPSHOT_SIGNAL: AtomicI32 = AtomicI32::new(DEFAULT_SNAPSHOT_S
 /// Profiler builds: the directory reports are written to, one file per report
 /// (`MEM_TRACE_OUT=DIR`); unset: standard error.
 pub(crate) static OUT_DIR: OnceLock<String> = OnceLock::new();
+/// Listen for report requests on a FIFO in [`OUT_DIR`] (`MEM_TRACE_REQUESTS=1`, set by
+/// `mem-trace run`; needs reports on and `MEM_TRACE_OUT`).
+pub(crate) static REQUESTS: AtomicBool = AtomicBool::new(false);
 
 /// What a profile report ranks stacks by (`MEM_TRACE_PROFILE_BY`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +79,8 @@ pub(crate) enum RankBy {
     Allocated = 1,
     /// `blocks`: live blocks.
     Blocks = 2,
+    /// `peak`: bytes each stack held at the global peak.
+    Peak = 3,
 }
 
 impl RankBy {
@@ -85,6 +90,7 @@ impl RankBy {
         match v {
             1 => RankBy::Allocated,
             2 => RankBy::Blocks,
+            3 => RankBy::Peak,
             _ => RankBy::Live,
         }
     }
@@ -144,6 +150,8 @@ pub(crate) struct Config {
     pub snapshot_signal: i32,
     /// Where reports go: a directory, or standard error.
     pub out_dir: Option<String>,
+    /// Whether to listen for report requests (`MEM_TRACE_REQUESTS`).
+    pub requests: bool,
     /// Mean bytes between sampled allocations (`MEM_TRACE_SAMPLE`, 0: record every block).
     pub sample: u64,
     /// `MEM_TRACE_SAMPLE_SEED`: the same samples run after run.
@@ -170,6 +178,7 @@ impl Default for Config {
             leaks: true,
             snapshot_signal: DEFAULT_SNAPSHOT_SIGNAL,
             out_dir: None,
+            requests: false,
             sample: 0,
             sample_seed: None,
         }
@@ -342,7 +351,8 @@ fn parse_profile(
             "live" => c.profile_by = RankBy::Live,
             "allocated" => c.profile_by = RankBy::Allocated,
             "blocks" => c.profile_by = RankBy::Blocks,
-            _ => reject("MEM_TRACE_PROFILE_BY", v, "live, allocated or blocks"),
+            "peak" => c.profile_by = RankBy::Peak,
+            _ => reject("MEM_TRACE_PROFILE_BY", v, "live, allocated, blocks or peak"),
         }
     }
     if let Some(v) = get("MEM_TRACE_LEAKS") {
@@ -364,6 +374,13 @@ fn parse_profile(
     }
     if let Some(v) = get("MEM_TRACE_OUT") {
         c.out_dir = Some(v.trim().to_string());
+    }
+    if let Some(v) = get("MEM_TRACE_REQUESTS") {
+        match v.trim() {
+            "1" | "yes" | "true" => c.requests = true,
+            "0" | "no" | "false" => c.requests = false,
+            _ => reject("MEM_TRACE_REQUESTS", v, "0 or 1"),
+        }
     }
 }
 
@@ -543,6 +560,7 @@ pub(crate) fn load() -> Config {
     if let Some(dir) = &c.out_dir {
         let _ = OUT_DIR.set(dir.clone());
     }
+    REQUESTS.store(on && c.requests && c.out_dir.is_some(), Ordering::Relaxed);
     c
 }
 
@@ -663,8 +681,10 @@ mod tests {
             ("MEM_TRACE_LEAKS", "0"),
             ("MEM_TRACE_SNAPSHOT_SIGNAL", "SIGUSR1"),
             ("MEM_TRACE_OUT", "/tmp"),
+            ("MEM_TRACE_REQUESTS", "1"),
         ]));
         assert!(bad.is_empty(), "{bad:?}");
+        assert!(c.requests);
         assert_eq!(c.profile_interval_ms, 250);
         assert_eq!((c.profile_top, c.profile_by), (3, RankBy::Allocated));
         assert!(!c.leaks);
@@ -691,6 +711,13 @@ mod tests {
         for v in ["SIGKILL", "9", "19", "SEGV", "USR3", "65", "RTMIN+31", ""] {
             assert_eq!(parse_signal(v), None, "{v}");
         }
+        assert_eq!(
+            parse(env(&[("MEM_TRACE_PROFILE_BY", " peak ")]))
+                .0
+                .profile_by,
+            RankBy::Peak
+        );
+        assert_eq!(RankBy::from_u8(RankBy::Peak as u8), RankBy::Peak);
         assert_eq!(
             parse(env(&[("MEM_TRACE_PROFILE_BY", "blocks")]))
                 .0

@@ -1,10 +1,11 @@
 //! The program as `mem-trace run` runs it: found as a shell would find it, started with the
 //! preload, waited for, and its end passed on as our own.
 //!
-//! While it runs we ignore SIGINT and SIGQUIT, as `time` and `env`-like wrappers do: a Ctrl-C
-//! at the terminal goes to the whole foreground process group, and it is the program's to
-//! handle (it may catch it and exit cleanly, with its exit report). They are ignored only after
-//! the program has started, so that it does not inherit the ignoring across `exec`.
+//! While it runs we ignore SIGQUIT, as `time` and `env`-like wrappers do: the terminal sends
+//! it to the whole foreground process group, and it is the program's to handle. It is
+//! ignored only after the program has started, so that it does not inherit the ignoring
+//! across `exec`. SIGTERM and SIGINT are taken by `stop`: the program is asked for its final
+//! report, then given the signal (a Ctrl-C, which reached the program already, is left to it).
 //!
 //! Its death by a signal is passed on by dying of the same signal: the default disposition is
 //! restored and the signal raised on ourselves, so a shell reports the same death
@@ -57,13 +58,14 @@ fn is_executable(p: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Runs `path` (named `name` in its `argv[0]`) with `args` and the environment changes `env`;
-/// its status once it has ended.
+/// Runs `path` (named `name` in its `argv[0]`) with `args` and the environment changes `env`,
+/// its reports going to `dir`; its status once it has ended.
 pub fn run(
     name: &OsStr,
     path: &Path,
     args: &[OsString],
     env: &[(&str, OsString)],
+    dir: &Path,
     started: impl FnOnce(u32),
 ) -> Result<ExitStatus> {
     let mut cmd = Command::new(path);
@@ -71,19 +73,34 @@ pub fn run(
     for (k, v) in env {
         cmd.env(k, v);
     }
+    // Blocked before the spawn, so that none is lost before the thread that takes them
+    // runs; every thread made from here on (the pusher's too) inherits the mask, the program
+    // does not. They stay blocked to the end: `pass_on` unblocks the one it passes on.
+    let mask = super::stop::block();
+    let unblocked = mask;
+    // SAFETY: between fork and exec only pthread_sigmask runs, which is async-signal-safe and
+    // touches no memory of the parent's.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The program starts with the mask we had, not the one that keeps the signals for
+            // our thread: a SIGTERM must reach it.
+            libc::pthread_sigmask(libc::SIG_SETMASK, &unblocked, core::ptr::null_mut());
+            Ok(())
+        });
+    }
     let mut child = cmd.spawn().map_err(|e| {
+        super::stop::unblock(&mask);
         let code = match e.kind() {
             std::io::ErrorKind::NotFound => NOT_FOUND,
             _ => CANNOT_RUN,
         };
         Error::with_code(format!("run: {}: {e}", path.display()), code)
     })?;
+    super::stop::watch(child.id(), dir.to_path_buf());
     started(child.id());
-    let saved = [libc::SIGINT, libc::SIGQUIT].map(|sig| (sig, ignore(sig)));
+    let quit = ignore(libc::SIGQUIT);
     let status = child.wait();
-    for (sig, old) in saved {
-        restore(sig, old);
-    }
+    restore(libc::SIGQUIT, quit);
     status.map_err(|e| Error::new(format!("run: waiting for {}: {e}", path.display())))
 }
 

@@ -4,6 +4,7 @@
 //! - `library`: which `libmem_trace.so` to preload, checked to keep per-stack counters;
 //! - `bundled`: the library this binary carries (`bundle` feature), written out to a cache;
 //! - `child`: finding, starting and waiting for the program, and passing its end on;
+//! - `stop`: `run` told to stop (SIGTERM, SIGINT): the final reports, then the signal passed on;
 //! - `outputs`: the files left in the directory, and where they are.
 //!
 //! The program gets, on top of the environment as it is:
@@ -14,6 +15,7 @@
 //! | `MEM_TRACE_PROFILE` | `1` | reports on: the library keeps its counters either way, and writes reports only when asked |
 //! | `MEM_TRACE_OUT` | the directory, absolute | each report a file there, not on the program's stderr |
 //! | `MEM_TRACE_LEAKS` | `1` | the exit report is written only with its leak check |
+//! | `MEM_TRACE_REQUESTS` | `1` | each process listens for `run`'s request for a final report (`stop`) |
 //! | `MEM_TRACE_PROFILE_INTERVAL` | `0` without `--profile` | only the exit report; with `--profile` the user's interval (default 30 s) |
 //! | `MEM_TRACE_MODE` | `--mode`, else the user's, else `profile` | a profile needs allocation stacks only, at about half the cost of `debug`'s free stacks, history and quarantine |
 //!
@@ -24,6 +26,7 @@ mod bundled;
 pub(crate) mod child;
 pub(crate) mod library;
 mod outputs;
+mod stop;
 
 use crate::cli::{By, Mode, PushArgs, RunArgs, TargetArgs};
 use crate::error::{Error, Result};
@@ -47,6 +50,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         ("MEM_TRACE_PROFILE", "1".into()),
         ("MEM_TRACE_OUT", dir.clone().into_os_string()),
         ("MEM_TRACE_LEAKS", "1".into()),
+        ("MEM_TRACE_REQUESTS", "1".into()),
         (
             "MEM_TRACE_MODE",
             mode(args.mode, std::env::var_os("MEM_TRACE_MODE")),
@@ -57,7 +61,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     }
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let mut pusher = None;
-    let status = child::run(program, &path, program_args, &env, |pid| {
+    let mut program_pid = 0;
+    let status = child::run(program, &path, program_args, &env, &dir, |pid| {
+        program_pid = pid;
         pusher = args.push.as_ref().map(|url| {
             let push = push_args(args, url, pid, &path);
             let stop = stop.clone();
@@ -76,7 +82,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
             Err(_) => eprintln!("mem-trace: run: the push thread failed"),
         }
     }
-    outputs::finish(&dir, ranked_by());
+    let ended = outputs::Ended {
+        program: program_pid,
+        signal: std::os::unix::process::ExitStatusExt::signal(&status),
+        unfinished: stop::unfinished(&dir),
+    };
+    outputs::finish(&dir, ranked_by(), &ended);
     Ok(child::pass_on(status))
 }
 
@@ -163,6 +174,7 @@ fn ranked_by() -> By {
     {
         Ok("allocated") => By::Allocated,
         Ok("blocks") => By::Blocks,
+        Ok("peak") => By::Peak,
         _ => By::Live,
     }
 }

@@ -5,8 +5,10 @@
 //! (`.folded`) and normally draws its flame graph (`.svg`) itself, through this binary. Here we
 //! draw any `.svg` still missing (the library could not run us), and copy the exit report's
 //! leak check into a file of its own (`.leaks.txt`). Every process of the run (the program's
-//! children too, whose reports carry their own pid) is accounted for.
+//! children too, whose reports carry their own pid) is accounted for, and a process that
+//! ended with no exit report (killed, or `_exit`) is named (`stop::unfinished`).
 
+use super::stop::Unfinished;
 use crate::cli::By;
 use crate::flamegraph;
 use std::collections::BTreeMap;
@@ -26,7 +28,7 @@ pub struct Report {
     pub pid: u32,
     /// Its number in that process.
     pub n: u64,
-    /// Its kind, from its first line: `periodic`, `snapshot`, `at exit`.
+    /// Its kind, from its first line: `periodic`, `snapshot`, `at exit`, `final`.
     pub kind: String,
     /// Its leak check, copied into a file of its own.
     pub leaks: Option<PathBuf>,
@@ -34,11 +36,22 @@ pub struct Report {
     pub svg: Option<PathBuf>,
 }
 
+/// How the run's processes ended, as far as `run` knows.
+#[derive(Debug, Clone, Default)]
+pub struct Ended {
+    /// The program's pid.
+    pub program: u32,
+    /// The signal it died of, if it did.
+    pub signal: Option<i32>,
+    /// The processes that wrote no exit report.
+    pub unfinished: Vec<Unfinished>,
+}
+
 /// Completes the directory's files and says on stderr where they are. `by` is what the reports
 /// rank by (`MEM_TRACE_PROFILE_BY`).
-pub fn finish(dir: &Path, by: By) -> Vec<Report> {
+pub fn finish(dir: &Path, by: By, ended: &Ended) -> Vec<Report> {
     let reports = complete(dir, by);
-    for line in summary(dir, &reports) {
+    for line in summary(dir, &reports, ended) {
         eprintln!("{line}");
     }
     reports
@@ -124,56 +137,197 @@ fn draw_if_missing(txt: &Path, by: By) -> Option<PathBuf> {
     }
 }
 
-/// Where the files are, in a few lines: every process's exit report in full, the others
-/// counted.
-pub fn summary(dir: &Path, reports: &[Report]) -> Vec<String> {
+/// Where the files are, in a few lines: every process's exit report in full (or its final
+/// report, asked for when `run` was stopped), the others counted, and the processes that
+/// ended with neither.
+pub fn summary(dir: &Path, reports: &[Report], ended: &Ended) -> Vec<String> {
     let shown = |p: &Path| {
         p.file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
+    let mut lines = Vec::new();
     if reports.is_empty() {
-        return vec![format!(
+        lines.push(format!(
             "mem-trace: no report in {}: the program ended without calling exit (killed, or \
              _exit), which is when the exit report is written",
             dir.display()
-        )];
+        ));
+    } else {
+        lines.push(format!(
+            "mem-trace: {} in {}",
+            match reports.len() {
+                1 => "1 report".to_string(),
+                n => format!("{n} reports"),
+            },
+            dir.display()
+        ));
     }
-    let mut lines = vec![format!(
-        "mem-trace: {} in {}",
-        match reports.len() {
-            1 => "1 report".to_string(),
-            n => format!("{n} reports"),
-        },
-        dir.display()
-    )];
-    for r in reports.iter().filter(|r| r.kind == "at exit") {
-        let mut line = format!(
-            "mem-trace:   exit report of process {}: {}",
-            r.pid,
-            shown(&r.txt)
-        );
+    let has_exit = |pid: u32| reports.iter().any(|r| r.pid == pid && r.kind == "at exit");
+    let the_end = |r: &&Report| r.kind == "at exit" || (r.kind == "final" && !has_exit(r.pid));
+    for r in reports.iter().filter(the_end) {
+        let mut line = match r.kind.as_str() {
+            "final" => format!(
+                "mem-trace:   final report of process {} (asked for when run was stopped): {}",
+                r.pid,
+                shown(&r.txt)
+            ),
+            _ => format!(
+                "mem-trace:   exit report of process {}: {}",
+                r.pid,
+                shown(&r.txt)
+            ),
+        };
         if let Some(svg) = &r.svg {
             line.push_str(&format!(", flame graph {}", shown(svg)));
+            if fs::read_to_string(&r.txt).is_ok_and(|t| t.contains(AT_PEAK)) {
+                line.push_str(" (of the global peak: little was live at the end)");
+            }
         }
         if let Some(leaks) = &r.leaks {
             line.push_str(&format!(", leaks {}", shown(leaks)));
         }
         lines.push(line);
     }
-    let others = reports.iter().filter(|r| r.kind != "at exit").count();
+    lines.extend(missing(reports, ended));
+    let others = reports.iter().filter(|r| !the_end(r)).count();
     if others > 0 {
         lines.push(format!(
-            "mem-trace:   {others} other report{} (periodic or snapshot), each .txt with its .folded and .svg",
+            "mem-trace:   {others} other report{} (periodic, snapshot or final), each .txt with its .folded and .svg",
             if others == 1 { "" } else { "s" }
         ));
     }
     lines
 }
 
+/// The line of a report whose flame graph is of the global peak.
+const AT_PEAK: &str = "the flame graph shows the stacks live at the global peak";
+
+/// A line for each process of the run with no exit report (nor final report): killed, ended
+/// by `_exit`, or still running.
+fn missing(reports: &[Report], ended: &Ended) -> Vec<String> {
+    let reported = |pid: u32| {
+        reports
+            .iter()
+            .any(|r| r.pid == pid && (r.kind == "at exit" || r.kind == "final"))
+    };
+    let mut lines = Vec::new();
+    let mut program_said = false;
+    for u in ended.unfinished.iter().filter(|u| !reported(u.pid)) {
+        let program = u.pid == ended.program;
+        program_said |= program;
+        let who = if program { " (the program)" } else { "" };
+        let why = match (u.running, program.then_some(ended.signal).flatten()) {
+            (true, _) => "it is still running".to_string(),
+            (false, Some(sig)) => format!("it was killed by {}", signal_name(sig)),
+            (false, None) => {
+                "it ended without calling exit (killed by a signal, or _exit)".to_string()
+            }
+        };
+        lines.push(format!(
+            "mem-trace:   no exit report from process {}{who}: {why}",
+            u.pid
+        ));
+    }
+    if let (false, Some(sig)) = (program_said || reported(ended.program), ended.signal) {
+        lines.push(format!(
+            "mem-trace:   no exit report from process {} (the program): it was killed by {}",
+            ended.program,
+            signal_name(sig)
+        ));
+    }
+    lines
+}
+
+/// A signal's name, as `kill -l` gives it.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "HUP",
+        libc::SIGINT => "INT",
+        libc::SIGQUIT => "QUIT",
+        libc::SIGILL => "ILL",
+        libc::SIGTRAP => "TRAP",
+        libc::SIGABRT => "ABRT",
+        libc::SIGBUS => "BUS",
+        libc::SIGFPE => "FPE",
+        libc::SIGKILL => "KILL",
+        libc::SIGUSR1 => "USR1",
+        libc::SIGSEGV => "SEGV",
+        libc::SIGUSR2 => "USR2",
+        libc::SIGPIPE => "PIPE",
+        libc::SIGALRM => "ALRM",
+        libc::SIGTERM => "TERM",
+        libc::SIGXCPU => "XCPU",
+        libc::SIGXFSZ => "XFSZ",
+        libc::SIGSYS => "SYS",
+        _ => return format!("signal {sig}"),
+    };
+    format!("SIG{name}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report(pid: u32, kind: &str) -> Report {
+        Report {
+            txt: PathBuf::from(format!("/nonexistent/mem-trace.{pid}.1.txt")),
+            pid,
+            n: 1,
+            kind: kind.to_string(),
+            leaks: None,
+            svg: None,
+        }
+    }
+
+    #[test]
+    fn processes_without_an_exit_report_are_named() {
+        let dir = Path::new("/d");
+        let ended = Ended {
+            program: 10,
+            signal: Some(libc::SIGKILL),
+            unfinished: vec![
+                Unfinished {
+                    pid: 10,
+                    running: false,
+                },
+                Unfinished {
+                    pid: 11,
+                    running: false,
+                },
+                Unfinished {
+                    pid: 12,
+                    running: true,
+                },
+            ],
+        };
+        let lines = summary(dir, &[report(13, "at exit")], &ended);
+        assert_eq!(
+            lines[1..],
+            [
+                "mem-trace:   exit report of process 13: mem-trace.13.1.txt",
+                "mem-trace:   no exit report from process 10 (the program): it was killed by SIGKILL",
+                "mem-trace:   no exit report from process 11: it ended without calling exit (killed by a signal, or _exit)",
+                "mem-trace:   no exit report from process 12: it is still running",
+            ]
+        );
+        // A final report stands for the exit report; the program killed with no FIFO left
+        // (the library never loaded) is named too.
+        let ended = Ended {
+            program: 20,
+            signal: Some(libc::SIGTERM),
+            unfinished: vec![],
+        };
+        let lines = summary(dir, &[report(21, "final"), report(21, "periodic")], &ended);
+        assert_eq!(
+            lines[1..],
+            [
+                "mem-trace:   final report of process 21 (asked for when run was stopped): mem-trace.21.1.txt",
+                "mem-trace:   no exit report from process 20 (the program): it was killed by SIGTERM",
+                "mem-trace:   1 other report (periodic, snapshot or final), each .txt with its .folded and .svg",
+            ]
+        );
+    }
 
     #[test]
     fn names_kinds_and_leak_sections() {

@@ -21,10 +21,12 @@
 //! - `svg`: a report's flame graph, drawn by the `mem-trace` binary beside the library from the
 //!   report's folded stacks (`X.folded` beside `X.txt`), in a child the program cannot see;
 //! - `reporter`: the profiler thread that writes the periodic and snapshot reports;
-//! - `signal`: the snapshot signal's handler, which only wakes that thread.
+//! - `signal`: the snapshot signal's handler, which only wakes that thread;
+//! - `requests`: the FIFO on which `mem-trace run` asks for a final report.
 //!
 //! The exit report (with the leak check) is written by the library's ELF destructor, in the
-//! thread that calls `exit`; a program that ends with `_exit` or by a signal gets none.
+//! thread that calls `exit`; a program that ends with `_exit` or by a signal gets none (under
+//! `mem-trace run`, told to stop, it gets a final report first).
 
 pub mod counters;
 mod events;
@@ -34,6 +36,7 @@ pub mod peaks;
 mod rank;
 mod report;
 mod reporter;
+mod requests;
 pub(crate) mod roots;
 mod signal;
 mod svg;
@@ -83,6 +86,7 @@ pub(crate) fn started() {
 /// In a forked child: the thread again, and the roots of the one thread left.
 pub(crate) fn forked() {
     roots::forked();
+    requests::forked();
     reporter::forked();
 }
 
@@ -99,14 +103,17 @@ pub fn changing_credentials<T>(change: impl FnOnce() -> T) -> T {
 pub(crate) fn exiting() {
     use core::sync::atomic::Ordering::Relaxed;
     if !crate::config::LEAKS.load(Relaxed) {
+        requests::done();
         return;
     }
     reporter::stop();
     if crate::record::degraded() && !room_for_the_report() {
         crate::out::note(NO_ROOM_NOTE);
-        return;
+    } else {
+        full_report(report::Kind::Exit, None);
     }
-    full_report(report::Kind::Exit, None);
+    // The process ended by `exit`: `mem-trace run` counts it as such.
+    requests::done();
 }
 
 /// The line written instead of the exit report when there is no memory for it.

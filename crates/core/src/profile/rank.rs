@@ -52,6 +52,7 @@ pub(crate) fn key(c: &Counts, by: RankBy) -> u64 {
         RankBy::Live => positive(c.live_bytes),
         RankBy::Allocated => c.total_bytes,
         RankBy::Blocks => positive(c.live_blocks),
+        RankBy::Peak => c.peak_bytes,
     }
 }
 

@@ -11,6 +11,12 @@
 //! once for both files, and a last `[N other stacks]` line for what the ranking left out, so
 //! that the graph keeps the scale of the whole), and drawn as `X.svg` (`svg`).
 //!
+//! At the end (the exit and final reports), a program that freed (nearly) everything leaves
+//! an empty graph of what is live: when what is live is under a tenth of the global peak, the
+//! graph is of the stacks live at the global peak instead, and the report says so. A graph
+//! with no stack in it is not drawn, and its empty `.folded` not left; a graph the renderer
+//! failed to draw is not left either.
+//!
 //! Everything is computed first (rankings, the leak scan: arena memory, no lock the
 //! allocation path waits on for long), then written while symbolizing in the scratch region
 //! (`report::frames`), never while holding anything an allocating thread needs.
@@ -41,6 +47,9 @@ pub(crate) enum Kind {
     Exit,
     /// Asked for by the program (`mem_trace::report`): everything, to where it said.
     Requested,
+    /// Asked for by `mem-trace run` when it was told to stop (`requests`): everything, as at
+    /// exit, before the signal is passed on to the program.
+    Final,
 }
 
 impl Kind {
@@ -50,6 +59,7 @@ impl Kind {
             Kind::Snapshot => "snapshot",
             Kind::Exit => "at exit",
             Kind::Requested => "requested",
+            Kind::Final => "final",
         }
     }
 }
@@ -75,6 +85,13 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
     } else {
         AVec::new_in(Arena)
     };
+    let graph_by = graph_ranking(kind, by, live, peak);
+    // The graph's rows: the ranking it is drawn from, with something in it.
+    let graph_rows = if graph_by == by {
+        top.len()
+    } else {
+        at_peak.len()
+    };
     let leaks = if full { leaks::check(own_sp) } else { None };
     let groups = leaks.as_ref().and_then(|l| group(&l.blocks));
 
@@ -82,8 +99,12 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
         Some(out) => (out, None),
         None => output::open(),
     };
-    // With a report file, its folded stacks go beside it (then drawn as a flame graph).
-    let mut folded = path.as_ref().and_then(|p| output::sibling(p, "folded"));
+    // With a report file, its folded stacks go beside it (then drawn as a flame graph); not
+    // for a graph with nothing in it.
+    let mut folded = path
+        .as_ref()
+        .filter(|_| graph_rows > 0)
+        .and_then(|p| output::sibling(p, "folded"));
     let mut stacks_out = match printing {
         Some(p) => p.writer(),
         None => StackWriter::raw("another thread is symbolizing"),
@@ -96,6 +117,13 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
             seconds_since_start(),
             blocks(live_blocks),
         )?;
+        if graph_by != by && folded.is_some() {
+            writeln!(
+                out,
+                "mem-trace: little is live now ({live} bytes of a {peak}-byte peak): the flame \
+                 graph shows the stacks live at the global peak"
+            )?;
+        }
         writeln!(
             out,
             "mem-trace: top {} stacks by {}, biggest last:",
@@ -104,13 +132,23 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
         )?;
         for (i, r) in top.iter().enumerate().rev() {
             let c = &r.counts;
-            let folded = folded.as_mut().map(|(f, _)| (f, rank::key(c, by)));
+            let folded = folded
+                .as_mut()
+                .filter(|_| graph_by == by)
+                .map(|(f, _)| (f, rank::key(c, by)));
             match by {
                 RankBy::Allocated => writeln!(
                     out,
                     "# {i}: {} bytes allocated in {}, {} bytes live",
                     c.total_bytes,
                     blocks(c.total_blocks),
+                    positive(c.live_bytes)
+                )?,
+                RankBy::Peak => writeln!(
+                    out,
+                    "# {i}: {} bytes in {} at the peak, {} bytes live",
+                    c.peak_bytes,
+                    blocks(c.peak_blocks),
                     positive(c.live_bytes)
                 )?,
                 _ => writeln!(
@@ -122,13 +160,14 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
             }
             stack_and_folded(&mut out, &mut stacks_out, r, folded)?;
         }
-        if let Some((f, _)) = &mut folded {
+        if let Some((f, _)) = folded.as_mut().filter(|_| graph_by == by) {
             other_stacks(f, all_ref, &top, by)?;
         }
         if !full {
             return stacks_out.write_names_hint(&mut out);
         }
-        write_peaks(&mut out, &mut stacks_out, &at_peak)?;
+        let peak_folded = folded.as_mut().filter(|_| graph_by != by).map(|(f, _)| f);
+        write_peaks(&mut out, &mut stacks_out, &at_peak, all_ref, peak_folded)?;
         match (&leaks, &groups) {
             (Some(l), Some(g)) => write_leaks(&mut out, &mut stacks_out, l, g, top_n)?,
             _ => writeln!(out, "mem-trace: leak check: out of memory, skipped")?,
@@ -140,28 +179,53 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
     drop(out);
     if let Some((f, path)) = folded {
         drop(f);
-        flame_graph(&path, by, kind, n);
+        flame_graph(&path, graph_by, graph_by != by, kind, n);
     }
 }
 
-/// Draws the flame graph of the folded stacks at `folded` (`X.svg` beside `X.folded`).
-fn flame_graph(folded: &output::PathBuf, by: RankBy, kind: Kind, n: u64) {
+/// What a report's flame graph counts: what the report ranks by, except at the end of a
+/// program that freed nearly everything (live under a tenth of the `peak`), whose graph of
+/// live bytes or blocks would be (nearly) empty: then the stacks live at the global peak.
+fn graph_ranking(kind: Kind, by: RankBy, live: u64, peak: u64) -> RankBy {
+    let at_the_end = matches!(kind, Kind::Exit | Kind::Final);
+    let of_live = matches!(by, RankBy::Live | RankBy::Blocks);
+    if at_the_end && of_live && peak > 0 && live.saturating_mul(10) < peak {
+        RankBy::Peak
+    } else {
+        by
+    }
+}
+
+/// Draws the flame graph of the folded stacks at `folded` (`X.svg` beside `X.folded`);
+/// `instead` when it is of the peak because little was live.
+fn flame_graph(folded: &output::PathBuf, by: RankBy, instead: bool, kind: Kind, n: u64) {
     let by_name = match by {
         RankBy::Live => c"live",
         RankBy::Allocated => c"allocated",
         RankBy::Blocks => c"blocks",
+        RankBy::Peak => c"peak",
     };
     let mut title = output::PathBuf::default();
     let titled = write!(
         title,
-        "{}: report {n} ({}) of process {}\0",
+        "{}{}: report {n} ({}) of process {}\0",
         what(by),
+        if instead {
+            " (little was live at the end)"
+        } else {
+            ""
+        },
         kind.name(),
         // SAFETY: getpid has no preconditions.
         unsafe { libc::getpid() }
     );
-    if let (Ok(()), Some(svg)) = (titled, folded.with_extension("svg")) {
-        svg::draw(folded, &svg, by_name, &title);
+    let Some(svg) = folded.with_extension("svg") else {
+        return;
+    };
+    if titled.is_err() || !svg::draw(folded, &svg, by_name, &title) {
+        // Whatever a failed renderer left is no graph.
+        // SAFETY: removes a file of ours by its NUL-terminated path.
+        unsafe { libc::unlink(svg.as_c()) };
     }
 }
 
@@ -171,6 +235,7 @@ fn what(by: RankBy) -> &'static str {
         RankBy::Live => "live bytes",
         RankBy::Allocated => "bytes allocated",
         RankBy::Blocks => "live blocks",
+        RankBy::Peak => "bytes live at the global peak",
     }
 }
 
@@ -216,9 +281,17 @@ fn seconds_since_start() -> f64 {
     super::monotonic_ns().saturating_sub(PROFILE.started_ns.load(Relaxed)) as f64 / 1e9
 }
 
-/// The global peak, every thread's (the biggest first, exited threads included: they keep
-/// theirs), and the stacks held at the global peak.
-fn write_peaks(out: &mut Out, w: &mut StackWriter<'_>, at_peak: &[Ranked]) -> fmt::Result {
+/// The global peak, every thread's (running threads all, exited ones, which keep theirs, the
+/// [`EXITED_SHOWN`] with the highest peaks and a line for the rest), and the stacks held at
+/// the global peak, written as folded stacks too when `folded` is given (the flame graph is
+/// of the peak).
+fn write_peaks(
+    out: &mut Out,
+    w: &mut StackWriter<'_>,
+    at_peak: &[Ranked],
+    all: &[Counts],
+    mut folded: Option<&mut Out>,
+) -> fmt::Result {
     let h = header();
     writeln!(
         out,
@@ -227,12 +300,29 @@ fn write_peaks(out: &mut Out, w: &mut StackWriter<'_>, at_peak: &[Ranked]) -> fm
         h.peak_seq.load(Relaxed),
         PROFILE.resets.load(Relaxed)
     )?;
-    let count = threads::THREADS.count.load(Relaxed);
+    let count = threads::THREADS
+        .count
+        .load(Relaxed)
+        .min(u64::from(u32::MAX)) as u32;
+    let exited = |t: &mem_trace_format::ThreadRecord| {
+        t.flags.load(Relaxed) & mem_trace_format::THREAD_EXITED != 0
+    };
+    let mut shown = ExitedShown::default();
+    for i in 1..=count {
+        if let Some(t) = threads::get(i).filter(|t| exited(t)) {
+            shown.offer(t.peak_bytes.load(Relaxed), i);
+        }
+    }
     writeln!(out, "mem-trace: thread peaks:")?;
-    for i in 1..=count.min(u64::from(u32::MAX)) as u32 {
+    let mut rest = ExitedRest::default();
+    for i in 1..=count {
         let Some(t) = threads::get(i) else {
             continue;
         };
+        if exited(t) && !shown.has(i) {
+            rest.add(t);
+            continue;
+        }
         writeln!(
             out,
             "   thread {i} (tid {}, {}): peak {} bytes, live {} bytes, allocated {} bytes{}",
@@ -241,11 +331,17 @@ fn write_peaks(out: &mut Out, w: &mut StackWriter<'_>, at_peak: &[Ranked]) -> fm
             t.peak_bytes.load(Relaxed),
             t.live_bytes(),
             t.allocated_bytes.load(Relaxed),
-            if t.flags.load(Relaxed) & mem_trace_format::THREAD_EXITED != 0 {
-                ", exited"
-            } else {
-                ""
-            }
+            if exited(t) { ", exited" } else { "" }
+        )?;
+    }
+    if rest.threads > 0 {
+        writeln!(
+            out,
+            "   ... and {} more exited {}, each with a peak of at most {} bytes, {} bytes allocated in all",
+            rest.threads,
+            if rest.threads == 1 { "thread" } else { "threads" },
+            rest.max_peak,
+            rest.allocated
         )?;
     }
     writeln!(
@@ -260,9 +356,54 @@ fn write_peaks(out: &mut Out, w: &mut StackWriter<'_>, at_peak: &[Ranked]) -> fm
             r.counts.peak_bytes,
             blocks(r.counts.peak_blocks)
         )?;
-        stack(out, w, r)?;
+        let f = folded.as_deref_mut().map(|f| (f, r.counts.peak_bytes));
+        stack_and_folded(out, w, r, f)?;
+    }
+    if let Some(f) = folded {
+        other_stacks(f, all, at_peak, RankBy::Peak)?;
     }
     Ok(())
+}
+
+/// Exited threads listed one a line in a full report: a server that made a thread per
+/// request would otherwise list hundreds.
+const EXITED_SHOWN: usize = 10;
+
+/// The exited threads with the highest peaks (ties: the first made), kept without allocating.
+#[derive(Default)]
+struct ExitedShown {
+    /// (peak, index), the highest first; index 0: an empty place.
+    top: [(u64, u32); EXITED_SHOWN],
+}
+
+impl ExitedShown {
+    fn offer(&mut self, peak: u64, index: u32) {
+        let Some(at) = self.top.iter().position(|&(p, i)| i == 0 || peak > p) else {
+            return;
+        };
+        self.top.copy_within(at..EXITED_SHOWN - 1, at + 1);
+        self.top[at] = (peak, index);
+    }
+
+    fn has(&self, index: u32) -> bool {
+        self.top.iter().any(|&(_, i)| i == index)
+    }
+}
+
+/// The exited threads not listed, summed.
+#[derive(Default)]
+struct ExitedRest {
+    threads: u64,
+    max_peak: u64,
+    allocated: u64,
+}
+
+impl ExitedRest {
+    fn add(&mut self, t: &mem_trace_format::ThreadRecord) {
+        self.threads += 1;
+        self.max_peak = self.max_peak.max(t.peak_bytes.load(Relaxed));
+        self.allocated = self.allocated.wrapping_add(t.allocated_bytes.load(Relaxed));
+    }
 }
 
 /// Per class (lost, possibly lost, reachable), the bytes and blocks of each stack id.
@@ -396,6 +537,29 @@ mod tests {
         let mut plain = [0u8; 16];
         plain[..7].copy_from_slice("worker1".as_bytes());
         assert_eq!(ThreadName(&plain).to_string(), "\"worker1\"");
+    }
+
+    #[test]
+    fn the_exited_threads_shown_are_those_with_the_highest_peaks() {
+        let mut shown = ExitedShown::default();
+        for i in 1..=30u32 {
+            // Peaks 0, 10, ..., 290, with thread 5's the highest.
+            let peak = if i == 5 {
+                10_000
+            } else {
+                u64::from(i - 1) * 10
+            };
+            shown.offer(peak, i);
+        }
+        assert!(shown.has(5) && shown.has(30) && shown.has(22));
+        assert!(!shown.has(21) && !shown.has(1));
+        assert_eq!(shown.top[0], (10_000, 5));
+        // Ties: the first made stays.
+        let mut ties = ExitedShown::default();
+        for i in 1..=12u32 {
+            ties.offer(7, i);
+        }
+        assert!(ties.has(1) && ties.has(10) && !ties.has(11));
     }
 
     #[test]

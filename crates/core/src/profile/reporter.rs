@@ -1,9 +1,10 @@
-//! The profiler thread: writes the periodic report every `MEM_TRACE_PROFILE_INTERVAL` and a
-//! full report when the snapshot signal wakes it, off the allocation path.
+//! The profiler thread: writes the periodic report every `MEM_TRACE_PROFILE_INTERVAL`, a
+//! full report when the snapshot signal wakes it, and the final report `mem-trace run` asks
+//! for (`requests`), off the allocation path.
 //!
-//! It sleeps in `poll` on an eventfd with the interval as timeout: no spinning, no CPU while
-//! idle. It is started from the library's constructor only when it has work (an interval or a
-//! snapshot signal), with every signal blocked (so the program's signals, ours included, are
+//! It sleeps in `poll` on an eventfd (and the request FIFO) with the interval as timeout: no
+//! spinning, no CPU while idle. It is started from the library's constructor only when it has
+//! work (an interval, a snapshot signal or requests), with every signal blocked (so the program's signals, ours included, are
 //! delivered to the program's threads). It never counts as the program's: it is created and
 //! runs inside the reentrancy guard, so whatever glibc allocates for it (its TLS vector) and
 //! anything it allocates pass through untraced, and its Rust allocations come from the arena.
@@ -22,6 +23,7 @@ use crate::config;
 use crate::guard;
 use crate::out::Out;
 use crate::profile::report::{self, Kind};
+use crate::profile::requests;
 use crate::report::frames::Printing;
 use crate::sync::SpinLock;
 use core::fmt::Write;
@@ -61,7 +63,8 @@ static THREAD: SpinLock<Thread> = SpinLock::new(Thread {
 pub(crate) fn start() {
     let interval = config::PROFILE_INTERVAL_MS.load(Relaxed);
     let sig = config::SNAPSHOT_SIGNAL.load(Relaxed);
-    if interval == 0 && sig == 0 {
+    let listening = requests::open();
+    if interval == 0 && sig == 0 && !listening {
         return;
     }
     if !make_eventfd() {
@@ -282,25 +285,30 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             return core::ptr::null_mut();
         }
         let fd = WAKE_FD.load(Relaxed);
-        if EXITING.load(Relaxed) || (fd < 0 && interval == 0) {
+        let request_fd = requests::fd();
+        if EXITING.load(Relaxed) || (fd < 0 && request_fd < 0 && interval == 0) {
             // Nothing more to do until asked to stop; `exit` ends the thread.
             sleep_until_stopped(None);
             continue;
         }
         let wait = next.saturating_sub(now_ms());
-        let snapshot = if fd < 0 {
+        let woken = if fd < 0 && request_fd < 0 {
             sleep_until_stopped(Some(wait));
-            false
+            Woken::default()
         } else {
-            poll(fd, interval, wait)
+            poll(fd, request_fd, interval, wait)
         };
         if STOP.load(Acquire) != 0 || EXITING.load(Relaxed) {
             continue;
         }
+        if woken.request && requests::take() {
+            write(Kind::Final);
+            requests::done();
+        }
         let mut n = 0u64;
         // SAFETY: reads the eventfd's 8-byte counter into a local (and so resets it: signals
         // that arrived meanwhile make this one report).
-        if snapshot && unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) } == 8 {
+        if woken.snapshot && unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) } == 8 {
             write(Kind::Snapshot);
         }
         if interval != 0 && now_ms() >= next {
@@ -310,28 +318,48 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     }
 }
 
-/// Waits on the eventfd `fd` for a snapshot, at most `wait_ms` if there is an `interval`;
-/// whether one came. A descriptor the program closed (a daemon closing every fd) ends
-/// snapshots: periodic reports go on, timed by sleeping.
-fn poll(fd: i32, interval: u64, wait_ms: u64) -> bool {
+/// What woke the thread.
+#[derive(Default)]
+struct Woken {
+    /// The snapshot signal's eventfd.
+    snapshot: bool,
+    /// The request FIFO.
+    request: bool,
+}
+
+/// Waits on the eventfd `fd` for a snapshot and on `request_fd` for a request (either may be
+/// -1: none), at most `wait_ms` if there is an `interval`. A descriptor the program closed (a
+/// daemon closing every fd) ends what it brought: periodic reports go on, timed by sleeping.
+fn poll(fd: i32, request_fd: i32, interval: u64, wait_ms: u64) -> Woken {
     let timeout = if interval == 0 {
         -1
     } else {
         wait_ms.min(i32::MAX as u64) as i32
     };
-    let mut p = libc::pollfd {
+    // poll(2) skips an entry whose descriptor is negative.
+    let mut p = [fd, request_fd].map(|fd| libc::pollfd {
         fd,
         events: libc::POLLIN,
         revents: 0,
-    };
-    // SAFETY: one pollfd on our stack.
-    let r = unsafe { libc::poll(&mut p, 1, timeout) };
-    if r > 0 && p.revents & (libc::POLLNVAL | libc::POLLERR) != 0 {
-        // Not closed again, nor written to, by us: the number may be the program's now.
-        WAKE_FD.store(-1, Relaxed);
-        return false;
+    });
+    // SAFETY: two pollfds on our stack.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), 2, timeout) };
+    if r <= 0 {
+        return Woken::default();
     }
-    r > 0 && p.revents & libc::POLLIN != 0
+    let gone = |p: &libc::pollfd| p.revents & (libc::POLLNVAL | libc::POLLERR) != 0;
+    // Not closed again, nor written to, by us: the number may be the program's now.
+    if gone(&p[0]) {
+        WAKE_FD.store(-1, Relaxed);
+    }
+    if gone(&p[1]) {
+        requests::lost();
+    }
+    let ready = |p: &libc::pollfd| !gone(p) && p.revents & libc::POLLIN != 0;
+    Woken {
+        snapshot: ready(&p[0]),
+        request: ready(&p[1]),
+    }
 }
 
 fn write(kind: Kind) {

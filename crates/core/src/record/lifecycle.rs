@@ -90,6 +90,8 @@ fn init() -> bool {
     // Before anything is recorded, and before the program can lower its limits.
     arena::when_short(degrade);
     arena::keep_reserve();
+    // Before the first note (a bad variable's), and before the program can close fd 2.
+    crate::out::keep_stderr();
     let c = config::load();
     crate::profile::init();
     freed::configure(c.freed, c.free_stacks);

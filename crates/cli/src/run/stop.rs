@@ -1,0 +1,248 @@
+//! `mem-trace run` told to stop (SIGTERM, or SIGINT sent to it by a process): every traced
+//! process of the run is asked for its final report, which it writes from its profiler
+//! thread (crates/core/src/profile/requests.rs), and once they are written, or after
+//! [`WAIT`], the signal is passed on to the program. The program then ends as the signal
+//! makes it, and `run` with it (a death by SIGTERM: status 143 in the shell).
+//!
+//! The signals are blocked in every thread of ours and taken by one thread with
+//! `sigwaitinfo`: no handler runs, nothing is done in signal context. The program does not
+//! inherit the mask (`child` puts the previous one back between `fork` and `exec`).
+//!
+//! A SIGINT the terminal sent (Ctrl-C: `si_code` `SI_KERNEL`) went to the whole foreground
+//! process group, the program included: it is the program's to handle, and is not passed on a
+//! second time. The program is signalled through a pidfd, so that a signal that comes as it
+//! ends never reaches another process that took its pid.
+//!
+//! Each traced process listens on `DIR/mem-trace.<pid>.request` and removes it once its final
+//! or exit report is written: those left when the run ends name the processes that ended
+//! without an exit report ([`unfinished`]).
+
+use crate::liveness::alive;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long the final reports may take before the signal is passed on anyway: a report with
+/// its leak check takes well under a second for most programs.
+pub const WAIT: Duration = Duration::from_secs(5);
+/// The signals that stop `run`.
+const SIGNALS: [i32; 2] = [libc::SIGTERM, libc::SIGINT];
+
+/// The signals blocked in this thread (and the threads it makes from now on); the mask to
+/// put back.
+pub fn block() -> libc::sigset_t {
+    // SAFETY: the sets are filled by sigemptyset/sigaddset before use; only this thread's
+    // mask changes.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in SIGNALS {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        old
+    }
+}
+
+/// Puts back the mask [`block`] returned (in this thread).
+pub fn unblock(old: &libc::sigset_t) {
+    // SAFETY: `old` is a mask pthread_sigmask returned.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, core::ptr::null_mut()) };
+}
+
+/// Starts the thread that takes the signals for the program `pid`, whose reports go to
+/// `dir`. It runs until the process ends.
+pub fn watch(pid: u32, dir: PathBuf) {
+    // SAFETY: pidfd_open on our own child, not yet reaped (the caller waits for it after).
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as i32;
+    std::thread::spawn(move || loop {
+        let Some((sig, from_terminal)) = next_signal(None) else {
+            continue;
+        };
+        if from_terminal {
+            continue;
+        }
+        let asked = request_final_reports(&dir);
+        if !asked.is_empty() {
+            eprintln!(
+                "mem-trace: run: {}: asking {} for {} final report before passing it on",
+                signal_name(sig),
+                plural(asked.len(), "process", "processes"),
+                if asked.len() == 1 { "its" } else { "their" },
+            );
+            wait_for_reports(&asked);
+        }
+        send(pidfd, pid, sig);
+    });
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    match n {
+        1 => format!("1 {one}"),
+        n => format!("{n} {many}"),
+    }
+}
+
+/// SIGTERM's and SIGINT's names.
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        _ => "a signal",
+    }
+}
+
+/// The next stopping signal, and whether the terminal sent it, waiting at most `timeout`
+/// (`None`: for ever); `None` when none came.
+fn next_signal(timeout: Option<Duration>) -> Option<(i32, bool)> {
+    // SAFETY: the set is filled before use; the siginfo is written by the kernel into a
+    // zeroed local.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in SIGNALS {
+            libc::sigaddset(&mut set, sig);
+        }
+        let mut info: libc::siginfo_t = core::mem::zeroed();
+        let sig = match timeout {
+            None => libc::sigwaitinfo(&set, &mut info),
+            Some(t) => {
+                let ts = libc::timespec {
+                    tv_sec: t.as_secs() as libc::time_t,
+                    tv_nsec: t.subsec_nanos() as libc::c_long,
+                };
+                libc::sigtimedwait(&set, &mut info, &ts)
+            }
+        };
+        (sig > 0).then_some((sig, info.si_code == libc::SI_KERNEL))
+    }
+}
+
+/// Asks every process listening in `dir` for its final report; the requests made.
+fn request_final_reports(dir: &Path) -> Vec<PathBuf> {
+    listening(dir)
+        .into_iter()
+        .filter(|(_, path)| request(path))
+        .map(|(_, path)| path)
+        .collect()
+}
+
+/// Writes a request to the FIFO at `path`: only a FIFO, never through a symlink, and not
+/// waiting (`ENXIO`: no process listens on it any more).
+fn request(path: &Path) -> bool {
+    if !fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+        return false;
+    }
+    let fifo = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path);
+    fifo.and_then(|mut f| f.write_all(b"F")).is_ok()
+}
+
+/// Waits until every process asked has written its final report (removed its FIFO), or has
+/// gone, for at most [`WAIT`]; a second signal ends the wait.
+fn wait_for_reports(asked: &[PathBuf]) {
+    let end = Instant::now() + WAIT;
+    while Instant::now() < end {
+        let pending = asked
+            .iter()
+            .filter(|p| p.exists() && pid_of(p).is_some_and(alive))
+            .count();
+        if pending == 0 {
+            return;
+        }
+        if next_signal(Some(Duration::from_millis(20))).is_some_and(|(_, tty)| !tty) {
+            eprintln!("mem-trace: run: signalled again: not waiting for the final reports");
+            return;
+        }
+    }
+    eprintln!(
+        "mem-trace: run: the final reports took more than {} s: passing the signal on",
+        WAIT.as_secs()
+    );
+}
+
+/// Signals the program: through its pidfd when there is one.
+fn send(pidfd: i32, pid: u32, sig: i32) {
+    if pidfd >= 0 {
+        // SAFETY: signals the process the pidfd refers to; a process that has ended is not
+        // signalled (ESRCH), whoever took its pid.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd,
+                sig,
+                core::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+    } else {
+        // SAFETY: signals our own child (no pidfd: a kernel before 5.3).
+        unsafe { libc::kill(pid as libc::pid_t, sig) };
+    }
+}
+
+/// The pid of `DIR/mem-trace.<pid>.request`.
+fn pid_of(path: &Path) -> Option<u32> {
+    request_pid(path.file_name()?)
+}
+
+fn request_pid(name: &OsStr) -> Option<u32> {
+    name.to_str()?
+        .strip_prefix("mem-trace.")?
+        .strip_suffix(".request")?
+        .parse()
+        .ok()
+}
+
+/// The request FIFOs in `dir`, by pid.
+fn listening(dir: &Path) -> Vec<(u32, PathBuf)> {
+    let mut found: Vec<(u32, PathBuf)> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((request_pid(&e.file_name())?, e.path())))
+        .collect();
+    found.sort();
+    found
+}
+
+/// A process of the run that ended without writing its exit report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    pub pid: u32,
+    /// Whether it is still running (a child the program left behind).
+    pub running: bool,
+}
+
+/// The processes whose FIFO is still in `dir`: they ended without an exit report (or still
+/// run). Their FIFOs are removed: nothing will read them.
+pub fn unfinished(dir: &Path) -> Vec<Unfinished> {
+    listening(dir)
+        .into_iter()
+        .map(|(pid, path)| {
+            let running = alive(pid);
+            if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_fifo()) {
+                let _ = fs::remove_file(&path);
+            }
+            Unfinished { pid, running }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_names() {
+        assert_eq!(request_pid(OsStr::new("mem-trace.123.request")), Some(123));
+        assert_eq!(request_pid(OsStr::new("mem-trace.123.1.txt")), None);
+        assert_eq!(request_pid(OsStr::new("mem-trace.x.request")), None);
+    }
+}
