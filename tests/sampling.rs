@@ -19,7 +19,7 @@ const SEED: &str = "42";
 
 struct Sites {
     child: Child,
-    _stdin: ChildStdin,
+    stdin: Option<ChildStdin>,
     pid: u32,
     small: Vec<u64>,
 }
@@ -60,10 +60,18 @@ impl Sites {
             .collect();
         Sites {
             child,
-            _stdin: stdin,
+            stdin: Some(stdin),
             pid,
             small,
         }
+    }
+}
+
+impl Sites {
+    /// Closes the fixture's stdin, on which it returns from `main`, and waits for it.
+    fn exit(&mut self) -> std::process::ExitStatus {
+        self.stdin.take();
+        self.child.wait().expect("wait for the fixture")
     }
 }
 
@@ -259,12 +267,14 @@ fn estimates_are_within_ten_percent_and_unsampled_blocks_say_so() {
     }
     drop(sites_run);
 
-    // The same seed, the same samples: the same estimated bytes.
-    let again = Sites::start(
+    // The same seed, the same samples: the same estimated bytes. With an exit report (off
+    // with `MEM_TRACE_LEAKS=0`), read below.
+    let mut again = Sites::start(
         &fixture,
         &[
             ("MEM_TRACE_SAMPLE", SAMPLE),
             ("MEM_TRACE_SAMPLE_SEED", SEED),
+            ("MEM_TRACE_LEAKS", "1"),
         ],
     );
     let rows_again = sites(&answer(
@@ -275,6 +285,22 @@ fn estimates_are_within_ten_percent_and_unsampled_blocks_say_so() {
     for name in ["site_small", "site_medium", "site_large"] {
         assert_eq!(site(&rows_again, name).0, site(&rows, name).0, "{name}");
     }
+
+    // Its exit report (stdin closed: the fixture returns) says its numbers are estimates.
+    let status = again.exit();
+    assert!(status.success(), "{status}");
+    let report = std::fs::read_to_string(fixture.dir.join("sites.stderr")).unwrap();
+    let head: Vec<&str> = report.lines().take(2).collect();
+    assert!(
+        head[0].starts_with("mem-trace: report 1 (at exit)"),
+        "{report}"
+    );
+    assert_eq!(
+        head[1],
+        "mem-trace: estimated from sampled allocations: this process samples one allocation \
+         per ~64 KiB (MEM_TRACE_SAMPLE)",
+        "{report}"
+    );
 }
 
 #[test]

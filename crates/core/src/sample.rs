@@ -26,6 +26,11 @@ pub(crate) fn configure(mean: u64, seed: Option<u64>) {
     header().sample_mean.store(mean, Relaxed);
 }
 
+/// The mean bytes between samples; 0 when every block is recorded.
+pub(crate) fn mean() -> u64 {
+    MEAN.load(Relaxed)
+}
+
 /// Whether blocks are sampled rather than all recorded.
 #[inline(always)]
 pub(crate) fn on() -> bool {

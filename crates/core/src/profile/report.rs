@@ -117,6 +117,15 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
             seconds_since_start(),
             blocks(live_blocks),
         )?;
+        if let mean @ 1.. = crate::sample::mean() {
+            // The same line the readers print: every count below is scaled from samples.
+            writeln!(
+                out,
+                "mem-trace: estimated from sampled allocations: this process samples {} \
+                 (MEM_TRACE_SAMPLE)",
+                mem_trace_read::sample::Rate(mean)
+            )?;
+        }
         if graph_by != by && folded.is_some() {
             writeln!(
                 out,
