@@ -95,6 +95,8 @@ pub(super) enum Ending {
 /// first frame with the allocation just before.
 pub(super) struct Trail {
     pub(super) steps: ArenaBox<[Step; MAX_STEPS]>,
+    /// In the record, each named step's path hash (`tree::path_hash`), beside its node.
+    pub(super) paths: ArenaBox<[u64; MAX_STEPS]>,
     pub(super) len: usize,
     pub(super) ending: Ending,
     /// The first step recorded as a frame: the steps before it are the tracer's own.
@@ -114,8 +116,11 @@ impl Trail {
     pub(super) fn new() -> Option<Trail> {
         // SAFETY: a step is integers only; zero is `Step::default()`.
         let steps = unsafe { zeroed_box() }?;
+        // SAFETY: integers only.
+        let paths = unsafe { zeroed_box() }?;
         Some(Trail {
             steps,
+            paths,
             len: 0,
             ending: Ending::Other,
             first: 0,

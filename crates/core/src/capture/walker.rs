@@ -382,7 +382,9 @@ impl ThreadCache {
         let pairs = d.unwrap_or_default();
         self.last.finish_record(len, len - fresh, pairs);
         self.last_kept = None;
-        let node = self.name(len.saturating_sub(known));
+        // Path hashes are kept with the record's steps `..=d`; a record made anew holds
+        // steps from a kept walk, whose hashes it has not.
+        let node = self.name(len.saturating_sub(known), d.map_or(0, |d| d + 1));
         if len <= KEPT_STEPS && self.last.ending != Ending::Other {
             // Kept walks are innermost first.
             reverse_into(&mut self.next.steps[..], &self.last.steps[..len]);
@@ -397,8 +399,8 @@ impl ThreadCache {
     /// Names the record's recorded steps from index `start` inwards (those below are named
     /// already): each gets the node of its pc under the node of the step below it. Returns
     /// the node of the innermost recorded step (the whole walk's name), 0 when it has no
-    /// frames or the tree is full.
-    fn name(&mut self, start: usize) -> u32 {
+    /// frames or the tree is full. The record's path hashes below `hashed` are its steps'.
+    fn name(&mut self, start: usize, hashed: usize) -> u32 {
         let rec = &mut self.last;
         // The outermost step is no frame when the walk ended on our own trampoline.
         let lowest = match rec.ending {
@@ -416,11 +418,28 @@ impl ThreadCache {
             true => (rec.steps[start - 1].node, rec.steps[start - 1].node != 0),
             false => (0, true),
         };
+        // Every new step's path hash first, each starting the load of its cache entry (see
+        // `tree::path_hash`); the hashes the record lacks below `start` are made again.
+        let from = hashed.clamp(lowest, start);
+        let mut path = match from > lowest {
+            true => rec.paths[from - 1],
+            false => tree::ROOT_PATH,
+        };
+        for (s, p) in rec.steps[from..=top].iter().zip(&mut rec.paths[from..=top]) {
+            path = tree::path_hash(path, s.pc);
+            *p = path;
+        }
+        for &p in &rec.paths[start..=top] {
+            tree::prefetch(&self.tree, p);
+        }
         // Naming stops at the first node the tree cannot give (out of ids or memory), or
         // above a step that was not named: the steps above stay unnamed.
-        for s in rec.steps[..=top].iter_mut().skip(start) {
+        for (s, &p) in rec.steps[start..=top]
+            .iter_mut()
+            .zip(&rec.paths[start..=top])
+        {
             if named {
-                parent = tree::child(&mut self.tree, parent, s.pc);
+                parent = tree::child(&mut self.tree, p, parent, s.pc);
                 named = parent != 0;
             }
             s.node = if named { parent } else { 0 };
