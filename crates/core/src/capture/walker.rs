@@ -414,6 +414,10 @@ impl ThreadCache {
             return 0;
         };
         let start = start.max(lowest);
+        if start > top {
+            // Nothing new to name: the new steps are all the tracer's own.
+            return rec.steps[top].node;
+        }
         let (mut parent, mut named) = match start > lowest {
             true => (rec.steps[start - 1].node, rec.steps[start - 1].node != 0),
             false => (0, true),
