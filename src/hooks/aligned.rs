@@ -20,7 +20,7 @@ fn retried(g: &Option<Guard>, size: usize, ask: impl Fn() -> *mut c_void) -> *mu
 /// The glibc rule for `posix_memalign`: a power-of-two multiple of `sizeof(void *)`.
 fn valid_posix_alignment(align: usize) -> bool {
     let word = core::mem::size_of::<*const c_void>();
-    align != 0 && align % word == 0 && (align / word).is_power_of_two()
+    align != 0 && align.is_multiple_of(word) && (align / word).is_power_of_two()
 }
 
 #[cfg_attr(not(test), no_mangle)]

@@ -78,7 +78,10 @@ fn chunk_fits(m: &Mapping, addr: u64) -> bool {
     let Some(next) = chunk.checked_add(size) else {
         return false;
     };
-    if size < MIN_CHUNK || size % ALIGN != 0 || !m.holds(chunk, next.saturating_add(HEADER)) {
+    if size < MIN_CHUNK
+        || !size.is_multiple_of(ALIGN)
+        || !m.holds(chunk, next.saturating_add(HEADER))
+    {
         return false;
     }
     let next_size = read(next + 8);

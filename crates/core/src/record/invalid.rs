@@ -28,7 +28,7 @@ pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op, glibc: boo
     let (inside, _) = table::find_containing(addr);
     let on_stack = state.capture.bounds.contains(addr);
     let in_code = modules::snapshot().is_some_and(|m| m.find(addr).is_some());
-    if inside.is_some() || addr % 16 != 0 || on_stack || in_code {
+    if inside.is_some() || !addr.is_multiple_of(16) || on_stack || in_code {
         let why = if let Some(b) = inside {
             Why::Inside(b)
         } else if on_stack {

@@ -204,7 +204,10 @@ const SHOWN: u64 = 3;
 #[inline(never)]
 pub(super) fn check_stack(local: &capture::Local, id: u32, buf: &mut [u64]) {
     let every = config::CHECK_STACKS.load(Ordering::Relaxed);
-    if CAPTURES.fetch_add(1, Ordering::Relaxed) % every != 0 {
+    if !CAPTURES
+        .fetch_add(1, Ordering::Relaxed)
+        .is_multiple_of(every)
+    {
         return;
     }
     let n = capture::reference(local, buf);

@@ -173,7 +173,7 @@ mod tests {
         let (p, q) = {
             let _scope = from_arena();
             let p = malloc(24);
-            assert!(!p.is_null() && p as usize % 16 == 0);
+            assert!(!p.is_null() && (p as usize).is_multiple_of(16));
             // SAFETY: 24 bytes of ours.
             unsafe { p.cast::<u8>().write_bytes(0xab, 24) };
             let z = calloc(4, 8);

@@ -286,7 +286,7 @@ fn control_blocks<M: Memory + ?Sized>(
         .step_by(8)
         .filter(|&off| {
             let p = lo + off as u64;
-            p % 64 == 0 && word(off) == Some(p) && word(off + 16) == Some(p)
+            p.is_multiple_of(64) && word(off) == Some(p) && word(off + 16) == Some(p)
         })
         .collect();
     (tail, offsets)
