@@ -16,10 +16,13 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command};
 use std::time::Duration;
 
-use common::{c_fixture, gcore, mem_trace_binary, profiler_library, run_with_timeout, Fixture};
+use common::{
+    c_fixture, gcore, mem_trace_binary, profiler_library, run_with_timeout, spawn_fixture,
+    waiting_fixture, Fixture,
+};
 use mem_trace_read::format::{
     shard_of, CallTree, FreedHistory, Header, Profile, Shard, StackStore, ThreadRecord,
     ThreadTable, REGION_SHIFT,
@@ -44,17 +47,8 @@ struct Scribbler {
 
 impl Scribbler {
     fn start(fixture: &Fixture) -> Scribbler {
-        let mut child = Command::new(&fixture.bin)
-            .env("LD_PRELOAD", profiler_library())
-            .env("MEM_TRACE_MODE", "debug")
-            .env("MEM_TRACE_PROFILE_INTERVAL", "0")
-            .env("MEM_TRACE_LEAKS", "0")
-            .current_dir(&fixture.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("run {}: {e}", fixture.bin.display()));
+        let mut cmd = waiting_fixture(fixture, profiler_library());
+        let mut child = spawn_fixture(cmd.env("MEM_TRACE_MODE", "debug"), fixture);
         let stdin = child.stdin.take().expect("piped stdin");
         let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         let mut line = String::new();

@@ -10,11 +10,14 @@ mod common;
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{c_fixture, gcore, mem_trace_within, profiler_library, Fixture, Output};
+use common::{
+    c_fixture, gcore, mem_trace_within, profiler_library, spawn_fixture, waiting_fixture, Fixture,
+    Output,
+};
 
 fn memfd_pool() -> Fixture {
     c_fixture("memfd_pool.c", &[])
@@ -29,17 +32,7 @@ struct Running {
 impl Running {
     /// Starts `fixture` under `library` with `args`, once it says `ready pid=PID`.
     fn start(fixture: &Fixture, library: &Path, args: &[&Path]) -> Running {
-        let mut child = Command::new(&fixture.bin)
-            .args(args)
-            .env("LD_PRELOAD", library)
-            .env("MEM_TRACE_PROFILE_INTERVAL", "0")
-            .env("MEM_TRACE_LEAKS", "0")
-            .current_dir(&fixture.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("run {}: {e}", fixture.bin.display()));
+        let mut child = spawn_fixture(waiting_fixture(fixture, library).args(args), fixture);
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {

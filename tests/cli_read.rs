@@ -11,13 +11,14 @@ mod common;
 mod webdriver;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use common::mtrace::{comparable_with_gdb, gdb, with_entry_script};
 use common::{
-    c_fixture, mem_trace_binary, mem_trace_run, profiler_library, run_with_timeout, Fixture, Output,
+    c_fixture, mem_trace_binary, mem_trace_run, profiler_library, run_with_timeout, spawn_fixture,
+    waiting_fixture, Fixture, Output,
 };
 
 /// The tests of this file take turns: the speed test compares a program's rate of work in
@@ -43,18 +44,8 @@ struct Running {
 
 impl Running {
     fn start(fixture: &Fixture, mode: &str) -> Running {
-        let mut child = Command::new(&fixture.bin)
-            .arg(mode)
-            .env("LD_PRELOAD", profiler_library())
-            // No periodic report while the test measures: only the reads under test.
-            .env("MEM_TRACE_PROFILE_INTERVAL", "0")
-            .env("MEM_TRACE_LEAKS", "0")
-            .current_dir(&fixture.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("run {}: {e}", fixture.bin.display()));
+        let mut cmd = waiting_fixture(fixture, profiler_library());
+        let mut child = spawn_fixture(cmd.arg(mode), fixture);
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {

@@ -12,7 +12,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
-use common::{c_fixture, mem_trace_within, profiler_library, run_with_timeout, Fixture};
+use common::{
+    c_fixture, mem_trace_within, profiler_library, run_with_timeout, spawn_fixture,
+    waiting_fixture, Fixture,
+};
 
 const SAMPLE: &str = "64K";
 const SEED: &str = "42";
@@ -26,19 +29,12 @@ struct Sites {
 
 impl Sites {
     fn start(fixture: &Fixture, env: &[(&str, &str)]) -> Sites {
-        let mut child = Command::new(&fixture.bin)
-            .env("LD_PRELOAD", profiler_library())
-            .env("MEM_TRACE_PROFILE_INTERVAL", "0")
-            .env("MEM_TRACE_LEAKS", "0")
-            .env("MEM_TRACE_MODE", "profile")
+        let mut cmd = waiting_fixture(fixture, profiler_library());
+        cmd.env("MEM_TRACE_MODE", "profile")
             .envs(env.iter().copied())
-            .current_dir(&fixture.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             // Where print_trace, called in the process, writes.
-            .stderr(std::fs::File::create(fixture.dir.join("sites.stderr")).unwrap())
-            .spawn()
-            .expect("run the fixture");
+            .stderr(std::fs::File::create(fixture.dir.join("sites.stderr")).unwrap());
+        let mut child = spawn_fixture(&mut cmd, fixture);
         let stdin = child.stdin.take().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())

@@ -83,6 +83,28 @@ fn build_library_in(feature: &str, target: Option<PathBuf>) -> Result<PathBuf, S
     cargo_build(&args, target, "libmem_trace.so")
 }
 
+/// `fixture` under `library`, for readers to read while it waits: no periodic report and no
+/// exit report (`MEM_TRACE_LEAKS=0`), so the reads under test are the only ones; stdin and
+/// stdout piped to drive it, stderr inherited. The caller adds its arguments and variables
+/// (a later value of a variable wins), then spawns it with [`spawn_fixture`].
+pub fn waiting_fixture(fixture: &Fixture, library: &Path) -> Command {
+    let mut cmd = Command::new(&fixture.bin);
+    cmd.env("LD_PRELOAD", library)
+        .env("MEM_TRACE_PROFILE_INTERVAL", "0")
+        .env("MEM_TRACE_LEAKS", "0")
+        .current_dir(&fixture.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    cmd
+}
+
+/// Spawns `cmd`, a [`waiting_fixture`] of `fixture`.
+pub fn spawn_fixture(cmd: &mut Command, fixture: &Fixture) -> std::process::Child {
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("run {}: {e}", fixture.bin.display()))
+}
+
 /// The `mem-trace` binary, built (release) beside the profiler build of the library in
 /// `target/profiler/release/`, where `mem-trace run` finds the library and the library finds
 /// the binary that draws its flame graphs. Built once per test process.

@@ -2,10 +2,10 @@
 //! reading what it gives: shared by the pprof and push tests.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command};
 use std::time::Duration;
 
-use super::{profiler_library, run_with_timeout, Fixture};
+use super::{profiler_library, run_with_timeout, spawn_fixture, waiting_fixture, Fixture};
 
 /// The fixture running, its stdin and stdout held; killed on drop.
 pub struct Sites {
@@ -19,16 +19,7 @@ pub struct Sites {
 impl Sites {
     /// Starts it, once it says `ready pid=PID`.
     pub fn start(fixture: &Fixture) -> Sites {
-        let mut child = Command::new(&fixture.bin)
-            .env("LD_PRELOAD", profiler_library())
-            .env("MEM_TRACE_PROFILE_INTERVAL", "0")
-            .env("MEM_TRACE_LEAKS", "0")
-            .current_dir(&fixture.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("run {}: {e}", fixture.bin.display()));
+        let mut child = spawn_fixture(&mut waiting_fixture(fixture, profiler_library()), fixture);
         let stdin = child.stdin.take().expect("piped stdin");
         let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         let mut line = String::new();
