@@ -41,6 +41,8 @@ pub(super) const AFTER_OWN: u16 = 16;
 /// instead of working it out from two steps' flags at every step of every capture.
 const EXACT_BEFORE_SHIFT: u32 = 8;
 const _: () = assert!(MAX_STEPS < 1 << (16 - EXACT_BEFORE_SHIFT));
+/// The flags below that count: the step's own.
+const OWN_FLAGS: u16 = (1 << EXACT_BEFORE_SHIFT) - 1;
 
 /// Pairs needing the exact check among the record's pairs outwards of `s` (see
 /// `EXACT_BEFORE_SHIFT`).
@@ -144,13 +146,13 @@ impl Trail {
         }
         // Pair `k` is steps `k` (outer) and `k + 1`; step `k + 1` counts the pairs up to `k`.
         let pairs = pairs.min(len.saturating_sub(1));
-        let mut before = self.steps.get(pairs).map_or(0, exact_before);
-        if pairs == 0 {
-            before = 0;
-            if let Some(s) = self.steps.first_mut() {
-                s.flags &= (1 << EXACT_BEFORE_SHIFT) - 1;
+        let mut before = match pairs {
+            0 => {
+                self.steps[0].flags &= OWN_FLAGS;
+                0
             }
-        }
+            p => exact_before(&self.steps[p]),
+        };
         for k in pairs..len.saturating_sub(1) {
             let (to, from) = (self.steps[k], self.steps[k + 1]);
             let exact = from.flags & OPAQUE != 0
@@ -158,7 +160,7 @@ impl Trail {
                 || to.sp <= from.sp;
             before += u16::from(exact);
             let flags = &mut self.steps[k + 1].flags;
-            *flags = (*flags & ((1 << EXACT_BEFORE_SHIFT) - 1)) | (before << EXACT_BEFORE_SHIFT);
+            *flags = (*flags & OWN_FLAGS) | (before << EXACT_BEFORE_SHIFT);
         }
     }
 }
@@ -296,15 +298,12 @@ fn still_holds(stack: Stack, from: Step, to: Step) -> bool {
 /// bounds keeps every read inside it, with no clamp per word.
 #[inline(always)]
 fn window_holds(stack: Stack, window: &[Step]) -> bool {
-    let (Some(outer), Some(junction)) = (window.first(), window.last()) else {
-        return true;
+    let (outer, inner, junction) = match window {
+        [] | [_] => return true,
+        [only, junction] => (only, only, junction),
+        [outer, .., inner, junction] => (outer, inner, junction),
     };
-    let Some((_, pairs)) = window.split_last() else {
-        return true;
-    };
-    let Some(inner) = pairs.last() else {
-        return true;
-    };
+    let pairs = &window[..window.len() - 1];
     if exact_before(junction) != exact_before(outer) {
         return false;
     }
