@@ -68,7 +68,8 @@ impl ThreadCache {
             // `Fixed { false, false }`.
             kept: unsafe { zeroed_box() }?,
             kept_recent: [0; KEPT_SETS],
-            shapes: Box::try_new_in([NO_SHAPE; SHAPES], Arena).ok()?,
+            // SAFETY: a zeroed shape is `NO_SHAPE`: integers only, all zero.
+            shapes: unsafe { zeroed_box() }?,
             last_kept: None,
             memo: None,
             // SAFETY: a zeroed entry has pc 0, which no frame has: never a hit.
