@@ -2,10 +2,12 @@
 //! with allocations as deltas, and the push survives a server that is down, one that never
 //! answers and one that answers 500.
 //!
-//! No Pyroscope server can be installed here: the receiver is this test's own, on 127.0.0.1.
-//! It implements the request Pyroscope documents for `POST /push.v1.PusherService/Push`
-//! (Connect's JSON encoding: `series[].labels[]`, `series[].samples[].rawProfile` in base64)
-//! and hands each profile to the real `go tool pprof`.
+//! No Pyroscope or Parca server can be installed here: the receiver is this test's own, on
+//! 127.0.0.1. It implements the request Pyroscope documents for `POST
+//! /push.v1.PusherService/Push` (Connect's JSON encoding: `series[].labels[]`,
+//! `series[].samples[].rawProfile` in base64) and the one of Parca's `WriteRaw` through its
+//! HTTP gateway, `POST /profiles/writeraw` (`series[].labels.labels[]`, the same samples,
+//! `normalized`), and hands each profile to the real `go tool pprof`.
 
 mod common;
 
@@ -94,10 +96,18 @@ fn respond(stream: &mut TcpStream, status: &str, body: &str) {
 /// A request's labels and its profile written to `file`.
 fn decode(request: &Received, file: &Path) -> Vec<(String, String)> {
     use base64::Engine as _;
-    assert_eq!(request.path, "/push.v1.PusherService/Push");
     let v: serde_json::Value = serde_json::from_str(&request.body).expect("a JSON body");
     let series = &v["series"][0];
-    let labels = series["labels"]
+    let labels = match request.path.as_str() {
+        "/push.v1.PusherService/Push" => &series["labels"],
+        "/profiles/writeraw" => {
+            // The locations hold the process's addresses, for Parca to normalize.
+            assert_eq!(v["normalized"], false);
+            &series["labels"]["labels"]
+        }
+        other => panic!("a request to {other}"),
+    };
+    let labels = labels
         .as_array()
         .expect("labels")
         .iter()
@@ -225,6 +235,56 @@ fn profiles_reach_the_server_with_allocations_as_deltas() {
     assert_eq!(
         flat(&fixture, &files[2], "inuse_space", "site_live"),
         3 << 20
+    );
+}
+
+#[test]
+fn parca_receives_the_same_profiles_through_writeraw() {
+    let fixture = c_fixture("pprof_sites.c", &["-pthread"]);
+    let mut sites = Sites::start(&fixture);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = mpsc::channel();
+    receiver(listener, vec![Reply::Accept; 2], tx);
+    let mut child = push(
+        &fixture,
+        sites.pid,
+        &[
+            "--url", &url, "--server", "parca", "--every", "1", "--count", "2", "--label", "zone=b",
+        ],
+        "parca",
+    );
+    let mut files = Vec::new();
+    for k in 0..2 {
+        let request = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a push within a minute");
+        assert_eq!(request.path, "/profiles/writeraw");
+        let file = fixture.dir.join(format!("parca.{k}.pb.gz"));
+        let labels = decode(&request, &file);
+        assert_eq!(labels[0], ("__name__".to_string(), "memory".to_string()));
+        assert!(labels.contains(&("zone".to_string(), "b".to_string())));
+        assert!(labels.iter().any(|(n, _)| n == "service_name"));
+        files.push(file);
+        sites.more();
+    }
+    assert!(wait(&mut child, Duration::from_secs(30)).success());
+    assert_eq!(
+        flat(&fixture, &files[0], "inuse_space", "site_live"),
+        3 << 20
+    );
+    assert_eq!(flat(&fixture, &files[1], "alloc_space", "site_live"), 0);
+    assert_eq!(
+        flat(&fixture, &files[1], "alloc_space", "site_more"),
+        512 << 10
+    );
+    let stderr =
+        std::fs::read_to_string(fixture.dir.join("push.parca.stderr")).expect("push's stderr");
+    assert!(
+        stderr.contains(&format!(
+            "2 of 2 profiles accepted by {url}/profiles/writeraw"
+        )),
+        "{stderr}"
     );
 }
 

@@ -114,6 +114,9 @@ pub struct RunArgs {
     /// A label of every pushed profile, NAME=VALUE (repeatable).
     #[arg(long = "push-label", value_name = "NAME=VALUE", value_parser = crate::push::parse_label)]
     pub push_labels: Vec<(String, String)>,
+    /// The kind of server --push names.
+    #[arg(long, value_name = "KIND", value_enum, default_value_t = Server::Pyroscope)]
+    pub push_server: Server,
     /// The program and its arguments.
     #[arg(
         value_name = "PROGRAM",
@@ -158,6 +161,16 @@ impl GdbArgs {
         }
         words
     }
+}
+
+/// The continuous-profiling server a push goes to: each takes the same gzipped pprof
+/// profile and labels, through its own ingestion API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Server {
+    /// Grafana Pyroscope: POST URL/push.v1.PusherService/Push (Connect, JSON).
+    Pyroscope,
+    /// Parca: POST URL/profiles/writeraw (WriteRaw through its HTTP gateway, JSON).
+    Parca,
 }
 
 /// `mem-trace run --mode`: the library's `MEM_TRACE_MODE`.
@@ -456,7 +469,8 @@ pub struct PprofArgs {
 /// `mem-trace push`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Pyroscope's ingestion API (POST URL/push.v1.PusherService/Push): labels \
+    after_help = "Pyroscope's ingestion API (POST URL/push.v1.PusherService/Push), or with \
+--server parca Parca's (POST URL/profiles/writeraw): labels \
 __name__=memory, service_name and every --label; the profile is mem-trace pprof's, with \
 allocations as deltas since the last accepted push and in-use values absolute. A failed push \
 is one line on stderr, retried until the next interval is due. Ends when the process does \
@@ -466,9 +480,13 @@ pub struct PushArgs {
     /// The target.
     #[command(flatten)]
     pub target: TargetArgs,
-    /// The server's base URL (http:// or https://), e.g. http://pyroscope:4040.
+    /// The server's base URL (http:// or https://), e.g. http://pyroscope:4040 or
+    /// http://parca:7070.
     #[arg(long, value_name = "URL", value_parser = push_url)]
     pub url: String,
+    /// The kind of server at --url.
+    #[arg(long, value_name = "KIND", value_enum, default_value_t = Server::Pyroscope)]
+    pub server: Server,
     /// Seconds between profiles.
     #[arg(long, value_name = "SECONDS", default_value = "15", value_parser = seconds)]
     pub every: f64,

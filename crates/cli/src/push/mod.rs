@@ -1,11 +1,18 @@
 //! `mem-trace push`: the target's heap profile sent to a continuous-profiling server at each
 //! interval, read without stopping the process (as `top` reads it).
 //!
-//! The protocol is Grafana Pyroscope's ingestion API, `POST /push.v1.PusherService/Push`
-//! (Connect, JSON encoding): one series whose labels are `__name__="memory"`, `service_name`
-//! and the user's, with one sample, the gzipped pprof profile (`mem-trace pprof`'s). As
-//! Pyroscope's own Go client does, the allocation values (`alloc_objects`, `alloc_space`) are
-//! deltas since the last profile the server accepted, and the in-use values absolute.
+//! Two servers' ingestion APIs, both JSON over HTTP, both one series whose labels are
+//! `__name__="memory"`, `service_name` and the user's, with one sample, the gzipped pprof
+//! profile (`mem-trace pprof`'s):
+//! - Grafana Pyroscope, `POST /push.v1.PusherService/Push` (Connect): labels a list;
+//! - Parca, `POST /profiles/writeraw` (`ProfileStoreService.WriteRaw` through its HTTP
+//!   gateway): labels in a label set, and `normalized: false`, because the locations hold
+//!   the process's own addresses, each inside its module's mapping, as pprof's files do.
+//!
+//! As Pyroscope's own Go client does, the allocation values (`alloc_objects`,
+//! `alloc_space`) are deltas since the last profile the server accepted, and the in-use
+//! values absolute; the same for Parca, so that a sum over a time range counts each
+//! allocation once.
 //!
 //! A failed push is one line on stderr and is retried with doubling waits until the next
 //! interval is due; then it is given up and its allocations go into the next profile. Every
@@ -13,7 +20,7 @@
 //! the traced process is only read, so nothing the server does reaches it. The loop ends when
 //! the process does (or after `--count` profiles, or after one profile of a core).
 
-use crate::cli::PushArgs;
+use crate::cli::{PushArgs, Server};
 use crate::error::{Error, Result};
 use crate::pprof;
 use crate::stacks;
@@ -53,8 +60,14 @@ pub fn parse_label(text: &str) -> std::result::Result<(String, String), String> 
     Ok((name.to_string(), value.to_string()))
 }
 
-/// The request body: one series with one gzipped pprof profile.
-pub fn body(profile: &[u8], service: &str, labels: &[(String, String)], id: &str) -> String {
+/// The request body for `server`: one series with one gzipped pprof profile.
+pub fn body(
+    server: Server,
+    profile: &[u8],
+    service: &str,
+    labels: &[(String, String)],
+    id: &str,
+) -> String {
     let mut pairs = vec![
         serde_json::json!({"name": "__name__", "value": PROFILE_NAME}),
         serde_json::json!({"name": "service_name", "value": service}),
@@ -65,9 +78,15 @@ pub fn body(profile: &[u8], service: &str, labels: &[(String, String)], id: &str
             .map(|(n, v)| serde_json::json!({"name": n, "value": v})),
     );
     let raw = base64::engine::general_purpose::STANDARD.encode(profile);
-    serde_json::json!({
-        "series": [{"labels": pairs, "samples": [{"rawProfile": raw, "ID": id}]}]
-    })
+    match server {
+        Server::Pyroscope => serde_json::json!({
+            "series": [{"labels": pairs, "samples": [{"rawProfile": raw, "ID": id}]}]
+        }),
+        Server::Parca => serde_json::json!({
+            "series": [{"labels": {"labels": pairs}, "samples": [{"rawProfile": raw}]}],
+            "normalized": false
+        }),
+    }
     .to_string()
 }
 
@@ -144,7 +163,7 @@ fn gone(args: &PushArgs) -> bool {
 pub fn command(args: &PushArgs) -> Result<u8> {
     let never = AtomicBool::new(false);
     let (made, accepted) = pushes(args, &never, Duration::ZERO)?;
-    let url = endpoint(&args.url);
+    let url = endpoint(args.server, &args.url);
     eprintln!("mem-trace: push: {accepted} of {made} profiles accepted by {url}");
     if accepted == 0 {
         return Err(Error::new(format!("no profile reached {url}")));
@@ -152,9 +171,13 @@ pub fn command(args: &PushArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// The ingestion endpoint under the server's base URL.
-fn endpoint(base: &str) -> String {
-    format!("{}/push.v1.PusherService/Push", base.trim_end_matches('/'))
+/// The ingestion endpoint of `server` under its base URL.
+fn endpoint(server: Server, base: &str) -> String {
+    let path = match server {
+        Server::Pyroscope => "push.v1.PusherService/Push",
+        Server::Parca => "profiles/writeraw",
+    };
+    format!("{}/{path}", base.trim_end_matches('/'))
 }
 
 /// Waits until `until`, or less once `stop` is set (checked every 50 ms).
@@ -176,7 +199,7 @@ pub fn pushes(args: &PushArgs, stop: &AtomicBool, first: Duration) -> Result<(u6
     if stop.load(Ordering::Relaxed) {
         return Ok((0, 0));
     }
-    let url = endpoint(&args.url);
+    let url = endpoint(args.server, &args.url);
     let timeout = Duration::from_secs_f64(args.timeout);
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(timeout)
@@ -216,7 +239,7 @@ pub fn pushes(args: &PushArgs, stop: &AtomicBool, first: Duration) -> Result<(u6
         ));
         made += 1;
         let id = format!("{:x}-{:x}-{made}", std::process::id(), now.as_nanos());
-        let request = body(&encoded, &service, &args.labels, &id);
+        let request = body(args.server, &encoded, &service, &args.labels, &id);
         if send(&agent, &url, &request, started + every) {
             accepted += 1;
             base = totals;
@@ -269,8 +292,14 @@ mod tests {
     #[test]
     fn the_body_is_one_series_with_the_profile_in_base64() {
         let labels = [("host".to_string(), "h1".to_string())];
-        let v: serde_json::Value =
-            serde_json::from_str(&body(b"\x1f\x8b\x08abc", "api", &labels, "id7")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body(
+            Server::Pyroscope,
+            b"\x1f\x8b\x08abc",
+            "api",
+            &labels,
+            "id7",
+        ))
+        .unwrap();
         let series = &v["series"][0];
         let pairs: Vec<(&str, &str)> = series["labels"]
             .as_array()
@@ -294,6 +323,44 @@ mod tests {
             b"\x1f\x8b\x08abc"
         );
         assert_eq!(series["samples"][0]["ID"], "id7");
+    }
+
+    #[test]
+    fn parca_gets_a_label_set_and_addresses_to_normalize() {
+        let labels = [("host".to_string(), "h1".to_string())];
+        let text = body(Server::Parca, b"\x1f\x8b\x08abc", "api", &labels, "id7");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let series = &v["series"][0];
+        let pairs: Vec<(&str, &str)> = series["labels"]["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap(), p["value"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("__name__", "memory"),
+                ("service_name", "api"),
+                ("host", "h1")
+            ]
+        );
+        let raw = series["samples"][0]["rawProfile"].as_str().unwrap();
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(raw)
+                .unwrap(),
+            b"\x1f\x8b\x08abc"
+        );
+        assert_eq!(v["normalized"], false);
+        assert_eq!(
+            endpoint(Server::Parca, "http://parca:7070/"),
+            "http://parca:7070/profiles/writeraw"
+        );
+        assert_eq!(
+            endpoint(Server::Pyroscope, "http://p:4040"),
+            "http://p:4040/push.v1.PusherService/Push"
+        );
     }
 
     #[test]

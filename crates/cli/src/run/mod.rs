@@ -103,6 +103,7 @@ fn push_args(args: &RunArgs, url: &str, pid: u32, program: &Path) -> PushArgs {
             exe: None,
         },
         url: url.to_string(),
+        server: args.push_server,
         every: args.push_every,
         service: Some(args.push_service.clone().unwrap_or(name)),
         labels: args.push_labels.clone(),
