@@ -1011,6 +1011,26 @@ class SampleTests(unittest.TestCase):
         self.assertEqual(sample.weight(0x1000, 100, 0), (100, 1))
         self.assertEqual(sample.rate(512 << 10), "one allocation per ~512 KiB")
 
+    def test_expm1_has_the_tracers_bits(self):
+        """The sweep and digest of crates/read/src/exp.rs's test: the same bits as the
+        tracer's own expm1 (it does without libm), within a few units of libm's."""
+        import math
+
+        from mem_trace_gdb.layout import sample
+
+        digest = 0
+        for i in range(4000):
+            x = -float(i * i * 37 + 1) / 65536.0 / 7.0
+            for y in (x, x / 1024.0, -x / 3.0):
+                bits = struct.unpack("<Q", struct.pack("<d", sample.expm1(y)))[0]
+                digest = (digest * 31 + bits) & ((1 << 64) - 1)
+                libm = math.expm1(y)
+                if libm != 0.0 and not math.isinf(libm):
+                    self.assertLess(abs(sample.expm1(y) - libm), 4e-16 * abs(libm))
+        self.assertEqual(digest, 0x8EF021956DCF7684)
+        self.assertTrue(math.isnan(sample.expm1(math.nan)))
+        self.assertEqual(sample.expm1(-1e6), -1.0)
+
 
 class ProfileTests(Fixture):
     """Layout version 3's profiler words: header, thread records, the Profile section."""

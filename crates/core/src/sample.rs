@@ -120,7 +120,7 @@ impl Local {
         self.rng.set(x);
         // Uniform in (0, 1]: never ln(0).
         let u = ((x >> 11) + 1) as f64 / (1u64 << 53) as f64;
-        let gap = -(MEAN.load(Relaxed) as f64) * u.ln();
+        let gap = -(MEAN.load(Relaxed) as f64) * mem_trace_read::exp::ln(u);
         (gap.min(i64::MAX as f64 / 2.0) as i64).max(1)
     }
 }

@@ -28,6 +28,7 @@
 pub use mem_trace_format as format;
 
 pub mod answer;
+pub mod exp;
 pub mod layout;
 pub mod leaks;
 pub mod memory;

@@ -12,7 +12,7 @@ pub fn probability(size: u64, mean: u64) -> f64 {
     if mean == 0 {
         return 1.0;
     }
-    -(-(size as f64) / mean as f64).exp_m1()
+    -crate::exp::expm1(-(size as f64) / mean as f64)
 }
 
 /// `(bytes, blocks)` a sampled block at `addr` of `size` bytes stands for; `(size, 1)` when
