@@ -155,6 +155,8 @@ pub(super) struct Shape {
     pub(super) slots: usize,
     /// Kept walks found minus walks of another layout, saturating: a shape is replaced at 0.
     pub(super) score: u32,
+    /// Every slot lies below `sp + reach`: one bounds check covers the key's reads.
+    pub(super) reach: u32,
     pub(super) offsets: [u32; SHAPE_SLOTS],
 }
 
@@ -163,6 +165,7 @@ pub(super) const NO_SHAPE: Shape = Shape {
     sp: 0,
     slots: 0,
     score: 0,
+    reach: 0,
     offsets: [0; SHAPE_SLOTS],
 };
 
@@ -181,12 +184,25 @@ impl Shape {
     #[inline(always)]
     pub(super) fn key(&self, stack: Stack) -> u64 {
         let mut h = self.pc ^ self.sp.rotate_left(29);
+        let offsets = &self.offsets[..self.slots];
         // Each word rotated by its own position, not a rotate of the running hash: the words
         // are then independent and only one xor a slot is serial (a kept hit computes this
         // over up to 32 slots on every capture).
-        for (i, &o) in self.offsets[..self.slots].iter().enumerate() {
-            let w = stack.read(self.sp + u64::from(o)).unwrap_or(0);
-            h ^= w.rotate_left(i as u32 * 7 + 1);
+        if (stack.lo..=stack.hi).contains(&self.sp) && u64::from(self.reach) <= stack.hi - self.sp {
+            // The common case, with one bounds check for all slots: a check per word was a
+            // third of the key's instructions.
+            for (i, &o) in offsets.iter().enumerate() {
+                // SAFETY: `lo <= sp <= hi`, `sp + reach <= hi` (just checked), and every offset
+                // is below `reach` (`Shape::of`): the word lies in `[lo, hi)`, the live part
+                // of this thread's stack (see `Stack::read`).
+                let w = unsafe { ((self.sp + u64::from(o)) as *const u64).read_unaligned() };
+                h ^= w.rotate_left(i as u32 * 7 + 1);
+            }
+        } else {
+            for (i, &o) in offsets.iter().enumerate() {
+                let w = stack.read(self.sp + u64::from(o)).unwrap_or(0);
+                h ^= w.rotate_left(i as u32 * 7 + 1);
+            }
         }
         (h ^ (h >> 31)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
     }
@@ -200,7 +216,11 @@ impl Shape {
             let Ok(o) = u32::try_from(s.sp.wrapping_sub(8).wrapping_sub(shape.sp)) else {
                 break;
             };
+            let Some(reach) = o.checked_add(8) else {
+                break;
+            };
             shape.offsets[shape.slots] = o;
+            shape.reach = shape.reach.max(reach);
             shape.slots += 1;
         }
         shape
