@@ -26,8 +26,6 @@ pub(super) const SHAPE_SCORE: u32 = 8;
 /// A walk kept for a later capture of the same stack: taken over from its first step.
 #[derive(Clone, Copy)]
 pub(super) struct Kept {
-    /// [`Shape::key`] of the stack it was walked on; 0 when empty.
-    pub(super) key: u64,
     pub(super) len: usize,
     pub(super) ending: Ending,
     pub(super) first: usize,
@@ -135,12 +133,15 @@ impl Checks {
             return false;
         }
         let n = self.n as usize;
-        self.offsets[..n]
-            .iter()
-            .zip(&self.values[..n])
+        // Every word compared, their differences or-ed, with no branch per word: a repeat is
+        // the common case, and the early exit of `all` cost a compare and a branch a word.
+        let mut differ = 0u64;
+        for (&o, &v) in self.offsets[..n].iter().zip(&self.values[..n]) {
             // SAFETY: `sp + reach <= hi` (checked above) and every offset is below `reach`,
             // so each word lies in `[sp, hi)`, the live part of this thread's stack.
-            .all(|(&o, &v)| unsafe { ((sp + u64::from(o)) as *const u64).read_unaligned() } == v)
+            differ |= unsafe { ((sp + u64::from(o)) as *const u64).read_unaligned() } ^ v;
+        }
+        differ == 0
     }
 }
 
@@ -231,9 +232,9 @@ impl Shape {
     }
 }
 
-/// The kept walk for `key` in `kept`, if any: its index.
+/// The kept walk for `key`, if any: its index, found in the kept walks' `keys`.
 #[inline(always)]
-pub(super) fn find_kept(kept: &[Kept], key: u64) -> Option<usize> {
+pub(super) fn find_kept(keys: &[u64; KEPT_SETS * KEPT_WAYS], key: u64) -> Option<usize> {
     let set = (key >> (64 - KEPT_SETS.trailing_zeros())) as usize * KEPT_WAYS;
-    (set..set + KEPT_WAYS).find(|&k| kept[k].key == key)
+    (set..set + KEPT_WAYS).find(|&k| keys[k] == key)
 }

@@ -51,7 +51,7 @@ impl ThreadCache {
         if shape.sp != sp || shape.pc != pc {
             return None;
         }
-        let k = find_kept(&self.kept[..], shape.key(stack))?;
+        let k = find_kept(&self.kept_keys, shape.key(stack))?;
         let kept = &self.kept[k];
         if kept.steps[0].sp != sp || kept.steps[0].pc != pc {
             return None;
@@ -134,10 +134,10 @@ impl ThreadCache {
         }
         let key = shape.key(stack);
         let set = (key >> (64 - KEPT_SETS.trailing_zeros())) as usize;
-        let k = find_kept(&self.kept[..], key)
+        let k = find_kept(&self.kept_keys, key)
             .unwrap_or(set * KEPT_WAYS + (usize::from(self.kept_recent[set]) + 1) % KEPT_WAYS);
+        self.kept_keys[k] = key;
         let kept = &mut self.kept[k];
-        kept.key = key;
         kept.stack_id = 0;
         kept.len = next.len;
         kept.ending = next.ending;
