@@ -289,19 +289,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_body_is_one_series_with_the_profile_in_base64() {
+    /// `server`'s body for a profile of three bytes, labels host=h1, service api, ID id7:
+    /// the parsed body, after checking the labels (in `labels` of the series) and the
+    /// profile every server gets.
+    fn checked_body(server: Server, labels_at: &[&str]) -> serde_json::Value {
         let labels = [("host".to_string(), "h1".to_string())];
-        let v: serde_json::Value = serde_json::from_str(&body(
-            Server::Pyroscope,
-            b"\x1f\x8b\x08abc",
-            "api",
-            &labels,
-            "id7",
-        ))
-        .unwrap();
+        let text = body(server, b"\x1f\x8b\x08abc", "api", &labels, "id7");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let series = &v["series"][0];
-        let pairs: Vec<(&str, &str)> = series["labels"]
+        let list = labels_at.iter().fold(&series["labels"], |v, k| &v[*k]);
+        let pairs: Vec<(&str, &str)> = list
             .as_array()
             .unwrap()
             .iter()
@@ -322,36 +319,18 @@ mod tests {
                 .unwrap(),
             b"\x1f\x8b\x08abc"
         );
-        assert_eq!(series["samples"][0]["ID"], "id7");
+        v
+    }
+
+    #[test]
+    fn the_body_is_one_series_with_the_profile_in_base64() {
+        let v = checked_body(Server::Pyroscope, &[]);
+        assert_eq!(v["series"][0]["samples"][0]["ID"], "id7");
     }
 
     #[test]
     fn parca_gets_a_label_set_and_addresses_to_normalize() {
-        let labels = [("host".to_string(), "h1".to_string())];
-        let text = body(Server::Parca, b"\x1f\x8b\x08abc", "api", &labels, "id7");
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let series = &v["series"][0];
-        let pairs: Vec<(&str, &str)> = series["labels"]["labels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| (p["name"].as_str().unwrap(), p["value"].as_str().unwrap()))
-            .collect();
-        assert_eq!(
-            pairs,
-            [
-                ("__name__", "memory"),
-                ("service_name", "api"),
-                ("host", "h1")
-            ]
-        );
-        let raw = series["samples"][0]["rawProfile"].as_str().unwrap();
-        assert_eq!(
-            base64::engine::general_purpose::STANDARD
-                .decode(raw)
-                .unwrap(),
-            b"\x1f\x8b\x08abc"
-        );
+        let v = checked_body(Server::Parca, &["labels"]);
         assert_eq!(v["normalized"], false);
         assert_eq!(
             endpoint(Server::Parca, "http://parca:7070/"),
