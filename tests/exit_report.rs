@@ -249,8 +249,14 @@ fn a_program_killed_by_sigkill_is_said_to_have_no_exit_report() {
 
 /// `mem-trace run -o out FIXTURE MODE` with `env`; the run's output.
 fn run(d: &Path, mode: &str, env: &[(&str, &str)]) -> Output {
+    run_with(d, &[], mode, env)
+}
+
+/// As [`run`], with `options` of `run`'s own.
+fn run_with(d: &Path, options: &[&str], mode: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(mem_trace_binary());
     cmd.args(["run", "-o", "out"])
+        .args(options)
         .arg(&fixture().bin)
         .arg(mode)
         .current_dir(d)
@@ -344,12 +350,12 @@ fn profile_by_peak_is_accepted_and_ranks_by_the_peak() {
     );
 }
 
-/// A program that allocated nothing: no graph to draw, so no `.folded` or `.svg` is left, and
-/// the summary lists none.
+/// A program that allocated nothing, its report kept (`--all-reports`): no graph to draw, so
+/// no `.folded` or `.svg` is left, and the summary lists none.
 #[test]
 fn an_empty_flame_graph_is_neither_written_nor_listed() {
     let d = scratch("nothing");
-    let out = run(&d, "nothing", &[]);
+    let out = run_with(&d, &["--all-reports"], "nothing", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", out.describe());
     let out_dir = d.join("out");
     let txt = files(&out_dir, ".1.txt");
