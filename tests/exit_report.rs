@@ -227,6 +227,36 @@ fn a_sigint_sent_to_run_alone_gets_the_final_report_then_reaches_the_program() {
     );
 }
 
+/// SIGTERM to `run` and the program at once (a signal to their process group, as systemd
+/// sends by default): the program, which does not handle it, dies before any report can be
+/// asked for; the summary says so, and how to send the signal so that it gets one.
+#[test]
+fn a_sigterm_to_the_whole_group_is_said_to_have_come_before_the_report() {
+    let d = scratch("sigterm-group");
+    let (sh, run) = serve(&d);
+    let children = fs::read_to_string(format!("/proc/{run}/task/{run}/children")).unwrap();
+    let program: i32 = children.trim().parse().expect("mem-trace runs the fixture");
+    // SAFETY: signals the mem-trace and the fixture this test started (through sh), as a
+    // signal to their group would (sh, their parent, is left to print the status).
+    unsafe {
+        libc::kill(run as i32, libc::SIGTERM);
+        libc::kill(program, libc::SIGTERM);
+    }
+    let rest = finish(sh);
+    assert_eq!(rest, "status 143\n");
+    let stderr = read(&d.join("run.stderr"));
+    assert!(
+        stderr.contains(&format!(
+            "mem-trace:   no exit report from process {program} (the program): it was killed by \
+             SIGTERM, which reached it at the same time as run (sent to the whole process group, \
+             as systemd's default KillMode=control-group does), before run could ask for its \
+             final report: send SIGTERM to run alone (`kill -TERM {run}`; systemd: \
+             KillMode=mixed)"
+        )),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_program_killed_by_sigkill_is_said_to_have_no_exit_report() {
     let d = scratch("sigkill");

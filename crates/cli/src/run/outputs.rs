@@ -60,6 +60,8 @@ pub struct Ended {
     pub signal: Option<i32>,
     /// The processes that wrote no exit report.
     pub unfinished: Vec<Unfinished>,
+    /// The signal `run` itself was told to stop by, if any.
+    pub told: Option<i32>,
 }
 
 /// Completes the directory's files and says on stderr where they are. `by` is what the reports
@@ -348,7 +350,7 @@ fn missing(reports: &[Report], ended: &Ended) -> Vec<String> {
         program_said |= program;
         let why = match (u.running, program.then_some(ended.signal).flatten()) {
             (true, _) => "it is still running".to_string(),
-            (false, Some(sig)) => format!("it was killed by {}", signal_name(sig)),
+            (false, Some(sig)) => killed(sig, ended.told),
             (false, None) => {
                 "it ended without calling exit (killed by a signal, or _exit)".to_string()
             }
@@ -386,12 +388,30 @@ fn missing(reports: &[Report], ended: &Ended) -> Vec<String> {
     }
     if let (false, Some(sig)) = (program_said || reported(ended.program), ended.signal) {
         lines.push(format!(
-            "mem-trace:   no exit report from process {} (the program): it was killed by {}",
+            "mem-trace:   no exit report from process {} (the program): {}",
             ended.program,
-            signal_name(sig)
+            killed(sig, ended.told)
         ));
     }
     lines
+}
+
+/// Why the program killed by `sig` has no report; `told`: the signal `run` was told to stop
+/// by. The same signal sent to `run` and the program together (to their process group) killed
+/// the program before `run` could ask for its final report (`stop`).
+fn killed(sig: i32, told: Option<i32>) -> String {
+    if told != Some(sig) {
+        return format!("it was killed by {}", signal_name(sig));
+    }
+    format!(
+        "it was killed by {0}, which reached it at the same time as run (sent to the whole \
+         process group, as systemd's default KillMode=control-group does), before run could \
+         ask for its final report: send {0} to run alone (`kill -{1} {2}`; systemd: \
+         KillMode=mixed)",
+        signal_name(sig),
+        signal_name(sig).trim_start_matches("SIG"),
+        std::process::id()
+    )
 }
 
 /// A signal's name, as `kill -l` gives it.
@@ -442,6 +462,7 @@ mod tests {
         let ended = Ended {
             program: 10,
             signal: Some(libc::SIGKILL),
+            told: None,
             unfinished: vec![
                 Unfinished {
                     pid: 10,
@@ -473,6 +494,7 @@ mod tests {
             program: 20,
             signal: Some(libc::SIGTERM),
             unfinished: vec![],
+            told: None,
         };
         let lines = summary(
             dir,
@@ -511,6 +533,7 @@ mod tests {
         let ended = Ended {
             program: 31,
             signal: None,
+            told: None,
             unfinished: (50..56)
                 .map(|pid| Unfinished {
                     pid,
@@ -537,6 +560,28 @@ mod tests {
                 "mem-trace:   no report kept for process 40 (wc -c): it allocated nothing worth one (nothing lost and a peak under 1 MiB; `run --all-reports` keeps them)",
                 "mem-trace:   no report kept for process 41 (wc -c): it allocated nothing worth one (nothing lost and a peak under 1 MiB; `run --all-reports` keeps them)",
             ]
+        );
+    }
+
+    #[test]
+    fn a_signal_to_the_whole_group_is_said_to_have_come_before_the_report() {
+        let ended = Ended {
+            program: 20,
+            signal: Some(libc::SIGTERM),
+            unfinished: vec![],
+            told: Some(libc::SIGTERM),
+        };
+        let lines = summary(Path::new("/d"), &[], &[], &ended);
+        assert_eq!(
+            lines[1],
+            format!(
+                "mem-trace:   no exit report from process 20 (the program): it was killed by \
+                 SIGTERM, which reached it at the same time as run (sent to the whole process \
+                 group, as systemd's default KillMode=control-group does), before run could ask \
+                 for its final report: send SIGTERM to run alone (`kill -TERM {}`; systemd: \
+                 KillMode=mixed)",
+                std::process::id()
+            )
         );
     }
 

@@ -16,6 +16,17 @@
 //! Each traced process listens on `DIR/mem-trace.<pid>.request` and removes it once its final
 //! or exit report is written: those left when the run ends name the processes that ended
 //! without an exit report ([`unfinished`]).
+//!
+//! A signal sent to the whole process group (systemd's default `KillMode=control-group`,
+//! `kill -TERM -PGID`) reaches the program at the same moment as `run`: a program that does
+//! not handle it dies at once, before any report can be asked for. That is not worked around:
+//! the library would need a SIGTERM handler of its own in the program, which the program can
+//! see (`sigaction` no longer says `SIG_DFL`; Python's `signal.getsignal` then returns `None`,
+//! which code that saves and restores the handler passes back and fails on). `run` notes that
+//! it was told to stop ([`told`]), and the summary says why the report is missing and how to
+//! send the signal so that it is written.
+
+use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
 
 use crate::liveness::alive;
 use std::ffi::OsStr;
@@ -54,6 +65,25 @@ pub fn unblock(old: &libc::sigset_t) {
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, core::ptr::null_mut()) };
 }
 
+/// The first stopping signal `run` was sent (0: none).
+static TOLD: AtomicI32 = AtomicI32::new(0);
+
+/// The signal `run` was told to stop by, if any (a Ctrl-C at the terminal not counted: it is
+/// the program's).
+pub fn told() -> Option<i32> {
+    if let Some(sig) = Some(TOLD.load(Relaxed)).filter(|&s| s != 0) {
+        return Some(sig);
+    }
+    // Sent to the group, the signal may not have been taken yet when the program's death is:
+    // a SIGTERM still pending was sent to `run` (a SIGINT may be the terminal's).
+    // SAFETY: sigpending writes the pending set into a zeroed local.
+    let pending = unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigpending(&mut set) == 0 && libc::sigismember(&set, libc::SIGTERM) == 1
+    };
+    pending.then_some(libc::SIGTERM)
+}
+
 /// Starts the thread that takes the signals for the program `pid`, whose reports go to
 /// `dir`. It runs until the process ends.
 pub fn watch(pid: u32, dir: PathBuf) {
@@ -66,6 +96,7 @@ pub fn watch(pid: u32, dir: PathBuf) {
         if from_terminal {
             continue;
         }
+        let _ = TOLD.compare_exchange(0, sig, Relaxed, Relaxed);
         let asked = request_final_reports(&dir);
         if !asked.is_empty() {
             eprintln!(
