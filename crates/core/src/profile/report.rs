@@ -19,7 +19,10 @@
 //!
 //! Everything is computed first (rankings, the leak scan: arena memory, no lock the
 //! allocation path waits on for long), then written while symbolizing in the scratch region
-//! (`report::frames`), never while holding anything an allocating thread needs.
+//! (`report::frames`), never while holding anything an allocating thread needs. Under
+//! `mem-trace run` the exit and final reports are written raw instead (`deferred`: return
+//! addresses, the modules, the command line, the graph's title), and `run` symbolizes them
+//! and draws their graphs once the program has ended.
 
 use crate::arena::Arena;
 use crate::config::{self, RankBy};
