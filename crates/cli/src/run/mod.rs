@@ -96,7 +96,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         program: program_pid,
         signal: std::os::unix::process::ExitStatusExt::signal(&status),
         unfinished: stop::unfinished(&dir),
-        told: stop::told(),
+        ended_first: stop::ended_first(),
     };
     outputs::finish(&dir, ranked_by(), &ended, args.all_reports);
     Ok(child::pass_on(status))

@@ -60,8 +60,9 @@ pub struct Ended {
     pub signal: Option<i32>,
     /// The processes that wrote no exit report.
     pub unfinished: Vec<Unfinished>,
-    /// The signal `run` itself was told to stop by, if any.
-    pub told: Option<i32>,
+    /// The signal `run` was told to stop by, when the program had ended before `run` could
+    /// pass it on (it reached the program directly, sent to the whole group).
+    pub ended_first: Option<i32>,
 }
 
 /// Completes the directory's files and says on stderr where they are. `by` is what the reports
@@ -350,7 +351,7 @@ fn missing(reports: &[Report], ended: &Ended) -> Vec<String> {
         program_said |= program;
         let why = match (u.running, program.then_some(ended.signal).flatten()) {
             (true, _) => "it is still running".to_string(),
-            (false, Some(sig)) => killed(sig, ended.told),
+            (false, Some(sig)) => killed(sig, ended.ended_first),
             (false, None) => {
                 "it ended without calling exit (killed by a signal, or _exit)".to_string()
             }
@@ -390,17 +391,18 @@ fn missing(reports: &[Report], ended: &Ended) -> Vec<String> {
         lines.push(format!(
             "mem-trace:   no exit report from process {} (the program): {}",
             ended.program,
-            killed(sig, ended.told)
+            killed(sig, ended.ended_first)
         ));
     }
     lines
 }
 
-/// Why the program killed by `sig` has no report; `told`: the signal `run` was told to stop
-/// by. The same signal sent to `run` and the program together (to their process group) killed
-/// the program before `run` could ask for its final report (`stop`).
-fn killed(sig: i32, told: Option<i32>) -> String {
-    if told != Some(sig) {
+/// Why the program killed by `sig` has no report; `ended_first`: the signal `run` was told to
+/// stop by, which had ended the program before `run` passed it on: sent to `run` and the
+/// program together (to their process group), it killed the program before `run` could ask
+/// for its final report (`stop`).
+fn killed(sig: i32, ended_first: Option<i32>) -> String {
+    if ended_first != Some(sig) {
         return format!("it was killed by {}", signal_name(sig));
     }
     format!(
@@ -462,7 +464,7 @@ mod tests {
         let ended = Ended {
             program: 10,
             signal: Some(libc::SIGKILL),
-            told: None,
+            ended_first: None,
             unfinished: vec![
                 Unfinished {
                     pid: 10,
@@ -494,7 +496,7 @@ mod tests {
             program: 20,
             signal: Some(libc::SIGTERM),
             unfinished: vec![],
-            told: None,
+            ended_first: None,
         };
         let lines = summary(
             dir,
@@ -533,7 +535,7 @@ mod tests {
         let ended = Ended {
             program: 31,
             signal: None,
-            told: None,
+            ended_first: None,
             unfinished: (50..56)
                 .map(|pid| Unfinished {
                     pid,
@@ -569,7 +571,7 @@ mod tests {
             program: 20,
             signal: Some(libc::SIGTERM),
             unfinished: vec![],
-            told: Some(libc::SIGTERM),
+            ended_first: Some(libc::SIGTERM),
         };
         let lines = summary(Path::new("/d"), &[], &[], &ended);
         assert_eq!(
