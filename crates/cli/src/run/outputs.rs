@@ -96,7 +96,11 @@ pub fn complete(dir: &Path, by: By, program: u32, keep_all: bool) -> (Vec<Report
         // Judged before it is symbolized: a report not kept costs no symbolizing.
         let body = deferred::body(&text);
         let kind = kind(body).to_string();
-        let verdict = worth::verdict(body, &kind, pid == program);
+        // Only a file of ours is removed; anything else in the directory stays.
+        let verdict = match super::symbolize::ours(&txt) {
+            true => worth::verdict(body, &kind, pid == program),
+            false => Verdict::Keep,
+        };
         let text = if deferred::is_raw(&text) && (verdict == Verdict::Keep || keep_all) {
             super::symbolize::report(&txt, &text, &mut cache);
             fs::read_to_string(&txt).unwrap_or_default()

@@ -49,7 +49,7 @@ pub fn report(txt: &Path, text: &str, cache: &mut Cache) {
 }
 
 /// Whether `p` is a regular file (not a symlink) owned by this process's user.
-fn ours(p: &Path) -> bool {
+pub fn ours(p: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
