@@ -227,6 +227,36 @@ fn a_sigint_sent_to_run_alone_gets_the_final_report_then_reaches_the_program() {
     );
 }
 
+/// SIGTERM to `run` and the program at once (a signal to their process group, as systemd
+/// sends by default): the program, which does not handle it, dies before any report can be
+/// asked for; the summary says so, and how to send the signal so that it gets one.
+#[test]
+fn a_sigterm_to_the_whole_group_is_said_to_have_come_before_the_report() {
+    let d = scratch("sigterm-group");
+    let (sh, run) = serve(&d);
+    let children = fs::read_to_string(format!("/proc/{run}/task/{run}/children")).unwrap();
+    let program: i32 = children.trim().parse().expect("mem-trace runs the fixture");
+    // SAFETY: signals the mem-trace and the fixture this test started (through sh), as a
+    // signal to their group would (sh, their parent, is left to print the status).
+    unsafe {
+        libc::kill(run as i32, libc::SIGTERM);
+        libc::kill(program, libc::SIGTERM);
+    }
+    let rest = finish(sh);
+    assert_eq!(rest, "status 143\n");
+    let stderr = read(&d.join("run.stderr"));
+    assert!(
+        stderr.contains(&format!(
+            "mem-trace:   no exit report from process {program} (the program): it was killed by \
+             SIGTERM, which reached it at the same time as run (sent to the whole process group, \
+             as systemd's default KillMode=control-group does), before run could ask for its \
+             final report: send SIGTERM to run alone (`kill -TERM {run}`; systemd: \
+             KillMode=mixed)"
+        )),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_program_killed_by_sigkill_is_said_to_have_no_exit_report() {
     let d = scratch("sigkill");
@@ -249,8 +279,14 @@ fn a_program_killed_by_sigkill_is_said_to_have_no_exit_report() {
 
 /// `mem-trace run -o out FIXTURE MODE` with `env`; the run's output.
 fn run(d: &Path, mode: &str, env: &[(&str, &str)]) -> Output {
+    run_with(d, &[], mode, env)
+}
+
+/// As [`run`], with `options` of `run`'s own.
+fn run_with(d: &Path, options: &[&str], mode: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(mem_trace_binary());
     cmd.args(["run", "-o", "out"])
+        .args(options)
         .arg(&fixture().bin)
         .arg(mode)
         .current_dir(d)
@@ -344,12 +380,12 @@ fn profile_by_peak_is_accepted_and_ranks_by_the_peak() {
     );
 }
 
-/// A program that allocated nothing: no graph to draw, so no `.folded` or `.svg` is left, and
-/// the summary lists none.
+/// A program that allocated nothing, its report kept (`--all-reports`): no graph to draw, so
+/// no `.folded` or `.svg` is left, and the summary lists none.
 #[test]
 fn an_empty_flame_graph_is_neither_written_nor_listed() {
     let d = scratch("nothing");
-    let out = run(&d, "nothing", &[]);
+    let out = run_with(&d, &["--all-reports"], "nothing", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", out.describe());
     let out_dir = d.join("out");
     let txt = files(&out_dir, ".1.txt");

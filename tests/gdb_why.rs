@@ -281,6 +281,60 @@ fn many_blocks_live_and_on_a_core() {
     live_then_core(&why_many(), ("live", "=== live"), "core", "why_many.core");
 }
 
+/// A block allocated 41 calls deep in a recursion: `mtrace-why` shows the recursion once and
+/// counts the frames it repeats, as `mtrace-top` does within its 8 frames, live and on the
+/// core; `mem-trace why` on that core gives the same stack, line for line.
+#[test]
+fn a_recursion_is_shown_once_then_counted() {
+    let fixture = with_entry_script(c_fixture("why_recursion.c", &[]));
+    let core = fixture.dir.join("why_recursion.core");
+    let _ = fs::remove_file(&core);
+    let live = gdb(&fixture, "live");
+    gdb(&fixture, "core");
+    let stack = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(str::trim)
+            .skip_while(|l| !l.starts_with("#0 "))
+            .take_while(|l| l.starts_with('#') || l.starts_with("... "))
+            .map(String::from)
+            .collect()
+    };
+    let after = |marker: &str| {
+        let at = live
+            .output
+            .find(marker)
+            .unwrap_or_else(|| panic!("no {marker}\n{}", live.report()));
+        live.output[at..].to_string()
+    };
+    let gdb_stack = stack(&after("=== live"));
+    // Five frames, the line for 37, then main and glibc's start: 41 frames in 10 lines.
+    assert_eq!(gdb_stack.len(), 10, "{}", live.report());
+    assert!(
+        gdb_stack[5].starts_with("... 37 more frames of the same recursion (descend at "),
+        "{}",
+        live.report()
+    );
+    let probe = after("=== live")
+        .lines()
+        .find(|l| l.contains(" is at the start of a 100-byte block"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no answer\n{}", live.report()))
+        .to_string();
+    let mut cmd = Command::new(common::mem_trace_binary());
+    cmd.arg("why").arg(&core).arg(&probe);
+    let out = run_with_timeout(
+        cmd,
+        &fixture.dir.join("why_recursion.why"),
+        false,
+        None,
+        RUN_TIMEOUT,
+        "mem-trace why",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(stack(&out.stdout), gdb_stack, "{}", out.describe());
+    let _ = fs::remove_file(&core);
+}
+
 /// What `/proc/sys/kernel/core_pattern` says, if it makes the kernel write a file named
 /// `core` into the crashing process's working directory (the pattern this suite relies on).
 fn kernel_writes_plain_core() -> Result<(), String> {

@@ -294,6 +294,35 @@ class StackTests(unittest.TestCase):
         self.assertEqual(len(self.stack(DEEP_STACK, 5)), 5)
         self.assertEqual(self.stack(DEEP_STACK, 0), ["    ... (--max-frames 0)"])
 
+    def test_a_recursion_is_shown_once_then_counted(self):
+        """40 frames of one recursive call site: three shown, one line for the other 37, and
+        the frames after it keep their numbers; --max-frames counts the frames shown."""
+        records = FakeRecords()
+        records.stacks[9] = Stack(9, (PC_MAKE,) + (PC_FREE,) * 40 + (PC_MAIN, PC_START))
+        got = parts.stack_lines(lookups(records), 9, None)
+        self.assertEqual(got, [
+            "    #0 0x55555555518b in new_order at /src/demo.c:16",
+            "    #1 0x5555555551f3 in release at /src/demo.c:40",
+            "    #2 0x5555555551f3 in release at /src/demo.c:40",
+            "    #3 0x5555555551f3 in release at /src/demo.c:40",
+            "    ... 37 more frames of the same recursion (release at /src/demo.c:40)",
+            "    #41 0x5555555551c6 in main at /src/demo.c:30",
+            "    #42 0x5555555550d1 in _start+0x21 from demo",
+        ])
+        self.assertEqual(parts.stack_lines(lookups(records), 9, 5), got[:6] + [
+            "    ... (--max-frames 5)"])
+        # Two functions calling each other (with an inlined frame: three frames a turn).
+        records.stacks[10] = Stack(10, (PC_INLINED, PC_UNKNOWN) * 6 + (PC_MAIN,))
+        got = parts.stack_lines(lookups(records), 10, None)
+        self.assertEqual(got[3:5], [
+            "    ... 15 more frames of the same recursion (inner (inlined) at /src/demo.c:7, "
+            "outer at /src/demo.c:12, 0x7ffff7a00010)",
+            "    #18 0x5555555551c6 in main at /src/demo.c:30",
+        ])
+        # A short repetition is shown whole.
+        records.stacks[11] = Stack(11, (PC_FREE,) * 5 + (PC_MAIN,))
+        self.assertEqual(len(parts.stack_lines(lookups(records), 11, None)), 6)
+
     def test_missing_empty_unreadable_unpublished(self):
         self.assertEqual(self.stack(0), ["    (no allocation stack was recorded)"])
         self.assertEqual(self.stack(EMPTY_STACK), ["    (empty allocation stack)"])

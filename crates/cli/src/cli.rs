@@ -101,6 +101,11 @@ pub struct RunArgs {
     /// the current directory).
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: Option<PathBuf>,
+    /// Keep every process's exit report, also of those that allocated nothing worth one (by
+    /// default not kept, only named: nothing allocated, or, in a process other than the
+    /// program, nothing lost and a peak under 1 MiB).
+    #[arg(long)]
+    pub all_reports: bool,
     /// Also send the program's heap profile to a profiling server (Grafana Pyroscope) every
     /// --push-every seconds while it runs, as `mem-trace push` does.
     #[arg(long, value_name = "URL", value_parser = push_url)]

@@ -69,6 +69,10 @@ pub(crate) static OUT_DIR: OnceLock<String> = OnceLock::new();
 /// Listen for report requests on a FIFO in [`OUT_DIR`] (`MEM_TRACE_REQUESTS=1`, set by
 /// `mem-trace run`; needs reports on and `MEM_TRACE_OUT`).
 pub(crate) static REQUESTS: AtomicBool = AtomicBool::new(false);
+/// Write the exit and final reports' frames as return addresses, for `mem-trace run` to
+/// symbolize once the program has ended (`MEM_TRACE_DEFER_SYMBOLS=1`, set by `run`; needs
+/// `MEM_TRACE_OUT`): symbolizing in the exiting process cost it ~50 ms.
+pub(crate) static DEFER_SYMBOLS: AtomicBool = AtomicBool::new(false);
 
 /// What a profile report ranks stacks by (`MEM_TRACE_PROFILE_BY`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +156,9 @@ pub(crate) struct Config {
     pub out_dir: Option<String>,
     /// Whether to listen for report requests (`MEM_TRACE_REQUESTS`).
     pub requests: bool,
+    /// Whether the exit and final reports leave symbolizing to `mem-trace run`
+    /// (`MEM_TRACE_DEFER_SYMBOLS`).
+    pub defer_symbols: bool,
     /// Mean bytes between sampled allocations (`MEM_TRACE_SAMPLE`, 0: record every block).
     pub sample: u64,
     /// `MEM_TRACE_SAMPLE_SEED`: the same samples run after run.
@@ -179,6 +186,7 @@ impl Default for Config {
             snapshot_signal: DEFAULT_SNAPSHOT_SIGNAL,
             out_dir: None,
             requests: false,
+            defer_symbols: false,
             sample: 0,
             sample_seed: None,
         }
@@ -382,6 +390,13 @@ fn parse_profile(
             _ => reject("MEM_TRACE_REQUESTS", v, "0 or 1"),
         }
     }
+    if let Some(v) = get("MEM_TRACE_DEFER_SYMBOLS") {
+        match v.trim() {
+            "1" | "yes" | "true" => c.defer_symbols = true,
+            "0" | "no" | "false" => c.defer_symbols = false,
+            _ => reject("MEM_TRACE_DEFER_SYMBOLS", v, "0 or 1"),
+        }
+    }
 }
 
 /// `30`, `0.5`, `2s` as milliseconds, at most a day; `None` if not that.
@@ -561,6 +576,7 @@ pub(crate) fn load() -> Config {
         let _ = OUT_DIR.set(dir.clone());
     }
     REQUESTS.store(on && c.requests && c.out_dir.is_some(), Ordering::Relaxed);
+    DEFER_SYMBOLS.store(c.defer_symbols && c.out_dir.is_some(), Ordering::Relaxed);
     c
 }
 
@@ -682,9 +698,10 @@ mod tests {
             ("MEM_TRACE_SNAPSHOT_SIGNAL", "SIGUSR1"),
             ("MEM_TRACE_OUT", "/tmp"),
             ("MEM_TRACE_REQUESTS", "1"),
+            ("MEM_TRACE_DEFER_SYMBOLS", "1"),
         ]));
         assert!(bad.is_empty(), "{bad:?}");
-        assert!(c.requests);
+        assert!(c.requests && c.defer_symbols);
         assert_eq!(c.profile_interval_ms, 250);
         assert_eq!((c.profile_top, c.profile_by), (3, RankBy::Allocated));
         assert!(!c.leaks);

@@ -12,6 +12,8 @@
 //! - [`symbolize`]: return addresses → functions, inlined frames and `file:line`, from the ELF
 //!   files and their DWARF (separate debug files too), taking no lock;
 //! - [`text`]: the frame lines every report prints;
+//! - [`deferred`]: reports written with return addresses only (under `mem-trace run`),
+//!   symbolized afterwards outside the process;
 //! - [`answer`]: the answers of the gdb commands, line for line, from outside the process;
 //! - [`leaks`]: the leak check's classification, shared by the profiler's exit report and
 //!   the command, and the roots of a target read from outside.
@@ -28,6 +30,7 @@
 pub use mem_trace_format as format;
 
 pub mod answer;
+pub mod deferred;
 pub mod exp;
 pub mod layout;
 pub mod leaks;

@@ -145,17 +145,83 @@ def stack_lines(
         return [f"    ({kind} stack {stack_id} unreadable: {e})"]
     if stack is None:
         return [f"    ({kind} stack {stack_id} is not published yet)"]
-    lines: List[str] = []
+    frames: List[Frame] = []
+    cut = False
     for pc in stack.frames:
         if pc == CUT_MARKER:
             # Never symbolized: it is no address.
-            lines.append(f"    {CUT_TEXT}")
+            cut = True
             break
-        for frame in lookups.symbolize(pc):
-            if max_frames is not None and len(lines) >= max_frames:
-                lines.append(f"    ... ({option} {max_frames})")
-                return lines
-            lines.append(f"    #{len(lines)} {frame.describe()}")
+        frames.extend(lookups.symbolize(pc))
+    lines: List[str] = []
+    shown = 0
+    for step in recursion_plan([f.describe() for f in frames]):
+        if isinstance(step, Recursion):
+            lines.append(recursion_line(step, frames))
+            continue
+        if max_frames is not None and shown >= max_frames:
+            lines.append(f"    ... ({option} {max_frames})")
+            return lines
+        lines.append(f"    #{step} {frames[step].describe()}")
+        shown += 1
+    if cut:
+        lines.append(f"    {CUT_TEXT}")
     if not lines:
         lines.append(f"    (empty {kind} stack)")
     return lines
+
+
+# A recursion repeats the same frames (one function, or up to this many calling each other in
+# turn): shown once, with at least this many of its frames, then one line for the rest, when
+# that hides at least as many. crates/read/src/answer/parts.rs does the same.
+RECURSION_PERIOD = 4
+RECURSION_SHOWN = 3
+RECURSION_MIN_HIDDEN = 3
+
+
+@dataclass(frozen=True)
+class Recursion:
+    """`hidden` frames left out, repeating the `period` frames from index `first`."""
+
+    hidden: int
+    first: int
+    period: int
+
+
+def recursion_plan(keys: Sequence[str]) -> List[object]:
+    """The frames to show, by index, with a `Recursion` in place of each long repetition of
+    the same frames (`keys`: what tells frames apart, their descriptions). The frames after a
+    recursion keep their numbers, as in gdb's backtrace."""
+    plan: List[object] = []
+    i, n = 0, len(keys)
+    while i < n:
+        end, period = i, 0
+        for p in range(1, RECURSION_PERIOD + 1):
+            e = i + p
+            while e < n and keys[e] == keys[e - p]:
+                e += 1
+            # The smallest period that reaches furthest, repeated at least twice.
+            if e - i >= 2 * p and e > end:
+                end, period = e, p
+        shown = max(RECURSION_SHOWN, period)
+        if period and end - i - shown >= RECURSION_MIN_HIDDEN:
+            plan.extend(range(i, i + shown))
+            plan.append(Recursion(end - i - shown, i, period))
+            i = end
+            continue
+        plan.append(i)
+        i += 1
+    return plan
+
+
+def recursion_line(r: Recursion, frames: Sequence[Frame]) -> str:
+    """`... 39 more frames of the same recursion (fib at fib.c:12)`."""
+    repeated = ", ".join(
+        _without_pc(frames[k].describe()) for k in range(r.first, r.first + r.period))
+    return f"    ... {r.hidden} more frames of the same recursion ({repeated})"
+
+
+def _without_pc(text: str) -> str:
+    """A frame's description without its address, unless that is all it has."""
+    _, sep, rest = text.partition(" in ")
+    return rest if sep else text

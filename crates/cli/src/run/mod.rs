@@ -5,7 +5,12 @@
 //! - `bundled`: the library this binary carries (`bundle` feature), written out to a cache;
 //! - `child`: finding, starting and waiting for the program, and passing its end on;
 //! - `stop`: `run` told to stop (SIGTERM, SIGINT): the final reports, then the signal passed on;
-//! - `outputs`: the files left in the directory, and where they are.
+//! - `outputs`: the files left in the directory, and where they are;
+//! - `symbolize`: the exit and final reports the library left raw, symbolized once the program
+//!   has ended;
+//! - `worth`: which exit reports are kept (not those of processes that allocated nothing worth
+//!   one);
+//! - `names`: a process named by its command line.
 //!
 //! The program gets, on top of the environment as it is:
 //!
@@ -16,6 +21,7 @@
 //! | `MEM_TRACE_OUT` | the directory, absolute | each report a file there, not on the program's stderr |
 //! | `MEM_TRACE_LEAKS` | `1` | the exit report is written only with its leak check |
 //! | `MEM_TRACE_REQUESTS` | `1` | each process listens for `run`'s request for a final report (`stop`) |
+//! | `MEM_TRACE_DEFER_SYMBOLS` | `1` | the exit and final reports are written with return addresses only, and symbolized by `run` (`symbolize`): symbolizing in the exiting process cost each one ~50 ms |
 //! | `MEM_TRACE_PROFILE_INTERVAL` | `0` without `--profile` | only the exit report; with `--profile` the user's interval (default 30 s) |
 //! | `MEM_TRACE_MODE` | `--mode`, else the user's, else `profile` | a profile needs allocation stacks only, at about half the cost of `debug`'s free stacks, history and quarantine |
 //!
@@ -25,8 +31,11 @@
 mod bundled;
 pub(crate) mod child;
 pub(crate) mod library;
+mod names;
 mod outputs;
 mod stop;
+mod symbolize;
+mod worth;
 
 use crate::cli::{By, Mode, PushArgs, RunArgs, TargetArgs};
 use crate::error::{Error, Result};
@@ -51,6 +60,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         ("MEM_TRACE_OUT", dir.clone().into_os_string()),
         ("MEM_TRACE_LEAKS", "1".into()),
         ("MEM_TRACE_REQUESTS", "1".into()),
+        ("MEM_TRACE_DEFER_SYMBOLS", "1".into()),
         (
             "MEM_TRACE_MODE",
             mode(args.mode, std::env::var_os("MEM_TRACE_MODE")),
@@ -86,8 +96,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         program: program_pid,
         signal: std::os::unix::process::ExitStatusExt::signal(&status),
         unfinished: stop::unfinished(&dir),
+        ended_first: stop::ended_first(),
     };
-    outputs::finish(&dir, ranked_by(), &ended);
+    outputs::finish(&dir, ranked_by(), &ended, args.all_reports);
     Ok(child::pass_on(status))
 }
 

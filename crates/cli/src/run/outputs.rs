@@ -2,15 +2,20 @@
 //! stderr saying where.
 //!
 //! The library writes each report as `mem-trace.<pid>.<n>.txt` with its folded stacks beside it
-//! (`.folded`) and normally draws its flame graph (`.svg`) itself, through this binary. Here we
-//! draw any `.svg` still missing (the library could not run us), and copy the exit report's
+//! (`.folded`). The exit and final reports it writes raw, return addresses only, which we
+//! symbolize here and draw as flame graphs (`symbolize`); the others it symbolizes and draws
+//! itself, through this binary. Here we draw any `.svg` still missing (the library could not
+//! run us), drop the exit reports not worth keeping (`worth`), and copy each exit report's
 //! leak check into a file of its own (`.leaks.txt`). Every process of the run (the program's
-//! children too, whose reports carry their own pid) is accounted for, and a process that
-//! ended with no exit report (killed, or `_exit`) is named (`stop::unfinished`).
+//! children too, whose reports carry their own pid) is accounted for, by its command line
+//! (`names`): a process that ended with no exit report (killed, or `_exit`) is named
+//! (`stop::unfinished`), and so are those whose report was not kept.
 
 use super::stop::Unfinished;
+use super::worth::{self, Verdict};
 use crate::cli::By;
 use crate::flamegraph;
+use mem_trace_read::deferred;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -34,6 +39,16 @@ pub struct Report {
     pub leaks: Option<PathBuf>,
     /// Its flame graph.
     pub svg: Option<PathBuf>,
+    /// The process's command line, when the report carried it.
+    pub command: Option<String>,
+}
+
+/// An exit report not kept ([`worth`]), and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    pub pid: u32,
+    pub command: Option<String>,
+    pub verdict: Verdict,
 }
 
 /// How the run's processes ended, as far as `run` knows.
@@ -45,20 +60,25 @@ pub struct Ended {
     pub signal: Option<i32>,
     /// The processes that wrote no exit report.
     pub unfinished: Vec<Unfinished>,
+    /// The signal `run` was told to stop by, when the program had ended before `run` could
+    /// pass it on (it reached the program directly, sent to the whole group).
+    pub ended_first: Option<i32>,
 }
 
 /// Completes the directory's files and says on stderr where they are. `by` is what the reports
-/// rank by (`MEM_TRACE_PROFILE_BY`).
-pub fn finish(dir: &Path, by: By, ended: &Ended) -> Vec<Report> {
-    let reports = complete(dir, by);
-    for line in summary(dir, &reports, ended) {
+/// rank by (`MEM_TRACE_PROFILE_BY`); `keep_all`: every report is kept (`--all-reports`).
+pub fn finish(dir: &Path, by: By, ended: &Ended, keep_all: bool) -> Vec<Report> {
+    let (reports, dropped) = complete(dir, by, ended.program, keep_all);
+    for line in summary(dir, &reports, &dropped, ended) {
         eprintln!("{line}");
     }
     reports
 }
 
-/// Every report in `dir`, by pid and number, with its `.svg` and `.leaks.txt` made if missing.
-pub fn complete(dir: &Path, by: By) -> Vec<Report> {
+/// Every report in `dir`, by pid and number, symbolized if raw, with its `.svg` and
+/// `.leaks.txt` made if missing; and the exit reports not kept (of processes other than
+/// `program` that allocated nothing worth one), whose files are removed unless `keep_all`.
+pub fn complete(dir: &Path, by: By, program: u32, keep_all: bool) -> (Vec<Report>, Vec<Dropped>) {
     let mut found: BTreeMap<(u32, u64), PathBuf> = BTreeMap::new();
     for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
         let name = entry.file_name();
@@ -67,11 +87,38 @@ pub fn complete(dir: &Path, by: By) -> Vec<Report> {
         };
         found.insert((pid, n), entry.path());
     }
-    found
-        .into_iter()
-        .map(|((pid, n), txt)| {
-            let text = fs::read_to_string(&txt).unwrap_or_default();
-            let kind = kind(&text).to_string();
+    let mut cache = deferred::Cache::new();
+    let mut reports = Vec::new();
+    let mut dropped = Vec::new();
+    for ((pid, n), txt) in found {
+        let text = fs::read_to_string(&txt).unwrap_or_default();
+        let command = deferred::argv(&text).and_then(|argv| super::names::command_line(&argv));
+        // Judged before it is symbolized: a report not kept costs no symbolizing.
+        let body = deferred::body(&text);
+        let kind = kind(body).to_string();
+        // Only a file of ours is removed; anything else in the directory stays.
+        let verdict = match super::symbolize::ours(&txt) {
+            true => worth::verdict(body, &kind, pid == program),
+            false => Verdict::Keep,
+        };
+        let text = if deferred::is_raw(&text) && (verdict == Verdict::Keep || keep_all) {
+            super::symbolize::report(&txt, &text, &mut cache);
+            fs::read_to_string(&txt).unwrap_or_default()
+        } else {
+            text
+        };
+        if verdict != Verdict::Keep && !keep_all {
+            for ext in ["txt", "folded", "svg"] {
+                remove_file(&txt.with_extension(ext));
+            }
+            dropped.push(Dropped {
+                pid,
+                command,
+                verdict,
+            });
+            continue;
+        }
+        reports.push({
             let leaks = leak_section(&text).and_then(|section| {
                 let path = txt.with_extension("leaks.txt");
                 // Never through a symlink someone left in the directory: only a new file.
@@ -86,9 +133,18 @@ pub fn complete(dir: &Path, by: By) -> Vec<Report> {
                 kind,
                 leaks,
                 svg,
+                command,
             }
-        })
-        .collect()
+        });
+    }
+    (reports, dropped)
+}
+
+/// Removes the regular file at `p`, if there is one (never what a symlink points to).
+fn remove_file(p: &Path) {
+    if fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file()) {
+        let _ = fs::remove_file(p);
+    }
 }
 
 /// `(pid, n)` of `mem-trace.<pid>.<n>.txt`.
@@ -140,14 +196,19 @@ fn draw_if_missing(txt: &Path, by: By) -> Option<PathBuf> {
 /// Where the files are, in a few lines: every process's exit report in full (or its final
 /// report, asked for when `run` was stopped), the others counted, and the processes that
 /// ended with neither.
-pub fn summary(dir: &Path, reports: &[Report], ended: &Ended) -> Vec<String> {
+pub fn summary(dir: &Path, reports: &[Report], dropped: &[Dropped], ended: &Ended) -> Vec<String> {
     let shown = |p: &Path| {
         p.file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
     let mut lines = Vec::new();
-    if reports.is_empty() {
+    if reports.is_empty() && !dropped.is_empty() {
+        lines.push(format!(
+            "mem-trace: no report kept in {}: no process allocated anything worth one",
+            dir.display()
+        ));
+    } else if reports.is_empty() {
         lines.push(format!(
             "mem-trace: no report in {}: the program ended without calling exit (killed, or \
              _exit), which is when the exit report is written",
@@ -166,17 +227,13 @@ pub fn summary(dir: &Path, reports: &[Report], ended: &Ended) -> Vec<String> {
     let has_exit = |pid: u32| reports.iter().any(|r| r.pid == pid && r.kind == "at exit");
     let the_end = |r: &&Report| r.kind == "at exit" || (r.kind == "final" && !has_exit(r.pid));
     for r in reports.iter().filter(the_end) {
+        let who = process(r.pid, r.command.as_deref());
         let mut line = match r.kind.as_str() {
             "final" => format!(
-                "mem-trace:   final report of process {} (asked for when run was stopped): {}",
-                r.pid,
+                "mem-trace:   final report of {who} (asked for when run was stopped): {}",
                 shown(&r.txt)
             ),
-            _ => format!(
-                "mem-trace:   exit report of process {}: {}",
-                r.pid,
-                shown(&r.txt)
-            ),
+            _ => format!("mem-trace:   exit report of {who}: {}", shown(&r.txt)),
         };
         if let Some(svg) = &r.svg {
             line.push_str(&format!(", flame graph {}", shown(svg)));
@@ -189,12 +246,90 @@ pub fn summary(dir: &Path, reports: &[Report], ended: &Ended) -> Vec<String> {
         }
         lines.push(line);
     }
+    lines.extend(not_kept(dropped, ended.program));
     lines.extend(missing(reports, ended));
     let others = reports.iter().filter(|r| !the_end(r)).count();
     if others > 0 {
         lines.push(format!(
             "mem-trace:   {others} other report{} (periodic, snapshot or final), each .txt with its .folded and .svg",
             if others == 1 { "" } else { "s" }
+        ));
+    }
+    lines
+}
+
+/// `process PID (COMMAND)`, or `process PID` when the command line is not known.
+fn process(pid: u32, command: Option<&str>) -> String {
+    match command {
+        Some(c) => format!("process {pid} ({c})"),
+        None => format!("process {pid}"),
+    }
+}
+
+/// Processes listed one by one before they are summed up by command line.
+const LISTED: usize = 4;
+/// Command lines named when processes are summed up.
+const COMMANDS_NAMED: usize = 8;
+
+/// The lines naming the processes whose exit report was not kept: each, when few; else
+/// counted by command line.
+fn not_kept(dropped: &[Dropped], program: u32) -> Vec<String> {
+    let mut lines = Vec::new();
+    let (nothing, small): (Vec<&Dropped>, Vec<&Dropped>) =
+        dropped.iter().partition(|d| d.verdict == Verdict::Nothing);
+    let why_small = format!(
+        "nothing lost and a peak under {}; `run --all-reports` keeps them",
+        worth::SMALL_PEAK_SHOWN
+    );
+    for (group, why) in [
+        (nothing, "it allocated nothing".to_string()),
+        (small, why_small),
+    ] {
+        if group.is_empty() {
+            continue;
+        }
+        if group.len() <= LISTED {
+            for d in group {
+                let the_program = if d.pid == program {
+                    ", the program"
+                } else {
+                    ""
+                };
+                let why = match d.verdict {
+                    Verdict::Nothing => why.clone(),
+                    _ => format!("it allocated nothing worth one ({why})"),
+                };
+                lines.push(format!(
+                    "mem-trace:   no report kept for {}{the_program}: {why}",
+                    process(d.pid, d.command.as_deref())
+                ));
+            }
+            continue;
+        }
+        let mut by_command: BTreeMap<&str, usize> = BTreeMap::new();
+        for d in &group {
+            *by_command
+                .entry(d.command.as_deref().unwrap_or("?"))
+                .or_default() += 1;
+        }
+        let mut counted: Vec<(&str, usize)> = by_command.into_iter().collect();
+        counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let mut named: Vec<String> = counted
+            .iter()
+            .take(COMMANDS_NAMED)
+            .map(|(c, n)| format!("{n} × {c}"))
+            .collect();
+        if counted.len() > COMMANDS_NAMED {
+            named.push(format!("{} more commands", counted.len() - COMMANDS_NAMED));
+        }
+        let what = match group[0].verdict {
+            Verdict::Nothing => "allocated nothing".to_string(),
+            _ => format!("allocated nothing worth one ({why})"),
+        };
+        lines.push(format!(
+            "mem-trace:   no report kept for {} processes that {what}: {}",
+            group.len(),
+            named.join(", ")
         ));
     }
     lines
@@ -213,30 +348,76 @@ fn missing(reports: &[Report], ended: &Ended) -> Vec<String> {
     };
     let mut lines = Vec::new();
     let mut program_said = false;
+    // Other processes by reason: a shell's forked subshells end with `_exit` by the dozen.
+    let mut others: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     for u in ended.unfinished.iter().filter(|u| !reported(u.pid)) {
         let program = u.pid == ended.program;
         program_said |= program;
-        let who = if program { " (the program)" } else { "" };
         let why = match (u.running, program.then_some(ended.signal).flatten()) {
             (true, _) => "it is still running".to_string(),
-            (false, Some(sig)) => format!("it was killed by {}", signal_name(sig)),
+            (false, Some(sig)) => killed(sig, ended.ended_first),
             (false, None) => {
                 "it ended without calling exit (killed by a signal, or _exit)".to_string()
             }
         };
+        if program {
+            lines.push(format!(
+                "mem-trace:   no exit report from process {} (the program): {why}",
+                u.pid
+            ));
+        } else {
+            others.entry(why).or_default().push(u.pid);
+        }
+    }
+    for (why, pids) in others {
+        if pids.len() <= LISTED {
+            for pid in pids {
+                lines.push(format!(
+                    "mem-trace:   no exit report from process {pid}: {why}"
+                ));
+            }
+            continue;
+        }
+        let shown: Vec<String> = pids.iter().take(LISTED).map(u32::to_string).collect();
+        let why = why.strip_prefix("it ").unwrap_or(&why);
+        let why = why
+            .strip_prefix("is ")
+            .map(|rest| format!("are {rest}"))
+            .unwrap_or_else(|| why.to_string());
         lines.push(format!(
-            "mem-trace:   no exit report from process {}{who}: {why}",
-            u.pid
+            "mem-trace:   no exit report from {} processes, which {why}: {} and {} more",
+            pids.len(),
+            shown.join(", "),
+            pids.len() - LISTED
         ));
     }
     if let (false, Some(sig)) = (program_said || reported(ended.program), ended.signal) {
         lines.push(format!(
-            "mem-trace:   no exit report from process {} (the program): it was killed by {}",
+            "mem-trace:   no exit report from process {} (the program): {}",
             ended.program,
-            signal_name(sig)
+            killed(sig, ended.ended_first)
         ));
     }
     lines
+}
+
+/// Why the program killed by `sig` has no report; `ended_first`: the signal `run` was told to
+/// stop by, which had ended the program before `run` passed it on: sent to `run` and the
+/// program together (to their process group), it killed the program before `run` could ask
+/// for its final report (`stop`).
+fn killed(sig: i32, ended_first: Option<i32>) -> String {
+    if ended_first != Some(sig) {
+        return format!("it was killed by {}", signal_name(sig));
+    }
+    format!(
+        "it was killed by {0}, which reached it at the same time as run (sent to the whole \
+         process group, as systemd's default KillMode=control-group does), before run could \
+         ask for its final report: send {0} to run alone (`kill -{1} {2}`; systemd: \
+         KillMode=mixed)",
+        signal_name(sig),
+        signal_name(sig).trim_start_matches("SIG"),
+        std::process::id()
+    )
 }
 
 /// A signal's name, as `kill -l` gives it.
@@ -277,6 +458,7 @@ mod tests {
             kind: kind.to_string(),
             leaks: None,
             svg: None,
+            command: None,
         }
     }
 
@@ -286,6 +468,7 @@ mod tests {
         let ended = Ended {
             program: 10,
             signal: Some(libc::SIGKILL),
+            ended_first: None,
             unfinished: vec![
                 Unfinished {
                     pid: 10,
@@ -301,7 +484,7 @@ mod tests {
                 },
             ],
         };
-        let lines = summary(dir, &[report(13, "at exit")], &ended);
+        let lines = summary(dir, &[report(13, "at exit")], &[], &ended);
         assert_eq!(
             lines[1..],
             [
@@ -317,8 +500,14 @@ mod tests {
             program: 20,
             signal: Some(libc::SIGTERM),
             unfinished: vec![],
+            ended_first: None,
         };
-        let lines = summary(dir, &[report(21, "final"), report(21, "periodic")], &ended);
+        let lines = summary(
+            dir,
+            &[report(21, "final"), report(21, "periodic")],
+            &[],
+            &ended,
+        );
         assert_eq!(
             lines[1..],
             [
@@ -326,6 +515,79 @@ mod tests {
                 "mem-trace:   no exit report from process 20 (the program): it was killed by SIGTERM",
                 "mem-trace:   1 other report (periodic, snapshot or final), each .txt with its .folded and .svg",
             ]
+        );
+    }
+
+    #[test]
+    fn reports_are_named_by_command_line_and_the_ones_not_kept_are_said() {
+        let dir = Path::new("/d");
+        let mut r = report(30, "at exit");
+        r.command = Some("git upload-pack .".into());
+        let drop = |pid, command: &str, verdict| Dropped {
+            pid,
+            command: Some(command.into()),
+            verdict,
+        };
+        let mut dropped = vec![drop(31, "exit_paths nothing", Verdict::Nothing)];
+        for pid in 40..46 {
+            dropped.push(drop(
+                pid,
+                if pid % 3 == 0 { "cat" } else { "wc -c" },
+                Verdict::Small,
+            ));
+        }
+        let ended = Ended {
+            program: 31,
+            signal: None,
+            ended_first: None,
+            unfinished: (50..56)
+                .map(|pid| Unfinished {
+                    pid,
+                    running: false,
+                })
+                .collect(),
+        };
+        let lines = summary(dir, &[r], &dropped, &ended);
+        assert_eq!(
+            lines[1..],
+            [
+                "mem-trace:   exit report of process 30 (git upload-pack .): mem-trace.30.1.txt",
+                "mem-trace:   no report kept for process 31 (exit_paths nothing), the program: it allocated nothing",
+                "mem-trace:   no report kept for 6 processes that allocated nothing worth one (nothing lost and a peak under 1 MiB; `run --all-reports` keeps them): 4 × wc -c, 2 × cat",
+                "mem-trace:   no exit report from 6 processes, which ended without calling exit (killed by a signal, or _exit): 50, 51, 52, 53 and 2 more",
+            ]
+        );
+        // A few are named one by one; nothing kept at all is said first.
+        let lines = summary(dir, &[], &dropped[1..3], &Ended::default());
+        assert_eq!(
+            lines,
+            [
+                "mem-trace: no report kept in /d: no process allocated anything worth one",
+                "mem-trace:   no report kept for process 40 (wc -c): it allocated nothing worth one (nothing lost and a peak under 1 MiB; `run --all-reports` keeps them)",
+                "mem-trace:   no report kept for process 41 (wc -c): it allocated nothing worth one (nothing lost and a peak under 1 MiB; `run --all-reports` keeps them)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_signal_to_the_whole_group_is_said_to_have_come_before_the_report() {
+        let ended = Ended {
+            program: 20,
+            signal: Some(libc::SIGTERM),
+            unfinished: vec![],
+            ended_first: Some(libc::SIGTERM),
+        };
+        let lines = summary(Path::new("/d"), &[], &[], &ended);
+        assert_eq!(
+            lines[1],
+            format!(
+                "mem-trace:   no exit report from process 20 (the program): it was killed by \
+                 SIGTERM, which reached it at the same time as run (sent to the whole process \
+                 group, as systemd's default KillMode=control-group does), before run could ask \
+                 for its final report: send SIGTERM to run alone (`kill -TERM {}`; systemd: \
+                 KillMode=mixed)",
+                std::process::id()
+            )
         );
     }
 

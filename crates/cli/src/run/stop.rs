@@ -16,6 +16,20 @@
 //! Each traced process listens on `DIR/mem-trace.<pid>.request` and removes it once its final
 //! or exit report is written: those left when the run ends name the processes that ended
 //! without an exit report ([`unfinished`]).
+//!
+//! A signal sent to the whole process group (systemd's default `KillMode=control-group`,
+//! `kill -TERM -PGID`) reaches the program at the same moment as `run`: a program that does
+//! not handle it dies at once, before any report can be asked for. That is not worked around:
+//! the library would need a SIGTERM handler of its own in the program, which the program can
+//! see (`sigaction` no longer says `SIG_DFL`; Python's `signal.getsignal` then returns `None`,
+//! which code that saves and restores the handler passes back and fails on). `run` notes when
+//! the program had already ended when it was to pass the signal on ([`ended_first`]), and the
+//! summary says why the report is missing and how to send the signal so that it is written.
+
+use std::sync::atomic::{
+    AtomicBool, AtomicI32,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 use crate::liveness::alive;
 use std::ffi::OsStr;
@@ -54,6 +68,34 @@ pub fn unblock(old: &libc::sigset_t) {
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, core::ptr::null_mut()) };
 }
 
+/// The stopping signal `run` was told to stop by, when the program had already ended by the
+/// time `run` was to pass it on (0: none).
+static ENDED_FIRST: AtomicI32 = AtomicI32::new(0);
+/// Set while the thread that took a stopping signal has not yet decided [`ENDED_FIRST`].
+static HANDLING: AtomicBool = AtomicBool::new(false);
+
+/// The signal `run` was told to stop by, if the program ended before `run` passed it on: it
+/// reached the program directly too (a Ctrl-C at the terminal not counted: it is the
+/// program's).
+pub fn ended_first() -> Option<i32> {
+    // The program's death may be seen here while the signal that caused it is being taken.
+    let end = Instant::now() + Duration::from_secs(1);
+    while HANDLING.load(Acquire) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if let Some(sig) = Some(ENDED_FIRST.load(Relaxed)).filter(|&s| s != 0) {
+        return Some(sig);
+    }
+    // Sent to the group, the signal may not have been taken yet when the program's death is:
+    // a SIGTERM still pending was sent to `run` (a SIGINT may be the terminal's).
+    // SAFETY: sigpending writes the pending set into a zeroed local.
+    let pending = unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigpending(&mut set) == 0 && libc::sigismember(&set, libc::SIGTERM) == 1
+    };
+    pending.then_some(libc::SIGTERM)
+}
+
 /// Starts the thread that takes the signals for the program `pid`, whose reports go to
 /// `dir`. It runs until the process ends.
 pub fn watch(pid: u32, dir: PathBuf) {
@@ -66,6 +108,7 @@ pub fn watch(pid: u32, dir: PathBuf) {
         if from_terminal {
             continue;
         }
+        HANDLING.store(true, Release);
         let asked = request_final_reports(&dir);
         if !asked.is_empty() {
             eprintln!(
@@ -76,6 +119,10 @@ pub fn watch(pid: u32, dir: PathBuf) {
             );
             wait_for_reports(&asked);
         }
+        if !alive(pid) {
+            let _ = ENDED_FIRST.compare_exchange(0, sig, Relaxed, Relaxed);
+        }
+        HANDLING.store(false, Release);
         send(pidfd, pid, sig);
     });
 }

@@ -19,7 +19,10 @@
 //!
 //! Everything is computed first (rankings, the leak scan: arena memory, no lock the
 //! allocation path waits on for long), then written while symbolizing in the scratch region
-//! (`report::frames`), never while holding anything an allocating thread needs.
+//! (`report::frames`), never while holding anything an allocating thread needs. Under
+//! `mem-trace run` the exit and final reports are written raw instead (`deferred`: return
+//! addresses, the modules, the command line, the graph's title), and `run` symbolizes them
+//! and draws their graphs once the program has ended.
 
 use crate::arena::Arena;
 use crate::config::{self, RankBy};
@@ -105,11 +108,22 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
         .as_ref()
         .filter(|_| graph_rows > 0)
         .and_then(|p| output::sibling(p, "folded"));
+    // Under `mem-trace run`, the exit and final reports leave symbolizing to it.
+    let deferred = super::deferred::on(kind, path.is_some());
     let mut stacks_out = match printing {
+        _ if deferred => StackWriter::deferred(),
         Some(p) => p.writer(),
         None => StackWriter::raw("another thread is symbolizing"),
     };
     let _ = (|| -> fmt::Result {
+        if deferred {
+            super::deferred::write_head(&mut out)?;
+            let title = graph_title(graph_by, graph_by != by, kind, n);
+            if let (Some(_), Some(title)) = (&folded, title) {
+                let by = by_name(graph_by).to_str().unwrap_or("live");
+                mem_trace_read::deferred::write_graph(&mut out, by, title.as_str())?;
+            }
+        }
         writeln!(
             out,
             "mem-trace: report {n} ({}) at {:.3} s: {live} bytes live in {}, peak {peak} bytes",
@@ -188,7 +202,9 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
     drop(out);
     if let Some((f, path)) = folded {
         drop(f);
-        flame_graph(&path, graph_by, graph_by != by, kind, n);
+        if !deferred {
+            flame_graph(&path, graph_by, graph_by != by, kind, n);
+        }
     }
 }
 
@@ -208,14 +224,23 @@ fn graph_ranking(kind: Kind, by: RankBy, live: u64, peak: u64) -> RankBy {
 /// Draws the flame graph of the folded stacks at `folded` (`X.svg` beside `X.folded`);
 /// `instead` when it is of the peak because little was live.
 fn flame_graph(folded: &output::PathBuf, by: RankBy, instead: bool, kind: Kind, n: u64) {
-    let by_name = match by {
-        RankBy::Live => c"live",
-        RankBy::Allocated => c"allocated",
-        RankBy::Blocks => c"blocks",
-        RankBy::Peak => c"peak",
+    let Some(svg) = folded.with_extension("svg") else {
+        return;
     };
+    let drawn = graph_title(by, instead, kind, n)
+        .is_some_and(|title| svg::draw(folded, &svg, by_name(by), &title));
+    if !drawn {
+        // Whatever a failed renderer left is no graph.
+        // SAFETY: removes a file of ours by its NUL-terminated path.
+        unsafe { libc::unlink(svg.as_c()) };
+    }
+}
+
+/// The title of a report's flame graph, NUL-terminated; `instead` when it is of the peak
+/// because little was live.
+fn graph_title(by: RankBy, instead: bool, kind: Kind, n: u64) -> Option<output::PathBuf> {
     let mut title = output::PathBuf::default();
-    let titled = write!(
+    write!(
         title,
         "{}{}: report {n} ({}) of process {}\0",
         what(by),
@@ -227,14 +252,18 @@ fn flame_graph(folded: &output::PathBuf, by: RankBy, instead: bool, kind: Kind, 
         kind.name(),
         // SAFETY: getpid has no preconditions.
         unsafe { libc::getpid() }
-    );
-    let Some(svg) = folded.with_extension("svg") else {
-        return;
-    };
-    if titled.is_err() || !svg::draw(folded, &svg, by_name, &title) {
-        // Whatever a failed renderer left is no graph.
-        // SAFETY: removes a file of ours by its NUL-terminated path.
-        unsafe { libc::unlink(svg.as_c()) };
+    )
+    .ok()?;
+    Some(title)
+}
+
+/// What `mem-trace flamegraph --by` calls a ranking by `by`.
+fn by_name(by: RankBy) -> &'static core::ffi::CStr {
+    match by {
+        RankBy::Live => c"live",
+        RankBy::Allocated => c"allocated",
+        RankBy::Blocks => c"blocks",
+        RankBy::Peak => c"peak",
     }
 }
 

@@ -319,7 +319,7 @@ pub fn on_unload() {
     let _ = core::fmt::write(
         &mut out,
         format_args!(
-            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} stacks={} cut_captures={} call_nodes={} allocs={} frees={} untracked={}\n",
+            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} stacks={} cut_captures={} call_nodes={} allocs={} frees={} untracked={} symbolized_frames={}\n",
             live,
             table::peak_live(),
             arena::MAPPED.load(Ordering::Relaxed),
@@ -331,6 +331,7 @@ pub fn on_unload() {
             events - frees,
             frees,
             h.untracked.load(Ordering::Relaxed),
+            crate::report::frames::SYMBOLIZED.load(Ordering::Relaxed),
         ),
     );
 }

@@ -11,9 +11,13 @@ use crate::arena::ScratchScope;
 use crate::capture::modules::{self, ModuleSet};
 use crate::out::Out;
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use mem_trace_read::symbolize::{ModuleRef, SymFrame, Symbolizer};
-use mem_trace_read::text;
+use mem_trace_read::{deferred, text};
+
+/// Return addresses symbolized in process so far (`MEM_TRACE_STATS=1`'s `symbolized_frames=`):
+/// under `mem-trace run` the exit report symbolizes none.
+pub(crate) static SYMBOLIZED: AtomicU64 = AtomicU64::new(0);
 
 /// The kernel id of the thread that holds the right to symbolize (the scratch region is
 /// single-user); 0 when free.
@@ -66,6 +70,9 @@ pub struct StackWriter<'p> {
     raw_why: Option<&'static str>,
     /// Frames symbolized so far and how many had no name, for [`StackWriter::write_names_hint`].
     tally: text::NamesTally,
+    /// Stacks written as return addresses for `mem-trace run` to symbolize
+    /// (`mem_trace_read::deferred`).
+    deferred: bool,
     _printing: core::marker::PhantomData<&'p Printing>,
 }
 
@@ -86,6 +93,7 @@ impl Printing {
             set,
             raw_why,
             tally: text::NamesTally::default(),
+            deferred: false,
             _printing: core::marker::PhantomData,
         }
     }
@@ -101,6 +109,22 @@ impl StackWriter<'static> {
             set: modules::snapshot(),
             raw_why: Some(why),
             tally: text::NamesTally::default(),
+            deferred: false,
+            _printing: core::marker::PhantomData,
+        }
+    }
+
+    /// A writer that leaves symbolizing to `mem-trace run`: stacks (and folded lines) as
+    /// return addresses, in `mem_trace_read::deferred`'s form. It opens no file and parses
+    /// no debug information.
+    pub fn deferred() -> Self {
+        StackWriter {
+            sym: None,
+            scope: None,
+            set: None,
+            raw_why: None,
+            tally: text::NamesTally::default(),
+            deferred: true,
             _printing: core::marker::PhantomData,
         }
     }
@@ -126,6 +150,12 @@ impl StackWriter<'_> {
             }
             return writeln!(out, "   (no stack recorded)");
         }
+        if self.deferred {
+            if let Some((f, value)) = folded {
+                deferred::write_folded_stack(f, frames, value)?;
+            }
+            return deferred::write_stack(out, frames);
+        }
         match (self.set, &mut self.sym) {
             (Some(set), Some(sym)) => {
                 write_symbolized_with(out, frames, set, sym, folded, &mut self.tally)
@@ -150,6 +180,9 @@ impl StackWriter<'_> {
     /// `text::NamesTally`); raw frames written for want of memory or of the right to
     /// symbolize are not counted, since their line already says why.
     pub fn write_names_hint(&self, out: &mut Out) -> fmt::Result {
+        if self.deferred {
+            return deferred::write_hint(out);
+        }
         self.tally.write_hint(out)
     }
 }
@@ -223,6 +256,7 @@ fn write_symbolized_with(
         // Return addresses point after the call; the call itself is one byte earlier.
         let probe = ra.saturating_sub(1);
         found.clear();
+        SYMBOLIZED.fetch_add(1, Ordering::Relaxed);
         let module = set.find(probe);
         let ok = module.is_some_and(|m| {
             let mref = ModuleRef {

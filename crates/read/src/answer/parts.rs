@@ -184,24 +184,112 @@ pub(super) fn stack_lines(
         }
         Ok(Some(pcs)) => pcs,
     };
-    let mut lines = Vec::new();
+    let mut frames: Vec<Frame> = Vec::new();
+    let mut cut = false;
     for pc in pcs {
         if crate::text::is_cut_marker(pc) {
-            lines.push(format!("    {}", crate::text::CUT_TEXT));
+            cut = true;
             break;
         }
-        for frame in lookups.frames(pc) {
-            if max_frames.is_some_and(|max| lines.len() >= max) {
+        frames.extend_from_slice(lookups.frames(pc));
+    }
+    let keys: Vec<String> = frames.iter().map(Frame::describe).collect();
+    let mut lines = Vec::new();
+    let mut shown = 0;
+    for step in recursion_plan(&keys) {
+        match step {
+            Step::Recursion(r) => lines.push(recursion_line(&r, &keys)),
+            Step::Frame(_) if max_frames.is_some_and(|max| shown >= max) => {
                 lines.push(format!("    ... ({option} {})", max_frames.unwrap_or(0)));
                 return lines;
             }
-            lines.push(format!("    #{} {}", lines.len(), frame.describe()));
+            Step::Frame(k) => {
+                lines.push(format!("    #{k} {}", keys[k]));
+                shown += 1;
+            }
         }
+    }
+    if cut {
+        lines.push(format!("    {}", crate::text::CUT_TEXT));
     }
     if lines.is_empty() {
         lines.push(format!("    (empty {name} stack)"));
     }
     lines
+}
+
+/// A recursion repeats the same frames (one function, or up to this many calling each other
+/// in turn): shown once, with at least [`RECURSION_SHOWN`] of its frames, then one line for
+/// the rest when that hides at least [`RECURSION_MIN_HIDDEN`]. As `recursion_plan` in
+/// python/mem_trace_gdb/text/parts.py.
+const RECURSION_PERIOD: usize = 4;
+const RECURSION_SHOWN: usize = 3;
+const RECURSION_MIN_HIDDEN: usize = 3;
+
+/// A step of [`recursion_plan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    /// The frame of this index.
+    Frame(usize),
+    /// Frames left out of a recursion.
+    Recursion(Recursion),
+}
+
+/// `hidden` frames left out, repeating the `period` frames from index `first`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Recursion {
+    hidden: usize,
+    first: usize,
+    period: usize,
+}
+
+/// The frames to show, by index, with a [`Recursion`] in place of each long repetition of the
+/// same frames (`keys`: what tells frames apart, their descriptions). The frames after a
+/// recursion keep their numbers, as in gdb's backtrace.
+pub(super) fn recursion_plan(keys: &[String]) -> Vec<Step> {
+    let mut plan = Vec::new();
+    let (mut i, n) = (0, keys.len());
+    while i < n {
+        let (mut end, mut period) = (i, 0);
+        for p in 1..=RECURSION_PERIOD {
+            let mut e = i + p;
+            while e < n && keys[e] == keys[e - p] {
+                e += 1;
+            }
+            // The smallest period that reaches furthest, repeated at least twice.
+            if e <= n && e - i >= 2 * p && e > end {
+                (end, period) = (e, p);
+            }
+        }
+        let shown = RECURSION_SHOWN.max(period);
+        if period > 0 && end - i >= shown + RECURSION_MIN_HIDDEN {
+            plan.extend((i..i + shown).map(Step::Frame));
+            plan.push(Step::Recursion(Recursion {
+                hidden: end - i - shown,
+                first: i,
+                period,
+            }));
+            i = end;
+            continue;
+        }
+        plan.push(Step::Frame(i));
+        i += 1;
+    }
+    plan
+}
+
+/// `... 39 more frames of the same recursion (fib at fib.c:12)`, from the frames'
+/// descriptions.
+fn recursion_line(r: &Recursion, keys: &[String]) -> String {
+    let repeated: Vec<&str> = keys[r.first..r.first + r.period]
+        .iter()
+        .map(|k| k.split_once(" in ").map_or(k.as_str(), |(_, rest)| rest))
+        .collect();
+    format!(
+        "    ... {} more frames of the same recursion ({})",
+        r.hidden,
+        repeated.join(", ")
+    )
 }
 
 /// Blocks, as `(stack, size)`, summed per stack: `(stack, bytes, blocks)`, biggest first

@@ -226,6 +226,53 @@ fn cut_at_max_frames_counting_inlined_frames() {
     );
 }
 
+/// The case of test_text.py's `test_a_recursion_is_shown_once_then_counted`.
+#[test]
+fn a_recursion_is_shown_once_then_counted() {
+    let mut records = FakeRecords::new();
+    let mut deep = vec![PC_MAKE];
+    deep.extend([PC_FREE; 40]);
+    deep.extend([PC_MAIN, PC_START]);
+    records.stacks.insert(9, deep);
+    let mut mutual = [PC_INLINED, PC_UNKNOWN].repeat(6);
+    mutual.push(PC_MAIN);
+    records.stacks.insert(10, mutual);
+    records.stacks.insert(
+        11,
+        vec![PC_FREE, PC_FREE, PC_FREE, PC_FREE, PC_FREE, PC_MAIN],
+    );
+    let lines = |id, max| {
+        with_lookups(&records, |l| {
+            stack_lines(l, id, max, StackKind::Allocation, None, "--max-frames")
+        })
+    };
+    let got = lines(9, None);
+    assert_eq!(
+        got,
+        [
+            "    #0 0x55555555518b in new_order at /src/demo.c:16",
+            "    #1 0x5555555551f3 in release at /src/demo.c:40",
+            "    #2 0x5555555551f3 in release at /src/demo.c:40",
+            "    #3 0x5555555551f3 in release at /src/demo.c:40",
+            "    ... 37 more frames of the same recursion (release at /src/demo.c:40)",
+            "    #41 0x5555555551c6 in main at /src/demo.c:30",
+            "    #42 0x5555555550d1 in _start+33 from /bin/demo",
+        ]
+    );
+    let mut cut = got[..6].to_vec();
+    cut.push("    ... (--max-frames 5)".into());
+    assert_eq!(lines(9, Some(5)), cut);
+    assert_eq!(
+        lines(10, None)[3..5],
+        [
+            "    ... 15 more frames of the same recursion (inner (inlined) at /src/demo.c:7, \
+             outer at /src/demo.c:12, 0x7ffff7a00010)",
+            "    #18 0x5555555551c6 in main at /src/demo.c:30",
+        ]
+    );
+    assert_eq!(lines(11, None).len(), 6);
+}
+
 #[test]
 fn missing_empty_unreadable_unpublished_stacks() {
     for (id, kind, want) in [

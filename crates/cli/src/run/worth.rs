@@ -1,0 +1,119 @@
+//! Which exit reports of a run are worth keeping: a shell script under `mem-trace run` starts
+//! a `cat` or a `wc` per line, each with a report of the C library's few kilobytes of locale
+//! data, nothing lost; a hundred such files hide the one report that matters. They are not
+//! kept, and the summary names their processes instead (`run --all-reports` keeps them).
+//!
+//! - A process that allocated nothing (a peak of 0 bytes): no report, whichever it is.
+//! - Another process than the program `run` started, with nothing definitely or possibly lost
+//!   and a peak under [`SMALL_PEAK`]: no report.
+//! - Everything else, and every final report (asked for when `run` was stopped), is kept.
+
+/// The peak under which a process with nothing lost is not worth a report, unless it is the
+/// program itself.
+pub const SMALL_PEAK: u64 = 1 << 20;
+/// [`SMALL_PEAK`] in words.
+pub const SMALL_PEAK_SHOWN: &str = "1 MiB";
+
+/// What becomes of one report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Keep,
+    /// The process allocated nothing.
+    Nothing,
+    /// Nothing lost, and a peak under [`SMALL_PEAK`].
+    Small,
+}
+
+/// The verdict on a report of kind `kind` (`at exit`, `final`, ...) whose text is `text`, of
+/// the program itself (`program`) or one of its descendants.
+pub fn verdict(text: &str, kind: &str, program: bool) -> Verdict {
+    if kind != "at exit" {
+        return Verdict::Keep;
+    }
+    let Some(peak) = peak(text) else {
+        return Verdict::Keep;
+    };
+    if peak == 0 {
+        return Verdict::Nothing;
+    }
+    let nothing_lost = lost(text).is_some_and(|(definitely, possibly)| definitely + possibly == 0);
+    if !program && peak < SMALL_PEAK && nothing_lost {
+        Verdict::Small
+    } else {
+        Verdict::Keep
+    }
+}
+
+/// The peak of a report's first line (`... peak 16726 bytes`).
+fn peak(text: &str) -> Option<u64> {
+    let first = text.lines().next()?;
+    first
+        .rsplit_once(", peak ")?
+        .1
+        .strip_suffix(" bytes")?
+        .parse()
+        .ok()
+}
+
+/// The bytes definitely and possibly lost, from the leak check's line.
+fn lost(text: &str) -> Option<(u64, u64)> {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("mem-trace: leak check: definitely lost: "))?;
+    let definitely = line.split(' ').next()?.parse().ok()?;
+    let possibly = line
+        .split_once("possibly lost: ")?
+        .1
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()?;
+    Some((definitely, possibly))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(peak: u64, lost: u64, possibly: u64) -> String {
+        format!(
+            "mem-trace: report 1 (at exit) at 0.005 s: 12430 bytes live in 145 blocks, peak {peak} bytes\n\
+             mem-trace: leak check: definitely lost: {lost} bytes in 1 block (direct: {lost} bytes in 1 block, indirect: 0 bytes in 0 blocks); possibly lost: {possibly} bytes in 0 blocks; still reachable: 5 bytes in 1 block\n"
+        )
+    }
+
+    #[test]
+    fn small_clean_descendants_and_empty_processes_are_not_kept() {
+        assert_eq!(
+            verdict(&report(16726, 0, 0), "at exit", false),
+            Verdict::Small
+        );
+        assert_eq!(
+            verdict(&report(16726, 0, 0), "at exit", true),
+            Verdict::Keep
+        );
+        assert_eq!(verdict(&report(0, 0, 0), "at exit", true), Verdict::Nothing);
+        assert_eq!(
+            verdict(&report(16726, 8, 0), "at exit", false),
+            Verdict::Keep
+        );
+        assert_eq!(
+            verdict(&report(16726, 0, 8), "at exit", false),
+            Verdict::Keep
+        );
+        assert_eq!(
+            verdict(&report(SMALL_PEAK, 0, 0), "at exit", false),
+            Verdict::Keep
+        );
+        // Final reports were asked for; what cannot be read is kept.
+        assert_eq!(verdict(&report(0, 0, 0), "final", false), Verdict::Keep);
+        assert_eq!(
+            verdict("mem-trace: report 1 (at exit)\n", "at exit", false),
+            Verdict::Keep
+        );
+        // No leak check (MEM_TRACE_LEAKS=0 is not run's, but a report may lack it): kept.
+        let no_check =
+            "mem-trace: report 1 (at exit) at 0.1 s: 1 bytes live in 1 block, peak 9 bytes\n";
+        assert_eq!(verdict(no_check, "at exit", false), Verdict::Keep);
+    }
+}
