@@ -144,3 +144,112 @@ fn bad_targets_and_outputs_are_one_line() {
         }
     }
 }
+
+/// `mem-trace run --pprof`: each process is read as it exits, while the library holds it at
+/// the end of `exit`, and its profile (every stack's counts, not a report's top) lands beside
+/// its report; the program's output and status are its own, and nothing is left waiting.
+#[test]
+fn run_writes_each_exiting_process_profile_beside_its_report() {
+    let fixture = c_fixture("pprof_sites.c", &["-pthread"]);
+    let input = fixture.dir.join("two-lines");
+    std::fs::write(&input, "a\nb\n").unwrap();
+    let dir = fixture.dir.join("run-pprof");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cmd = std::process::Command::new(common::mem_trace_binary());
+    cmd.args(["run", "--pprof", "-o"])
+        .arg(&dir)
+        .arg(&fixture.bin)
+        .current_dir(&fixture.dir);
+    let out = common::run_with_timeout(
+        cmd,
+        &fixture.dir.join("run-pprof"),
+        false,
+        Some(&input),
+        Duration::from_secs(120),
+        "mem-trace run --pprof",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout.matches("ok").count(), 2, "{}", out.describe());
+    let profiles: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+        .collect();
+    assert_eq!(profiles.len(), 1, "{profiles:?}\n{}", out.stderr);
+    let file = profiles[0].to_str().unwrap();
+    assert!(
+        out.stderr
+            .contains(&format!("pprof profile: {file} (go tool pprof -top FILE)")),
+        "{}",
+        out.stderr
+    );
+    // The profile's process wrote the report beside it.
+    let pid = file.rsplit('.').nth(2).unwrap();
+    assert!(dir.join(format!("mem-trace.{pid}.1.txt")).exists());
+    let inuse = go_pprof(&fixture, "run.inuse", &["-top", "-unit=B", file]);
+    let rows = top(&inuse);
+    assert_eq!(flat(&rows, "site_live"), 3 * MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_worker"), 2 * MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_more"), MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_freed"), 0, "{inuse}");
+    let alloc = go_pprof(
+        &fixture,
+        "run.alloc",
+        &["-top", "-unit=B", "-sample_index=alloc_space", file],
+    );
+    assert_eq!(flat(&top(&alloc), "site_freed"), MIB, "{alloc}");
+    let worker = go_pprof(
+        &fixture,
+        "run.worker",
+        &["-top", "-unit=B", "-tagfocus=thread=worker", file],
+    );
+    assert_eq!(flat(&top(&worker), "site_worker"), 2 * MIB, "{worker}");
+    assert_eq!(flat(&top(&worker), "site_live"), 0, "{worker}");
+    // No FIFO left behind: run's and the process's.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".exits") || n.ends_with(".held"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Told to hold at exit with no `run` listening (the variable set by hand), a process does not
+/// wait: the FIFO it would name itself on is missing, so it exits at once.
+#[test]
+fn a_hold_with_nobody_listening_does_not_wait() {
+    let fixture = c_fixture("pprof_sites.c", &["-pthread"]);
+    let input = fixture.dir.join("no-lines");
+    std::fs::write(&input, "").unwrap();
+    let dir = fixture.dir.join("hold-alone");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = std::process::Command::new(&fixture.bin);
+    cmd.env("LD_PRELOAD", common::library())
+        .env("MEM_TRACE_PROFILE", "1")
+        .env("MEM_TRACE_OUT", &dir)
+        .env("MEM_TRACE_HOLD_AT_EXIT", "1")
+        .current_dir(&fixture.dir);
+    let started = std::time::Instant::now();
+    let out = common::run_with_timeout(
+        cmd,
+        &fixture.dir.join("hold-alone"),
+        false,
+        Some(&input),
+        Duration::from_secs(60),
+        "pprof_sites held with nobody listening",
+    );
+    assert!(out.success(), "{}", out.describe());
+    // The hold's own deadline is 10 s: far below it, the process did not wait at all.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let held: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".held"))
+        .collect();
+    assert!(held.is_empty(), "{held:?}");
+}

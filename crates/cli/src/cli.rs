@@ -122,6 +122,11 @@ pub struct RunArgs {
     /// The kind of server --push names.
     #[arg(long, value_name = "KIND", value_enum, default_value_t = Server::Pyroscope)]
     pub push_server: Server,
+    /// Also write a pprof profile of each process as it exits (mem-trace.PID.pb.gz beside its
+    /// report): every stack's allocated and in-use counts, read while the process waits at
+    /// the end of `exit`.
+    #[arg(long)]
+    pub pprof: bool,
     /// The program and its arguments.
     #[arg(
         value_name = "PROGRAM",

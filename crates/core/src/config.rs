@@ -73,6 +73,10 @@ pub(crate) static REQUESTS: AtomicBool = AtomicBool::new(false);
 /// symbolize once the program has ended (`MEM_TRACE_DEFER_SYMBOLS=1`, set by `run`; needs
 /// `MEM_TRACE_OUT`): symbolizing in the exiting process cost it ~50 ms.
 pub(crate) static DEFER_SYMBOLS: AtomicBool = AtomicBool::new(false);
+/// At exit, tell `mem-trace run` through its FIFO in [`OUT_DIR`] and wait, briefly, until it
+/// has read the tables (`MEM_TRACE_HOLD_AT_EXIT=1`, set by `run --pprof`; needs
+/// `MEM_TRACE_OUT`).
+pub(crate) static HOLD_AT_EXIT: AtomicBool = AtomicBool::new(false);
 
 /// What a profile report ranks stacks by (`MEM_TRACE_PROFILE_BY`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,6 +163,9 @@ pub(crate) struct Config {
     /// Whether the exit and final reports leave symbolizing to `mem-trace run`
     /// (`MEM_TRACE_DEFER_SYMBOLS`).
     pub defer_symbols: bool,
+    /// Whether the exiting process waits for `mem-trace run` to read it
+    /// (`MEM_TRACE_HOLD_AT_EXIT`).
+    pub hold_at_exit: bool,
     /// Mean bytes between sampled allocations (`MEM_TRACE_SAMPLE`, 0: record every block).
     pub sample: u64,
     /// `MEM_TRACE_SAMPLE_SEED`: the same samples run after run.
@@ -186,6 +193,7 @@ impl Default for Config {
             snapshot_signal: DEFAULT_SNAPSHOT_SIGNAL,
             out_dir: None,
             requests: false,
+            hold_at_exit: false,
             defer_symbols: false,
             sample: 0,
             sample_seed: None,
@@ -390,6 +398,13 @@ fn parse_profile(
             _ => reject("MEM_TRACE_REQUESTS", v, "0 or 1"),
         }
     }
+    if let Some(v) = get("MEM_TRACE_HOLD_AT_EXIT") {
+        match v.trim() {
+            "1" | "yes" | "true" => c.hold_at_exit = true,
+            "0" | "no" | "false" => c.hold_at_exit = false,
+            _ => reject("MEM_TRACE_HOLD_AT_EXIT", v, "0 or 1"),
+        }
+    }
     if let Some(v) = get("MEM_TRACE_DEFER_SYMBOLS") {
         match v.trim() {
             "1" | "yes" | "true" => c.defer_symbols = true,
@@ -577,6 +592,10 @@ pub(crate) fn load() -> Config {
     }
     REQUESTS.store(on && c.requests && c.out_dir.is_some(), Ordering::Relaxed);
     DEFER_SYMBOLS.store(c.defer_symbols && c.out_dir.is_some(), Ordering::Relaxed);
+    HOLD_AT_EXIT.store(
+        on && c.hold_at_exit && c.out_dir.is_some(),
+        Ordering::Relaxed,
+    );
     c
 }
 
@@ -699,9 +718,10 @@ mod tests {
             ("MEM_TRACE_OUT", "/tmp"),
             ("MEM_TRACE_REQUESTS", "1"),
             ("MEM_TRACE_DEFER_SYMBOLS", "1"),
+            ("MEM_TRACE_HOLD_AT_EXIT", "1"),
         ]));
         assert!(bad.is_empty(), "{bad:?}");
-        assert!(c.requests && c.defer_symbols);
+        assert!(c.requests && c.defer_symbols && c.hold_at_exit);
         assert_eq!(c.profile_interval_ms, 250);
         assert_eq!((c.profile_top, c.profile_by), (3, RankBy::Allocated));
         assert!(!c.leaks);

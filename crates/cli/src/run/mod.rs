@@ -8,6 +8,8 @@
 //! - `outputs`: the files left in the directory, and where they are;
 //! - `symbolize`: the exit and final reports the library left raw, symbolized once the program
 //!   has ended;
+//! - `pprofs`: with `--pprof`, a pprof profile of each process as it exits, read while the
+//!   library holds it;
 //! - `worth`: which exit reports are kept (not those of processes that allocated nothing worth
 //!   one);
 //! - `names`: a process named by its command line.
@@ -23,6 +25,7 @@
 //! | `MEM_TRACE_REQUESTS` | `1` | each process listens for `run`'s request for a final report (`stop`) |
 //! | `MEM_TRACE_DEFER_SYMBOLS` | `1` | the exit and final reports are written with return addresses only, and symbolized by `run` (`symbolize`): symbolizing in the exiting process cost each one ~50 ms |
 //! | `MEM_TRACE_PROFILE_INTERVAL` | `0` without `--profile` | only the exit report; with `--profile` the user's interval (default 30 s) |
+//! | `MEM_TRACE_HOLD_AT_EXIT` | `1` with `--pprof` | each process waits at exit until `run` has read its tables (`pprofs`) |
 //! | `MEM_TRACE_MODE` | `--mode`, else the user's, else `profile` | a profile needs allocation stacks only, at about half the cost of `debug`'s free stacks, history and quarantine |
 //!
 //! Its stdin, stdout and stderr are ours, untouched. The reports' files are written by the
@@ -33,6 +36,7 @@ pub(crate) mod child;
 pub(crate) mod library;
 mod names;
 mod outputs;
+mod pprofs;
 mod stop;
 mod symbolize;
 mod worth;
@@ -69,6 +73,19 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     if !args.profile {
         env.push(("MEM_TRACE_PROFILE_INTERVAL", "0".into()));
     }
+    let pprofs = match args.pprof {
+        true => {
+            env.push(("MEM_TRACE_HOLD_AT_EXIT", "1".into()));
+            let server = pprofs::Server::start(&dir).map_err(|e| {
+                Error::new(format!(
+                    "run: --pprof: cannot listen in {}: {e}",
+                    dir.display()
+                ))
+            })?;
+            Some(server)
+        }
+        false => None,
+    };
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let mut pusher = None;
     let mut program_pid = 0;
@@ -82,6 +99,10 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         });
     })?;
     stop.store(true, Ordering::Relaxed);
+    let profiles = pprofs.map(|server| {
+        std::thread::sleep(pprofs::GRACE);
+        server.finish()
+    });
     if let Some(pusher) = pusher {
         match pusher.join() {
             Ok((Ok((made, accepted)), url)) => eprintln!(
@@ -98,7 +119,11 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         unfinished: stop::unfinished(&dir),
         ended_first: stop::ended_first(),
     };
-    outputs::finish(&dir, ranked_by(), &ended, args.all_reports);
+    let reports = outputs::finish(&dir, ranked_by(), &ended, args.all_reports);
+    if let Some(written) = profiles {
+        let kept: Vec<u32> = reports.iter().map(|r| r.pid).collect();
+        pprofs::keep_and_say(&written, &kept, args.all_reports);
+    }
     Ok(child::pass_on(status))
 }
 

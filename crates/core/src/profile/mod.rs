@@ -35,6 +35,7 @@
 pub mod counters;
 mod deferred;
 mod events;
+mod hold;
 mod leaks;
 mod output;
 pub mod peaks;
@@ -117,6 +118,7 @@ pub(crate) fn exiting() {
     } else {
         full_report(report::Kind::Exit, None);
     }
+    hold::at_exit();
     // The process ended by `exit`: `mem-trace run` counts it as such.
     requests::done();
 }
