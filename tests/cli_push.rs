@@ -406,7 +406,13 @@ fn run_pushes_its_program_while_it_runs() {
         .expect("a first push");
     rx.recv_timeout(Duration::from_secs(60))
         .expect("a second push");
-    drop(child.stdin.take());
+    // 512 KiB more from site_more, then the end of input: the program exits, and is held at
+    // the end of `exit` for a last push, which carries it whatever the interval.
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"more\n").unwrap();
+    }
     let status = wait(&mut child, Duration::from_secs(60));
     let mut stderr = String::new();
     child
@@ -429,4 +435,13 @@ fn run_pushes_its_program_while_it_runs() {
         3 << 20
     );
     assert!(stderr.contains("profiles accepted by"), "{stderr}");
+    assert!(
+        stderr.contains("the last one as the program exited"),
+        "{stderr}"
+    );
+    let last = rx.try_iter().last().expect("a last push");
+    let file = fixture.dir.join("run-push-last.pb.gz");
+    decode(&last, &file);
+    assert_eq!(flat(&fixture, &file, "inuse_space", "site_more"), 512 << 10);
+    assert_eq!(flat(&fixture, &file, "inuse_space", "site_live"), 3 << 20);
 }

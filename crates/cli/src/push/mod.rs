@@ -161,8 +161,7 @@ fn gone(args: &PushArgs) -> bool {
 /// `mem-trace push TARGET --url URL`: the number of profiles the server accepted decides
 /// the exit status (1 when none was).
 pub fn command(args: &PushArgs) -> Result<u8> {
-    let never = AtomicBool::new(false);
-    let (made, accepted) = pushes(args, &never, Duration::ZERO)?;
+    let (made, accepted) = pushes(args, &Control::default(), Duration::ZERO)?;
     let url = endpoint(args.server, &args.url);
     eprintln!("mem-trace: push: {accepted} of {made} profiles accepted by {url}");
     if accepted == 0 {
@@ -180,9 +179,63 @@ fn endpoint(server: Server, base: &str) -> String {
     format!("{}/{path}", base.trim_end_matches('/'))
 }
 
-/// Waits until `until`, or less once `stop` is set (checked every 50 ms).
-fn wait_until(until: Instant, stop: &AtomicBool) {
-    while !stop.load(Ordering::Relaxed) {
+/// How `mem-trace run` steers its push loop: stop, or push once more and then stop (its
+/// program is held at the end of `exit`, its tables final: the allocations since the last
+/// push would otherwise never be sent).
+#[derive(Default)]
+pub struct Control {
+    stop: AtomicBool,
+    last: AtomicBool,
+    last_done: AtomicBool,
+    last_made: AtomicBool,
+}
+
+impl Control {
+    /// Ends the loop without another push.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Asks for one last push now, and waits until it was made (or failed, or the loop had
+    /// ended), at most `within`; whether it was.
+    pub fn last_push(&self, within: Duration) -> bool {
+        self.last.store(true, Ordering::Relaxed);
+        let until = Instant::now() + within;
+        while !self.last_done.load(Ordering::Relaxed) {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
+    /// Whether a last push was made (accepted or not).
+    pub fn last_made(&self) -> bool {
+        self.last_made.load(Ordering::Relaxed)
+    }
+
+    /// Whether the loop should stop waiting: stopped, or a last push asked for.
+    fn waking(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.last.load(Ordering::Relaxed)
+    }
+}
+
+/// Says that the loop has ended, whichever way it does (`Control::last_push` waits on it).
+struct Ended<'a>(&'a AtomicBool);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// How long a last push may take, retries included: its process waits at exit meanwhile.
+const LAST_PUSH_WITHIN: Duration = Duration::from_secs(5);
+
+/// Waits until `until`, or less once `control` says so (checked every 50 ms).
+fn wait_until(until: Instant, control: &Control) {
+    while !control.waking() {
         let now = Instant::now();
         if now >= until {
             return;
@@ -192,10 +245,12 @@ fn wait_until(until: Instant, stop: &AtomicBool) {
 }
 
 /// Pushes `args`' target at each interval, the first after `first`, until it ends,
-/// `--count` is reached or `stop` is set; the profiles made and accepted. (`mem-trace run
-/// --push` sets `stop` when its program exits.)
-pub fn pushes(args: &PushArgs, stop: &AtomicBool, first: Duration) -> Result<(u64, u64)> {
-    wait_until(Instant::now() + first, stop);
+/// `--count` is reached or `control` stops it (after a last push, if asked for one); the
+/// profiles made and accepted.
+pub fn pushes(args: &PushArgs, control: &Control, first: Duration) -> Result<(u64, u64)> {
+    let _ended = Ended(&control.last_done);
+    let stop = &control.stop;
+    wait_until(Instant::now() + first, control);
     if stop.load(Ordering::Relaxed) {
         return Ok((0, 0));
     }
@@ -210,6 +265,7 @@ pub fn pushes(args: &PushArgs, stop: &AtomicBool, first: Duration) -> Result<(u6
     let (mut made, mut accepted) = (0u64, 0u64);
     loop {
         let started = Instant::now();
+        let last = control.last.load(Ordering::Relaxed);
         let target = match args.target.open() {
             Ok(t) => t,
             Err(_) if (made > 0 || stop.load(Ordering::Relaxed)) && gone(args) => break,
@@ -238,16 +294,18 @@ pub fn pushes(args: &PushArgs, stop: &AtomicBool, first: Duration) -> Result<(u6
             &comment,
         ));
         made += 1;
+        control.last_made.store(last, Ordering::Relaxed);
         let id = format!("{:x}-{:x}-{made}", std::process::id(), now.as_nanos());
         let request = body(args.server, &encoded, &service, &args.labels, &id);
-        if send(&agent, &url, &request, started + every) {
+        let deadline = started + if last { LAST_PUSH_WITHIN } else { every };
+        if send(&agent, &url, &request, deadline) {
             accepted += 1;
             base = totals;
         }
-        if !target.is_live() || (args.count != 0 && made >= args.count) {
+        if last || !target.is_live() || (args.count != 0 && made >= args.count) {
             break;
         }
-        wait_until(started + every, stop);
+        wait_until(started + every, control);
         if stop.load(Ordering::Relaxed) {
             break;
         }

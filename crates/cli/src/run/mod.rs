@@ -8,8 +8,8 @@
 //! - `outputs`: the files left in the directory, and where they are;
 //! - `symbolize`: the exit and final reports the library left raw, symbolized once the program
 //!   has ended;
-//! - `pprofs`: with `--pprof`, a pprof profile of each process as it exits, read while the
-//!   library holds it;
+//! - `at_exit`: with `--pprof` or `--push`, each process read as it exits, while the library
+//!   holds it: its pprof profile, and the program's last push;
 //! - `worth`: which exit reports are kept (not those of processes that allocated nothing worth
 //!   one);
 //! - `names`: a process named by its command line.
@@ -25,18 +25,18 @@
 //! | `MEM_TRACE_REQUESTS` | `1` | each process listens for `run`'s request for a final report (`stop`) |
 //! | `MEM_TRACE_DEFER_SYMBOLS` | `1` | the exit and final reports are written with return addresses only, and symbolized by `run` (`symbolize`): symbolizing in the exiting process cost each one ~50 ms |
 //! | `MEM_TRACE_PROFILE_INTERVAL` | `0` without `--profile` | only the exit report; with `--profile` the user's interval (default 30 s) |
-//! | `MEM_TRACE_HOLD_AT_EXIT` | `1` with `--pprof` | each process waits at exit until `run` has read its tables (`pprofs`) |
+//! | `MEM_TRACE_HOLD_AT_EXIT` | `1` with `--pprof` or `--push` | each process waits at exit until `run` has read its tables (`at_exit`) |
 //! | `MEM_TRACE_MODE` | `--mode`, else the user's, else `profile` | a profile needs allocation stacks only, at about half the cost of `debug`'s free stacks, history and quarantine |
 //!
 //! Its stdin, stdout and stderr are ours, untouched. The reports' files are written by the
 //! library itself (`crates/core/src/profile/`); `outputs` completes them afterwards.
 
+mod at_exit;
 mod bundled;
 pub(crate) mod child;
 pub(crate) mod library;
 mod names;
 mod outputs;
-mod pprofs;
 mod stop;
 mod symbolize;
 mod worth;
@@ -45,7 +45,8 @@ use crate::cli::{By, Mode, PushArgs, RunArgs, TargetArgs};
 use crate::error::{Error, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `mem-trace run`: the program's exit status (a death by a signal is passed on by dying of it).
@@ -73,12 +74,21 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     if !args.profile {
         env.push(("MEM_TRACE_PROFILE_INTERVAL", "0".into()));
     }
-    let pprofs = match args.pprof {
+    let control = Arc::new(crate::push::Control::default());
+    let program_pid = Arc::new(AtomicU32::new(0));
+    let held = match args.pprof || args.push.is_some() {
         true => {
             env.push(("MEM_TRACE_HOLD_AT_EXIT", "1".into()));
-            let server = pprofs::Server::start(&dir).map_err(|e| {
+            let jobs = at_exit::Jobs {
+                pprof: args.pprof,
+                last_push: args
+                    .push
+                    .as_ref()
+                    .map(|_| (program_pid.clone(), control.clone())),
+            };
+            let server = at_exit::Server::start(&dir, jobs).map_err(|e| {
                 Error::new(format!(
-                    "run: --pprof: cannot listen in {}: {e}",
+                    "run: cannot listen for exiting processes in {}: {e}",
                     dir.display()
                 ))
             })?;
@@ -86,28 +96,30 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         }
         false => None,
     };
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
     let mut pusher = None;
-    let mut program_pid = 0;
     let status = child::run(program, &path, program_args, &env, &dir, |pid| {
-        program_pid = pid;
+        program_pid.store(pid, Ordering::Relaxed);
         pusher = args.push.as_ref().map(|url| {
             let push = push_args(args, url, pid, &path);
-            let stop = stop.clone();
+            let control = control.clone();
             let every = Duration::from_secs_f64(args.push_every);
-            std::thread::spawn(move || (crate::push::pushes(&push, &stop, every), push.url))
+            std::thread::spawn(move || (crate::push::pushes(&push, &control, every), push.url))
         });
     })?;
-    stop.store(true, Ordering::Relaxed);
-    let profiles = pprofs.map(|server| {
-        std::thread::sleep(pprofs::GRACE);
+    let program_pid = program_pid.load(Ordering::Relaxed);
+    let profiles = held.map(|server| {
+        std::thread::sleep(at_exit::GRACE);
         server.finish()
     });
+    control.stop();
     if let Some(pusher) = pusher {
         match pusher.join() {
             Ok((Ok((made, accepted)), url)) => eprintln!(
-                "mem-trace: run: {accepted} of {made} profiles accepted by {url} (the last \
-                 interval's allocations, after the program's last push, are not sent)"
+                "mem-trace: run: {accepted} of {made} profiles accepted by {url}{}",
+                match control.last_made() {
+                    true => ", the last one as the program exited",
+                    false => " (none as the program exited: it did not call exit, or was not read)",
+                }
             ),
             Ok((Err(e), _)) => eprintln!("mem-trace: run: push: {e}"),
             Err(_) => eprintln!("mem-trace: run: the push thread failed"),
@@ -120,9 +132,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         ended_first: stop::ended_first(),
     };
     let reports = outputs::finish(&dir, ranked_by(), &ended, args.all_reports);
-    if let Some(written) = profiles {
+    if let Some(written) = profiles.filter(|_| args.pprof) {
         let kept: Vec<u32> = reports.iter().map(|r| r.pid).collect();
-        pprofs::keep_and_say(&written, &kept, args.all_reports);
+        at_exit::keep_and_say(&written, &kept, args.all_reports);
     }
     Ok(child::pass_on(status))
 }

@@ -1,20 +1,23 @@
-//! `run --pprof`: a pprof profile of each traced process as it exits, beside its report.
+//! What `run` does with each traced process held at the end of `exit` (`--pprof`, `--push`):
+//! its pprof profile beside its report, and for the program itself a last push.
 //!
 //! The library, told to hold at exit (`MEM_TRACE_HOLD_AT_EXIT=1`), names each exiting process
 //! on `DIR/mem-trace.exits` once its exit report is written, and waits on its own
 //! `DIR/mem-trace.<pid>.held` (crates/core/src/profile/hold.rs). This side reads the process
-//! as `mem-trace pprof PID` does, writes `DIR/mem-trace.<pid>.pb.gz`, and lets it go. The
-//! tables are final by then, and a report has only the top stacks: the profile has every
-//! stack's four counts, for `go tool pprof`, Pyroscope or Parca.
+//! as `mem-trace pprof PID` does and lets it go. The tables are final by then, and go with the
+//! process: a report has only the top stacks, a profile every stack's four counts, for `go
+//! tool pprof`, Pyroscope or Parca; and what the program allocated since the last push would
+//! otherwise never be sent.
 //!
 //! A process that cannot be read is let go at once, with one line saying why; one this side
 //! never answers goes on by itself after 10 s.
 
 use crate::cli::TargetArgs;
+use crate::push::Control;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -38,8 +41,8 @@ pub struct Server {
 
 impl Server {
     /// Makes the FIFO and starts listening: before the program starts, so that no exit is
-    /// missed.
-    pub fn start(dir: &Path) -> std::io::Result<Server> {
+    /// missed. `jobs`: what to do with each process.
+    pub fn start(dir: &Path, jobs: Jobs) -> std::io::Result<Server> {
         let fifo = exits(dir);
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes())
             .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
@@ -57,7 +60,7 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let dir = dir.to_path_buf();
         let flag = stop.clone();
-        let thread = std::thread::spawn(move || serve(file, &dir, &flag));
+        let thread = std::thread::spawn(move || serve(file, &dir, &flag, &jobs));
         Ok(Server { stop, thread, fifo })
     }
 
@@ -70,8 +73,21 @@ impl Server {
     }
 }
 
-/// Reads `PID` lines until `stop`, profiling each process named.
-fn serve(file: std::fs::File, dir: &Path, stop: &AtomicBool) -> Vec<(u32, PathBuf)> {
+/// What to do with each process held at exit.
+pub struct Jobs {
+    /// Write its pprof profile (`--pprof`).
+    pub pprof: bool,
+    /// The program's pid (set once it runs) and its push loop (`--push`): the program gets a
+    /// last push before it is let go.
+    pub last_push: Option<(Arc<AtomicU32>, Arc<Control>)>,
+}
+
+/// How long the program is held for its last push at most (the library's own deadline is
+/// 10 s).
+const LAST_PUSH_WAIT: Duration = Duration::from_secs(7);
+
+/// Reads `PID` lines until `stop`, doing `jobs` with each process named.
+fn serve(file: std::fs::File, dir: &Path, stop: &AtomicBool, jobs: &Jobs) -> Vec<(u32, PathBuf)> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     let mut reader = BufReader::new(file);
@@ -86,8 +102,15 @@ fn serve(file: std::fs::File, dir: &Path, stop: &AtomicBool) -> Vec<(u32, PathBu
                 _ => break,
             }
             if let Ok(pid) = line.trim().parse::<u32>() {
-                if let Some(p) = profile(dir, pid) {
-                    written.push((pid, p));
+                if jobs.pprof {
+                    if let Some(p) = profile(dir, pid) {
+                        written.push((pid, p));
+                    }
+                }
+                if let Some((program, control)) = &jobs.last_push {
+                    if program.load(Ordering::Relaxed) == pid {
+                        control.last_push(LAST_PUSH_WAIT);
+                    }
                 }
                 release(dir, pid);
             }
