@@ -1,0 +1,131 @@
+//! The library's side of `mem-trace attach PID` and `mem-trace detach PID`: the two entry
+//! points the command calls in the running process after loading the library there with
+//! `dlopen`, and the state the command reads before it does anything.
+//!
+//! - `got`: the GOT entries of every module pointed at the hooks, and put back.
+//!
+//! The command stops one thread at a point where it is not inside the allocator or the loader
+//! and calls `dlopen`, then [`mem_trace_attach`], on it; the process's other threads run on.
+
+// The constructor and destructor that ask whether the library was loaded by an attach are
+// not in unit tests.
+#![cfg_attr(test, allow(dead_code))]
+
+mod got;
+
+use core::ffi::{c_char, CStr};
+use core::sync::atomic::{AtomicU32, Ordering};
+use mem_trace_core::guard::Guard;
+use mem_trace_core::record;
+
+/// How this library came into the process, for `mem-trace attach` and `detach` to read
+/// before they act: [`PRELOADED`] (also when linked into the program), [`LOADED`],
+/// [`ATTACHED`] or [`DETACHED`]. Exported under this name; the command reads it from the
+/// process's memory.
+#[no_mangle]
+#[used]
+pub static MEM_TRACE_ATTACH_STATE: AtomicU32 = AtomicU32::new(PRELOADED);
+
+/// Preloaded, or linked: the hooks won symbol lookup, there is nothing to attach.
+pub const PRELOADED: u32 = 0;
+/// Loaded into a running process by `dlopen` (`mem-trace attach`), not attached yet.
+pub const LOADED: u32 = 1;
+/// Attached: the GOT entries point at the hooks.
+pub const ATTACHED: u32 = 2;
+/// Detached: the GOT entries are back, the hooks pass blocks straight to glibc.
+pub const DETACHED: u32 = 3;
+
+/// [`mem_trace_attach`]'s and [`mem_trace_detach`]'s failures, as negative return values
+/// (the command names each).
+pub mod error {
+    /// The library was preloaded or linked, not loaded by `mem-trace attach`.
+    pub const NOT_LOADED_BY_ATTACH: i64 = -1;
+    /// The tracer could not start (out of memory for its tables).
+    pub const NO_START: i64 = -2;
+    /// Detach of a process that is not attached.
+    pub const NOT_ATTACHED: i64 = -3;
+    /// The settings were null or not UTF-8.
+    pub const BAD_SETTINGS: i64 = -4;
+}
+
+/// Whether the library was loaded by `dlopen` into a process that was already running: then
+/// the process's modules bound `malloc` to glibc's, not to our hook. Asked by the ELF
+/// constructor, which must then leave everything to [`mem_trace_attach`].
+pub(crate) fn loaded_by_dlopen() -> bool {
+    // SAFETY: dlsym with a NUL-terminated name; the lookup of a defined symbol neither fails
+    // nor allocates.
+    let malloc = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
+    // Not compared with our `malloc`'s address: taken in this library, that is a lookup too
+    // (`hooks::local`). Which object `malloc` is in says it.
+    let loaded = !malloc.is_null() && object_of(malloc) != object_of(loaded_by_dlopen as *const _);
+    if loaded {
+        MEM_TRACE_ATTACH_STATE.store(LOADED, Ordering::Release);
+    }
+    loaded
+}
+
+/// The base address of the object that holds `addr` (0: none).
+fn object_of(addr: *const core::ffi::c_void) -> usize {
+    // SAFETY: an all-zero Dl_info is a valid buffer for dladdr to fill.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 {
+        return 0;
+    }
+    info.dli_fbase as usize
+}
+
+/// Whether the tracer runs in this process: preloaded, or attached now.
+pub(crate) fn tracing() -> bool {
+    matches!(
+        MEM_TRACE_ATTACH_STATE.load(Ordering::Acquire),
+        PRELOADED | ATTACHED
+    )
+}
+
+/// Starts tracing a running process this library was `dlopen`ed into: initialises the
+/// tracer with `settings` (`NAME=VALUE` lines of `MEM_TRACE_*` names, written by the
+/// command from its options; the process's environment is not read), then points every
+/// module's GOT entries for the malloc family at the hooks. Returns the number of entries
+/// patched, 1 or more, or a negative [`error`]. A second call after [`mem_trace_detach`]
+/// resumes with the first call's settings.
+///
+/// # Safety
+/// `settings` is null or a NUL-terminated string. Called by `mem-trace attach`, on a thread
+/// stopped outside the allocator and the loader.
+#[no_mangle]
+pub unsafe extern "C" fn mem_trace_attach(settings: *const c_char) -> i64 {
+    let state = MEM_TRACE_ATTACH_STATE.load(Ordering::Acquire);
+    if state == PRELOADED {
+        return error::NOT_LOADED_BY_ATTACH;
+    }
+    if settings.is_null() {
+        return error::BAD_SETTINGS;
+    }
+    // SAFETY: forwarded contract.
+    let Ok(settings) = unsafe { CStr::from_ptr(settings) }.to_str() else {
+        return error::BAD_SETTINGS;
+    };
+    if record::attach(settings).is_err() {
+        return error::NO_START;
+    }
+    MEM_TRACE_ATTACH_STATE.store(ATTACHED, Ordering::Release);
+    got::patch_all(&crate::hooks::redirected()) as i64
+}
+
+/// Stops tracing: puts back every GOT entry that still points at a hook, hands every
+/// quarantined block back to glibc and forgets the live blocks. The library stays mapped
+/// (a pointer to a hook may have been taken meanwhile; the hooks then pass straight to
+/// glibc). Returns the number of entries restored, or a negative [`error`].
+#[no_mangle]
+pub extern "C" fn mem_trace_detach() -> i64 {
+    if MEM_TRACE_ATTACH_STATE.load(Ordering::Acquire) != ATTACHED {
+        return error::NOT_ATTACHED;
+    }
+    let restored = got::restore();
+    MEM_TRACE_ATTACH_STATE.store(DETACHED, Ordering::Release);
+    if let Some(g) = Guard::enter() {
+        record::detach(&g, &crate::glibc::Glibc);
+    }
+    restored as i64
+}
