@@ -170,9 +170,13 @@ fn settings(a: &AttachArgs) -> String {
     if let Some(n) = a.frames {
         s += &format!("MEM_TRACE_FRAMES={n}\n");
     }
-    if let Some(dir) = &a.out {
-        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
-        s += &format!("MEM_TRACE_PROFILE=1\nMEM_TRACE_OUT={}\n", dir.display());
+    match &a.out {
+        Some(dir) => {
+            let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+            s += &format!("MEM_TRACE_PROFILE=1\nMEM_TRACE_OUT={}\n", dir.display());
+        }
+        // Unasked, nothing is written to the process's stderr: no report at exit.
+        None => s += "MEM_TRACE_PROFILE=0\n",
     }
     s
 }
