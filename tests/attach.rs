@@ -354,6 +354,50 @@ fn an_idle_program_blocked_in_read_is_attached_promptly_and_runs_on() {
     assert!(err.lines().all(|l| l == "read: EINTR, retried"), "{err}");
 }
 
+/// The tracer of `pid` (0: none), from /proc/PID/status.
+fn tracer_of(pid: u32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn ctrl_c_while_waiting_for_a_safe_point_leaves_no_breakpoint_behind() {
+    let _turn = one_at_a_time();
+    let f = c_fixture("attach_idle.c", &[]);
+    let mut p = Running::start(plain(&f.bin));
+    let mut cmd = Command::new(mem_trace_binary());
+    cmd.args(["attach", &p.pid.to_string()])
+        .env("MEM_TRACE_LIB", library())
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut attacher = cmd.spawn().expect("start mem-trace attach");
+    // Once the target is traced, the command is waiting for a thread at malloc's entry, with
+    // int3 there: an idle target never comes, so the wait lasts 200 ms.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tracer_of(p.pid) == 0 {
+        assert!(Instant::now() < deadline, "the target was never traced");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: kill with a pid of our own child.
+    unsafe { libc::kill(attacher.id() as i32, libc::SIGINT) };
+    let status = attacher.wait().expect("wait for mem-trace");
+    let mut err = String::new();
+    std::io::Read::read_to_string(attacher.stderr.as_mut().unwrap(), &mut err).unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status}: {err}");
+    assert_eq!(tracer_of(p.pid), 0, "left traced");
+    // It allocates: a breakpoint left in malloc would kill it with SIGTRAP.
+    p.alloc();
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
 /// The mappings' permissions of `pid`, in order.
 fn permissions(pid: u32) -> Vec<String> {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))

@@ -45,11 +45,24 @@ pub struct Threads {
 
 const PTRACE_EVENT_STOP: i32 = 128;
 
+thread_local! {
+    /// Whether a pending [`ENDING`] signal cuts the waits short: only while waiting for a safe
+    /// point. A call under way is waited for (abandoning `dlopen` midway would leave the
+    /// loader's lock taken), and so is the release (it must finish for the target to run on).
+    static CUT_SHORT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Lets (`true`) a pending [`ENDING`] signal cut the waits short, or not.
+pub fn cut_short_by_signals(on: bool) {
+    CUT_SHORT.with(|c| c.set(on));
+}
+
 impl Threads {
     /// Seizes every thread of `pid`, again until a pass over /proc/PID/task finds no new one
     /// (threads born meanwhile are traced through `PTRACE_O_TRACECLONE` once their parent
     /// is). An error leaves every thread seized so far released.
     pub fn seize(pid: i32) -> io::Result<Threads> {
+        hold_signals(true);
         let mut t = Threads {
             pid,
             threads: BTreeMap::new(),
@@ -245,6 +258,7 @@ impl Threads {
     /// forgotten. Never fails: what cannot be done in two seconds is left to the kernel,
     /// which detaches every tracee when the tracer exits.
     pub fn release(&mut self, mut fixup: impl FnMut(i32, Stop) -> bool) {
+        cut_short_by_signals(false);
         let deadline = Instant::now() + Duration::from_secs(2);
         let tids = self.tids();
         super::inject::debug(format_args!("releasing {tids:?}"));
@@ -288,6 +302,8 @@ impl Threads {
             }
         }
         self.threads.clear();
+        // A Ctrl-C held meanwhile is delivered now, the target let go.
+        hold_signals(false);
     }
 
     /// The process.
@@ -318,9 +334,57 @@ fn tasks(pid: i32) -> io::Result<Vec<i32>> {
         .collect())
 }
 
-/// The next wait status of any tracee, polling until `deadline` (`None`: none came).
+/// The signals that end the command (Ctrl-C, `kill`, a closed terminal): held while the
+/// target is traced, so that none kills the command with a breakpoint in the target's
+/// `malloc` or a thread on borrowed registers (memray's Ctrl-C crash); [`wait_any`] sees them
+/// pending and gives up, the target is let go, and then the signal is delivered.
+const ENDING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+fn ending_set() -> libc::sigset_t {
+    // SAFETY: an all-zero sigset_t is a valid buffer for sigemptyset.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigemptyset and sigaddset write the set.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in ENDING {
+            libc::sigaddset(&mut set, s);
+        }
+    }
+    set
+}
+
+/// Blocks (`true`) or unblocks the [`ENDING`] signals.
+fn hold_signals(hold: bool) {
+    let set = ending_set();
+    let how = if hold {
+        libc::SIG_BLOCK
+    } else {
+        libc::SIG_UNBLOCK
+    };
+    // SAFETY: changes this thread's mask with a valid set.
+    unsafe { libc::pthread_sigmask(how, &set, std::ptr::null_mut()) };
+}
+
+/// Whether an [`ENDING`] signal is waiting.
+fn ending_pending() -> bool {
+    // SAFETY: an all-zero sigset_t is a valid buffer for sigpending.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigpending writes the set; sigismember reads it.
+    unsafe {
+        libc::sigpending(&mut set) == 0 && ENDING.iter().any(|&s| libc::sigismember(&set, s) == 1)
+    }
+}
+
+/// The next wait status of any tracee, polling until `deadline` (`None`: none came). An
+/// [`ENDING`] signal pending is an error: the caller lets the target go.
 fn wait_any(deadline: Instant) -> io::Result<Option<(i32, i32)>> {
     loop {
+        if CUT_SHORT.with(|c| c.get()) && ending_pending() {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                "interrupted by a signal; the process was let go as it was",
+            ));
+        }
         let mut status = 0;
         // SAFETY: waitpid writes the status word.
         let tid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };

@@ -106,20 +106,24 @@ pub fn choose(
     bps: &mut Breakpoints,
     unsafe_callers: &[&Module],
 ) -> Result<SafePoint, String> {
+    ptrace::cut_short_by_signals(true);
     let found = at_allocator_entry(threads, mem, bps, unsafe_callers);
     bps.remove(mem);
-    match found.map_err(|e| format!("while waiting for a thread to call malloc: {e}"))? {
-        Some(p) => Ok(p),
-        None => in_blocking_call(threads, bps)
-            .map_err(|e| format!("while stopping the threads: {e}"))?
-            .ok_or_else(|| {
-                "no thread was at a safe point: none called malloc or free from outside libc \
-                 within 200 ms, and none was blocked in a call the allocator never blocks in \
-                 (epoll_wait, poll, select, read of a pipe or socket, nanosleep, accept, \
-                 recvmsg); try again when the process is busy or idle"
-                    .to_string()
-            }),
-    }
+    let found = match found {
+        Ok(None) => {
+            in_blocking_call(threads, bps).map_err(|e| format!("while stopping the threads: {e}"))
+        }
+        Ok(Some(p)) => Ok(Some(p)),
+        Err(e) => Err(format!("while waiting for a thread to call malloc: {e}")),
+    };
+    ptrace::cut_short_by_signals(false);
+    found?.ok_or_else(|| {
+        "no thread was at a safe point: none called malloc or free from outside libc within \
+         200 ms, and none was blocked in a call the allocator never blocks in (epoll_wait, \
+         poll, select, read of a pipe or socket, nanosleep, accept, recvmsg); try again when \
+         the process is busy or idle"
+            .to_string()
+    })
 }
 
 /// Way 1: the first thread at `malloc`'s or `free`'s entry called from outside
