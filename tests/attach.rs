@@ -522,6 +522,43 @@ fn refusals_are_one_line_and_leave_the_target_running() {
     assert!(p.finish(None).2.success());
 }
 
+/// `bin ARGS` as user and group 65534 (nobody), started without the tracer.
+fn as_nobody(bin: &std::path::Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(bin)
+        .args(args)
+        .env_remove("LD_PRELOAD");
+    cmd
+}
+
+#[test]
+fn another_users_process_is_attached_by_root_unless_it_is_not_dumpable() {
+    let _turn = one_at_a_time();
+    let f = c_fixture("attach_idle.c", &[]);
+    // Root may attach to another user's process, as a debugger may.
+    let mut p = Running::start(as_nobody(&f.bin, &[]));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap();
+    assert!(status.contains("Uid:\t65534"), "{status}");
+    attach(&f, p.pid, "nobody");
+    let after = p.alloc();
+    let why = mem_trace(
+        &f,
+        "nobody-why",
+        &["why", &p.pid.to_string(), &format!("{after:#x}")],
+    );
+    assert!(why.stdout.contains("idle_site"), "{}", why.describe());
+    detach(&f, p.pid, "nobody-detach");
+    assert!(p.finish(None).2.success());
+
+    // One that asked not to be inspected is refused, and runs on.
+    let mut p = Running::start(as_nobody(&f.bin, &["undumpable"]));
+    refused(&f, p.pid, "undumpable", "is not dumpable");
+    assert_eq!(tracer_of(p.pid), 0);
+    p.alloc();
+    assert!(p.finish(None).2.success());
+}
+
 #[test]
 fn the_command_line_refuses_a_pid_that_is_not_there() {
     let f = c_fixture("attach_idle.c", &[]);
