@@ -235,6 +235,10 @@ fn gdb_why(fixture: &Fixture, pid: u32, addr: u64) -> String {
     out.stdout
 }
 
+fn idle_fixture() -> Fixture {
+    c_fixture("attach_idle.c", &["-pthread"])
+}
+
 fn busy_fixture() -> Fixture {
     // Lazy binding, deliberately: the GOT's JUMP_SLOTs still point at the PLT for functions
     // not called yet.
@@ -322,7 +326,7 @@ fn a_busy_program_attached_detached_and_attached_again_runs_on_unchanged() {
 #[test]
 fn an_idle_program_blocked_in_read_is_attached_promptly_and_runs_on() {
     let _turn = one_at_a_time();
-    let f = c_fixture("attach_idle.c", &[]);
+    let f = idle_fixture();
     let mut p = Running::start(plain(&f.bin));
     std::thread::sleep(Duration::from_millis(100));
     let a = attach(&f, p.pid, "idle-attach");
@@ -367,7 +371,7 @@ fn tracer_of(pid: u32) -> i32 {
 #[test]
 fn ctrl_c_while_waiting_for_a_safe_point_leaves_no_breakpoint_behind() {
     let _turn = one_at_a_time();
-    let f = c_fixture("attach_idle.c", &[]);
+    let f = idle_fixture();
     let mut p = Running::start(plain(&f.bin));
     let mut cmd = Command::new(mem_trace_binary());
     cmd.args(["attach", &p.pid.to_string()])
@@ -452,7 +456,7 @@ fn refused(f: &Fixture, pid: u32, label: &str, says: &str) {
 #[test]
 fn refusals_are_one_line_and_leave_the_target_running() {
     let _turn = one_at_a_time();
-    let f = c_fixture("attach_idle.c", &[]);
+    let f = idle_fixture();
 
     // Stopped with SIGTSTP: refused, and left stopped.
     let mut p = Running::start(plain(&f.bin));
@@ -535,7 +539,7 @@ fn as_nobody(bin: &std::path::Path, args: &[&str]) -> Command {
 #[test]
 fn another_users_process_is_attached_by_root_unless_it_is_not_dumpable() {
     let _turn = one_at_a_time();
-    let f = c_fixture("attach_idle.c", &[]);
+    let f = idle_fixture();
     // Root may attach to another user's process, as a debugger may.
     let mut p = Running::start(as_nobody(&f.bin, &[]));
     let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap();
@@ -561,7 +565,7 @@ fn another_users_process_is_attached_by_root_unless_it_is_not_dumpable() {
 
 #[test]
 fn the_command_line_refuses_a_pid_that_is_not_there() {
-    let f = c_fixture("attach_idle.c", &[]);
+    let f = idle_fixture();
     let out = mem_trace(&f, "nopid", &["attach", "999999999"]);
     assert_eq!(out.status.code(), Some(1), "{}", out.describe());
     assert!(
