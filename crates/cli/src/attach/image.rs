@@ -38,12 +38,15 @@ pub fn modules(pid: i32) -> io::Result<Vec<Module>> {
     Ok(parse_maps(&text))
 }
 
-/// [`modules`] of a maps text.
+/// [`modules`] of a maps text. Only files the loader mapped count: one with an executable
+/// mapping. A file mapped read-only is data, such as the ELF files the tracer's unwinder maps
+/// to read their CFI, which would otherwise be taken for the module (seen: libc's `dlopen`
+/// looked for in the unwinder's copy of libc.so.6, and the call faulting there).
 pub fn parse_maps(text: &str) -> Vec<Module> {
-    let mut out: Vec<Module> = Vec::new();
+    let mut out: Vec<(Module, bool)> = Vec::new();
     for line in text.lines() {
         let mut f = line.split_whitespace();
-        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(_inode)) =
+        let (Some(range), Some(perms), Some(offset), Some(_dev), Some(_inode)) =
             (f.next(), f.next(), f.next(), f.next(), f.next())
         else {
             continue;
@@ -63,17 +66,27 @@ pub fn parse_maps(text: &str) -> Vec<Module> {
             continue;
         };
         let path = PathBuf::from(path);
-        match out.iter_mut().rev().find(|m| m.path == path) {
-            Some(m) if offset != 0 => m.ranges.push((lo, hi)),
-            _ if offset == 0 => out.push(Module {
-                path,
-                ranges: vec![(lo, hi)],
-                first: lo,
-            }),
+        let exec = perms.contains('x');
+        match out.iter_mut().rev().find(|(m, _)| m.path == path) {
+            Some((m, x)) if offset != 0 => {
+                m.ranges.push((lo, hi));
+                *x |= exec;
+            }
+            _ if offset == 0 => out.push((
+                Module {
+                    path,
+                    ranges: vec![(lo, hi)],
+                    first: lo,
+                },
+                exec,
+            )),
             _ => {}
         }
     }
-    out
+    out.into_iter()
+        .filter(|&(_, x)| x)
+        .map(|(m, _)| m)
+        .collect()
 }
 
 /// The module whose file name starts with `prefix` (`libc.so.6`, `ld-linux`).
@@ -150,14 +163,17 @@ mod tests {
 7f0000000000-7f0000028000 r--p 00000000 08:01 13 /usr/lib/x86_64-linux-gnu/libc.so.6
 7f0000028000-7f000019d000 r-xp 00028000 08:01 13 /usr/lib/x86_64-linux-gnu/libc.so.6
 7f00001a0000-7f00001a1000 rw-p 00000000 00:00 0 
+7f0000200000-7f0000400000 r--p 00000000 08:01 13 /usr/lib/x86_64-linux-gnu/libc.so.6
 7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
 ";
         let m = parse_maps(text);
+        // The read-only mapping of libc.so.6 at 0x7f0000200000 is a file read as data.
         assert_eq!(m.len(), 2);
         let libc = find(&m, "libc.so.6").unwrap();
         assert_eq!(libc.first, 0x7f00_0000_0000);
         assert!(libc.contains(0x7f00_0002_8010));
         assert!(!libc.contains(0x7f00_001a_0010));
+        assert!(!libc.contains(0x7f00_0020_0010));
         assert!(find(&m, "ld-linux").is_none());
     }
 

@@ -140,10 +140,17 @@ impl Session {
                         self.threads.clear_pending(tid);
                         return Ok(r.rax);
                     }
+                    // SAFETY: an all-zero siginfo_t is a valid buffer for PTRACE_GETSIGINFO.
+                    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+                    // SAFETY: PTRACE_GETSIGINFO writes one siginfo_t.
+                    unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid, 0usize, &mut info) };
+                    // SAFETY: a SIGSEGV's siginfo carries a fault address.
+                    let addr = unsafe { info.si_addr() } as u64;
                     return Err(format!(
-                        "the call to {func:#x} faulted at {:#x} in thread {tid}; the process \
-                         was put back as it was",
-                        r.rip
+                        "the call to {func:#x} faulted at {:#x} (address {addr:#x}, code {}, \
+                         stack pointer {:#x}) in thread {tid}; the process was put back as it \
+                         was",
+                        r.rip, info.si_code, r.rsp
                     ));
                 }
                 Stop::Signal(libc::SIGTRAP) if t != tid && self.bps.rewind(t) => {

@@ -135,7 +135,12 @@ fn at_allocator_entry(
     unsafe_callers: &[&Module],
 ) -> io::Result<Option<SafePoint>> {
     bps.insert(mem)?;
-    let deadline = Instant::now() + BUSY_WAIT;
+    // `MEM_TRACE_ATTACH_WAIT_MS`: another wait, for tests of the second way on a busy target.
+    let wait = std::env::var("MEM_TRACE_ATTACH_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(BUSY_WAIT, Duration::from_millis);
+    let deadline = Instant::now() + wait;
     while let Some((tid, stop)) = threads.wait(deadline)? {
         let Stop::Signal(sig) = stop else {
             continue;
