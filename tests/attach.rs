@@ -145,7 +145,13 @@ impl Drop for Running {
 
 /// `mem-trace ARGS` within 60 s (the attach's own limits are shorter).
 fn mem_trace(fixture: &Fixture, label: &str, args: &[&str]) -> Output {
+    mem_trace_env(fixture, label, args, &[])
+}
+
+/// [`mem_trace`] with variables set.
+fn mem_trace_env(fixture: &Fixture, label: &str, args: &[&str], vars: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(mem_trace_binary());
+    cmd.envs(vars.iter().copied());
     cmd.args(args)
         .current_dir(&fixture.dir)
         .env("MEM_TRACE_LIB", library())
@@ -321,6 +327,38 @@ fn a_busy_program_attached_detached_and_attached_again_runs_on_unchanged() {
         "{out:?}"
     );
     assert_eq!(err, plain_err, "the program's stderr changed");
+}
+
+/// Found by this test: re-attached, the quarantine recycled a block by the size a detach
+/// had left recorded, while glibc had reused the address for a smaller one (heap corruption,
+/// false invalid-free reports): attached tracers now hold no quarantine, and an attach
+/// forgets what hooks still in flight recorded during the last detach.
+#[test]
+fn twenty_attach_detach_cycles_on_a_busy_program_change_nothing_it_prints() {
+    let _turn = one_at_a_time();
+    let f = busy_fixture();
+    let mut p = Running::start(plain(&f.bin));
+    for i in 0..20 {
+        // Every other attach without waiting for a thread at malloc's entry: a busy program
+        // then gets its main thread, blocked in read, which once found libc in the wrong
+        // mapping (the unwinder's copy of libc.so.6).
+        let wait = if i % 2 == 0 { "200" } else { "0" };
+        let pid = p.pid.to_string();
+        let vars = [("MEM_TRACE_ATTACH_WAIT_MS", wait)];
+        let a = mem_trace_env(&f, &format!("cycle{i}-attach"), &["attach", &pid], &vars);
+        assert!(a.success(), "cycle {i}: {}", a.describe());
+        detach(&f, p.pid, &format!("cycle{i}-detach"));
+    }
+    p.send("free-before");
+    assert_eq!(p.line(), "before held \"allocated before any attach\"");
+    assert_eq!(p.line(), "freed before");
+    let (out, err, status) = p.finish(Some("quit"));
+    assert!(status.success(), "{status}: {err}");
+    assert!(
+        out.iter().any(|l| l == "threads=4 corrupted_bytes=0"),
+        "{out:?}"
+    );
+    assert!(err.is_empty(), "{err}");
 }
 
 #[test]

@@ -21,7 +21,7 @@ use crate::real::RealAlloc;
 use crate::store::header::header;
 use crate::store::{quarantine, table};
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 use mem_trace_format::FLAG_ATTACHED;
 
 /// Whether the tracer was ever started by an attach (read on the unknown-pointer path only).
@@ -31,7 +31,6 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 /// What `detach` turned off, put back by the next attach.
 static SAVED_UNWIND: AtomicBool = AtomicBool::new(true);
 static SAVED_FREE_STACKS: AtomicBool = AtomicBool::new(true);
-static SAVED_QUARANTINE: AtomicU64 = AtomicU64::new(0);
 
 /// What [`attach`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,10 +57,15 @@ pub fn attached() -> bool {
 pub fn attach(settings: &str) -> Result<Attached, &'static str> {
     ATTACHED.store(true, Ordering::Relaxed);
     let _ = config::ATTACH_SETTINGS.set(settings.to_string());
+    // Blocks a hook was still recording while the last detach swept the table: their frees
+    // since went to glibc unseen. No hook runs now (the GOT entries are glibc's), so the
+    // sweep is complete this time.
+    if let Some(g) = Guard::enter() {
+        forget_live(&g);
+    }
     if lifecycle::resume_recording(|| {
         config::UNWIND.store(SAVED_UNWIND.load(Ordering::Relaxed), Ordering::Relaxed);
         config::FREE_STACKS.store(SAVED_FREE_STACKS.load(Ordering::Relaxed), Ordering::Relaxed);
-        quarantine::configure(SAVED_QUARANTINE.load(Ordering::Relaxed));
     }) {
         return Ok(Attached::Resumed);
     }
@@ -71,6 +75,12 @@ pub fn attach(settings: &str) -> Result<Attached, &'static str> {
     if !lifecycle::start() {
         return Err("the tracer could not start (out of memory for its tables)");
     }
+    // No quarantine: it recycles a held block for a request up to the size recorded, and in
+    // an attached process a recorded size can be stale (a block a hook recorded while a
+    // detach swept the table, freed by glibc unseen, its address reused for a smaller one):
+    // recycling it would overrun that block (seen: heap corruption after a few dozen
+    // attach/detach cycles of a busy program).
+    quarantine::stop();
     header().flags.fetch_or(FLAG_ATTACHED, Ordering::Relaxed);
     lifecycle::after_start();
     Ok(Attached::Started)
@@ -83,20 +93,21 @@ pub fn attach(settings: &str) -> Result<Attached, &'static str> {
 pub fn detach<R: RealAlloc>(g: &Guard, real: &R) -> Option<usize> {
     let unwind = config::UNWIND.load(Ordering::Relaxed);
     let free_stacks = config::FREE_STACKS.load(Ordering::Relaxed);
-    let limit = quarantine::limit();
     if !lifecycle::stop_recording() {
         return None;
     }
     SAVED_UNWIND.store(unwind, Ordering::Relaxed);
     SAVED_FREE_STACKS.store(free_stacks, Ordering::Relaxed);
-    SAVED_QUARANTINE.store(limit, Ordering::Relaxed);
     super::give_back(g, real);
+    Some(forget_live(g))
+}
+
+/// Forgets every live block; how many there were.
+fn forget_live(g: &Guard) -> usize {
     // Collected first: the table's walk holds a shard lock that `take` needs.
     let mut live = Vec::new();
     table::for_each_block(|b| live.push(b.addr));
-    let forgotten = live
-        .iter()
+    live.iter()
         .filter(|&&a| super::take(g, a as *mut c_void).is_some())
-        .count();
-    Some(forgotten)
+        .count()
 }
