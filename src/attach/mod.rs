@@ -52,27 +52,62 @@ pub mod error {
 /// the process's modules bound `malloc` to glibc's, not to our hook. Asked by the ELF
 /// constructor, which must then leave everything to [`mem_trace_attach`].
 pub(crate) fn loaded_by_dlopen() -> bool {
-    // SAFETY: dlsym with a NUL-terminated name; the lookup of a defined symbol neither fails
-    // nor allocates.
-    let malloc = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
-    // Not compared with our `malloc`'s address: taken in this library, that is a lookup too
-    // (`hooks::local`). Which object `malloc` is in says it.
-    let loaded = !malloc.is_null() && object_of(malloc) != object_of(loaded_by_dlopen as *const _);
+    // Not "where does `malloc` resolve": a non-PIE program that takes `malloc`'s address
+    // makes its own PLT stub the symbol's address (seen: Debian's /usr/bin/python3, whose
+    // `malloc` is 0x41f610 under the preload). The loader's list says it: a preloaded (or
+    // linked) library comes before libc.so.6, one `dlopen`ed later comes after it.
+    let mut order = Order {
+        own: loaded_by_dlopen as *const () as usize,
+        index: 0,
+        own_at: None,
+        libc_at: None,
+    };
+    // SAFETY: the callback gets `order` back as `data` and only reads the module's headers.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut order).cast()) };
+    let loaded = matches!((order.own_at, order.libc_at), (Some(o), Some(l)) if o > l);
     if loaded {
         MEM_TRACE_ATTACH_STATE.store(LOADED, Ordering::Release);
     }
     loaded
 }
 
-/// The base address of the object that holds `addr` (0: none).
-fn object_of(addr: *const core::ffi::c_void) -> usize {
-    // SAFETY: an all-zero Dl_info is a valid buffer for dladdr to fill.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    // SAFETY: dladdr only reads the loader's tables.
-    if unsafe { libc::dladdr(addr, &mut info) } == 0 {
-        return 0;
+/// Where this library and libc.so.6 are in the loader's list.
+struct Order {
+    own: usize,
+    index: usize,
+    own_at: Option<usize>,
+    libc_at: Option<usize>,
+}
+
+unsafe extern "C" fn each(
+    info: *mut libc::dl_phdr_info,
+    _size: usize,
+    data: *mut core::ffi::c_void,
+) -> core::ffi::c_int {
+    // SAFETY: `data` is the `Order` passed to dl_iterate_phdr, alive for the iteration.
+    let order = unsafe { &mut *data.cast::<Order>() };
+    // SAFETY: glibc hands a valid entry for the duration of the call.
+    let info = unsafe { &*info };
+    // SAFETY: the program headers of a loaded module.
+    let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let base = info.dlpi_addr as usize;
+    let holds_own = phdrs.iter().any(|p| {
+        p.p_type == 1
+            && (base + p.p_vaddr as usize..base + (p.p_vaddr + p.p_memsz) as usize)
+                .contains(&order.own)
+    });
+    if holds_own {
+        order.own_at = Some(order.index);
     }
-    info.dli_fbase as usize
+    if !info.dlpi_name.is_null() {
+        // SAFETY: a NUL-terminated name from glibc.
+        let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+        if order.libc_at.is_none() && name.ends_with(b"/libc.so.6") {
+            order.libc_at = Some(order.index);
+        }
+    }
+    order.index += 1;
+    0
 }
 
 /// Whether the tracer runs in this process: preloaded, or attached now.

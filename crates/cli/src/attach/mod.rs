@@ -136,8 +136,11 @@ fn begin(pid: i32, target: &Target) -> Result<Session> {
         .symbol("malloc")
         .map_err(|e| Error::new(e.to_string()))?;
     let free = libc.symbol("free").map_err(|e| Error::new(e.to_string()))?;
+    // A thread at glibc's malloc called from the tracer's hooks is inside the tracer, its
+    // guard held: no safe point either.
     let mut unsafe_callers = vec![&target.libc];
     unsafe_callers.extend(target.ld.as_ref());
+    unsafe_callers.extend(target.ours.as_ref().map(|(m, _)| m));
     Session::begin(pid, malloc, free, &unsafe_callers)
         .map_err(|e| Error::new(format!("process {pid}: {e}")))
 }

@@ -4,7 +4,7 @@
 //! stop). Two ways, the first preferred:
 //!
 //! 1. A busy target: `int3` at the entry of libc's `malloc` and `free`, and the first thread
-//!    that reaches one from outside libc and ld.so (its return address, at `[rsp]`) is taken
+//!    that reaches one from outside libc, ld.so and the tracer (its return address, at `[rsp]`) is taken
 //!    there: it is at the allocator's door, not inside, and holds no lock of libc's or the
 //!    loader's. The other threads run meanwhile, so what they hold they release. A hit from
 //!    inside libc or ld.so is stepped over and waited past.
