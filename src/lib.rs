@@ -34,6 +34,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(feature = "tracer")]
+mod attach;
 mod entries;
 mod gdb_script;
 #[cfg(feature = "tracer")]
@@ -116,10 +118,19 @@ static ON_UNLOAD: extern "C" fn() = on_unload;
 
 #[cfg(all(feature = "tracer", not(test)))]
 extern "C" fn on_load() {
+    // `dlopen`ed by `mem-trace attach` into a running process: nothing to do until it calls
+    // `mem_trace_attach` with its settings (initialising now would read the program's
+    // environment, and record nothing: no module calls the hooks yet).
+    if attach::loaded_by_dlopen() {
+        return;
+    }
     mem_trace_core::record::on_load()
 }
 
 #[cfg(all(feature = "tracer", not(test)))]
 extern "C" fn on_unload() {
-    mem_trace_core::record::on_unload()
+    // Loaded but never attached, or detached: nothing of the process's was recorded since.
+    if attach::tracing() {
+        mem_trace_core::record::on_unload()
+    }
 }

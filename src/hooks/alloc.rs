@@ -51,7 +51,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 ///
 /// # Safety
 /// As for glibc's `malloc`; `sp` and `bp` as [`Caller`] says.
-unsafe extern "C" fn malloc_from(size: usize, sp: u64, bp: u64) -> *mut c_void {
+pub(super) unsafe extern "C" fn malloc_from(size: usize, sp: u64, bp: u64) -> *mut c_void {
     if record::pass_malloc(size) {
         // SAFETY: glibc's malloc has no preconditions.
         let p = unsafe { glibc::__libc_malloc(size) };
@@ -154,7 +154,12 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 ///
 /// # Safety
 /// As for glibc's `calloc`; `sp` and `bp` as [`Caller`] says.
-unsafe extern "C" fn calloc_from(n: usize, size: usize, sp: u64, bp: u64) -> *mut c_void {
+pub(super) unsafe extern "C" fn calloc_from(
+    n: usize,
+    size: usize,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
     if record::pass_malloc(n.saturating_mul(size)) {
         // SAFETY: glibc's calloc has no preconditions.
         let p = unsafe { glibc::__libc_calloc(n, size) };
@@ -218,7 +223,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 ///
 /// # Safety
 /// As for [`free`]; `sp` and `bp` as [`Caller`] says.
-unsafe extern "C" fn free_from(p: *mut c_void, sp: u64, bp: u64) {
+pub(super) unsafe extern "C" fn free_from(p: *mut c_void, sp: u64, bp: u64) {
     if p.is_null() {
         return;
     }
@@ -273,7 +278,12 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 ///
 /// # Safety
 /// As for glibc's `realloc`; `sp` and `bp` as [`Caller`] says.
-unsafe extern "C" fn realloc_from(p: *mut c_void, size: usize, sp: u64, bp: u64) -> *mut c_void {
+pub(super) unsafe extern "C" fn realloc_from(
+    p: *mut c_void,
+    size: usize,
+    sp: u64,
+    bp: u64,
+) -> *mut c_void {
     if p.is_null() {
         // SAFETY: realloc(NULL, n) is malloc(n), for the same caller.
         return unsafe { malloc_from(size, sp, bp) };

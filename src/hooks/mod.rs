@@ -22,3 +22,7 @@ mod credentials;
 mod dlclose;
 mod exit;
 mod threads;
+
+mod local;
+
+pub(crate) use local::redirected;

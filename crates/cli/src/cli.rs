@@ -62,9 +62,51 @@ pub enum Command {
     /// Send the heap profile to a continuous-profiling server (Grafana Pyroscope) at each
     /// interval, until the process ends.
     Push(PushArgs),
+    /// Load the tracer into a running process and record what it allocates from then on.
+    Attach(AttachArgs),
+    /// Stop recording in a process `mem-trace attach` loaded the tracer into, and put its
+    /// allocator calls back as they were.
+    Detach(DetachArgs),
     /// Print a shell completion script (e.g. `mem-trace completions bash >
     /// /etc/bash_completion.d/mem-trace`).
     Completions(CompletionsArgs),
+}
+
+/// `mem-trace attach`.
+#[derive(Debug, Args)]
+#[command(
+    long_about = "Load libmem_trace.so into a running process and record what it allocates from \
+then on, without restarting it: the reading subcommands (top, why, leaks, ...) and gdb's \
+mtrace-* commands then answer for those blocks. Blocks allocated before the attach are unknown: \
+their frees go to glibc untouched. One thread is stopped for a moment where it is inside neither \
+the allocator nor the loader; the others run on. Settings come from these options, not from the \
+process's environment; a second attach after a detach keeps the first one's."
+)]
+pub struct AttachArgs {
+    /// The running process.
+    #[arg(value_name = "PID")]
+    pub pid: i32,
+    /// What the tracer records: `profile` (allocation stacks only) or `debug` (also who freed
+    /// each block, a history of frees and a quarantine). Default: debug.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub mode: Option<Mode>,
+    /// Record one allocation per BYTES allocated, on average (MEM_TRACE_SAMPLE).
+    #[arg(long, value_name = "BYTES")]
+    pub sample: Option<u64>,
+    /// Frames kept per stack, 1 to 128 (MEM_TRACE_FRAMES).
+    #[arg(long, value_name = "N")]
+    pub frames: Option<u32>,
+    /// Write the profiler's reports (at exit, on SIGUSR2) into DIR, which must exist.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// `mem-trace detach`.
+#[derive(Debug, Args)]
+pub struct DetachArgs {
+    /// The process `mem-trace attach` loaded the tracer into.
+    #[arg(value_name = "PID")]
+    pub pid: i32,
 }
 
 /// `mem-trace completions`.

@@ -12,6 +12,8 @@
 //! - [`pprof`]: heap profiles in pprof's format, for `go tool pprof` and profiling servers;
 //! - [`push`]: those profiles sent to a continuous-profiling server (Pyroscope) at intervals;
 //! - [`progress`]: a spinner on stderr for reads over a second;
+//! - [`attach`]: `mem-trace attach PID` and `detach PID`: the tracer loaded into a running
+//!   process and taken out again, through ptrace;
 //! - [`readers`]: the subcommands that answer as the gdb commands do (`top`, `peaks`, `leaks`,
 //!   `why`, `history`, `info`);
 //! - [`error`]: one-line errors.
@@ -21,6 +23,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod attach;
 pub mod cli;
 pub mod dhat;
 pub mod error;
@@ -63,6 +66,8 @@ fn command(cli: Cli) -> Result<u8> {
         Command::Why(a) => readers::why(&a).map(|()| 0),
         Command::History(a) => readers::history(&a).map(|()| 0),
         Command::Info(a) => readers::info(&a).map(|()| 0),
+        Command::Attach(a) => attach::attach(&a).map(|()| 0),
+        Command::Detach(a) => attach::detach(&a).map(|()| 0),
         Command::Completions(a) => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(a.shell, &mut command, "mem-trace", &mut std::io::stdout());

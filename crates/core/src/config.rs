@@ -528,6 +528,18 @@ fn is_directory(dir: &str) -> bool {
     })
 }
 
+/// The settings `mem-trace attach` handed to the library (`record::attach`): `NAME=VALUE`
+/// lines, the same names as the environment's. Set once, before the tracer initialises.
+pub(crate) static ATTACH_SETTINGS: OnceLock<String> = OnceLock::new();
+
+/// The value of `name` in `NAME=VALUE` lines.
+fn setting(settings: &str, name: &str) -> Option<String> {
+    settings.lines().find_map(|line| {
+        let (n, v) = line.split_once('=')?;
+        (n.trim() == name).then(|| v.trim().to_string())
+    })
+}
+
 fn getenv(name: &str) -> Option<String> {
     let mut buf = [0u8; 64];
     let bytes = name.as_bytes();
@@ -545,7 +557,12 @@ fn getenv(name: &str) -> Option<String> {
 /// Reads the environment into the globals, reports bad values on stderr, and returns the
 /// whole configuration for the settings that other modules keep (history, quarantine).
 pub(crate) fn load() -> Config {
-    let (mut c, mut bad) = parse(getenv);
+    // Attached: the settings `mem-trace attach` wrote, never the target's environment, which
+    // was set for the program (and may name variables of its own run under the preload).
+    let (mut c, mut bad) = match ATTACH_SETTINGS.get() {
+        Some(settings) => parse(|name| setting(settings, name)),
+        None => parse(getenv),
+    };
     if let Some(dir) = c.out_dir.take() {
         // Checked here rather than in `parse`, which is pure: a missing directory is as bad as
         // a malformed value, and is better said once at start than at every report.
@@ -610,6 +627,17 @@ mod tests {
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    #[test]
+    fn attach_settings_are_name_value_lines() {
+        let s = "MEM_TRACE_MODE=profile\nMEM_TRACE_SAMPLE = 4096\nbad line\n";
+        assert_eq!(setting(s, "MEM_TRACE_MODE").as_deref(), Some("profile"));
+        assert_eq!(setting(s, "MEM_TRACE_SAMPLE").as_deref(), Some("4096"));
+        assert_eq!(setting(s, "MEM_TRACE_OUT"), None);
+        let (c, bad) = parse(|n| setting(s, n));
+        assert!(bad.is_empty());
+        assert_eq!(c.mode, Mode::Profile);
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub const FLAG_FREE_STACKS: u64 = 4;
 /// Header flag: started in profile mode (`MEM_TRACE_MODE=profile`): the freed-block features
 /// are off unless a variable of their own turned one back on.
 pub const FLAG_PROFILE_MODE: u64 = 8;
+/// The tracer was started in a running process by `mem-trace attach`, not preloaded: blocks
+/// allocated before the attach are unknown to the tables.
+pub const FLAG_ATTACHED: u64 = 16;
 
 /// The header (144 bytes, 16-byte aligned). Fields are in `docs/LAYOUT.md` order.
 #[repr(C, align(16))]

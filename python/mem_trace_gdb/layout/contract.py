@@ -73,6 +73,8 @@ FLAG_INITIALISED = 1 << 0
 FLAG_PROFILER = 1 << 1
 FLAG_FREE_STACKS = 1 << 2
 FLAG_PROFILE_MODE = 1 << 3
+# Started in a running process by `mem-trace attach`: blocks from before it are unknown.
+FLAG_ATTACHED = 1 << 4
 
 THREAD_EXITED = 1 << 0
 

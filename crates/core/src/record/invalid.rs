@@ -16,7 +16,18 @@ use core::sync::atomic::{AtomicI64, Ordering};
 /// anywhere glibc's heap has no in-use chunk: unmapped, outside heap memory, or with no chunk
 /// header before it). Other pointers may be blocks made while the tracer was not recording
 /// (before it started, inside its own calls), so they pass.
+///
+/// In a process the tracer was attached to (`attached`), every pointer passes but one the
+/// quarantine holds (a true double free: glibc still counts the block as in use, and the
+/// quarantine alone will free it): blocks from before the attach, or from allocations that
+/// were not redirected, are unknown by nature, and the tracer must not keep glibc from
+/// seeing a free it would have seen without it. What is wrong is still reported; the freed
+/// history and glibc's heap walk are not consulted, since they would call such blocks double
+/// or invalid frees.
 pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op, glibc: bool) -> bool {
+    if super::attached() {
+        return judge_attached(state, addr, op);
+    }
     // A report names this thread and walks its stack, and the stack check below reads its
     // bounds: all set by registration, which a thread whose first allocator call is this one
     // has not had yet.
@@ -54,6 +65,32 @@ pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op, glibc: boo
             report::invalid_free(state, addr, Why::NotHeap(not), op);
             return false;
         }
+    }
+    true
+}
+
+/// [`unknown_pointer`] in an attached process.
+#[cold]
+fn judge_attached(state: &ThreadState, addr: u64, op: Op) -> bool {
+    thread_index(state);
+    if quarantine::contains(addr) {
+        report::double_free(state, addr, freed::newest_at(addr), op);
+        return false;
+    }
+    let (inside, _) = table::find_containing(addr);
+    let why = if let Some(b) = inside {
+        Some(Why::Inside(b))
+    } else if state.capture.bounds.contains(addr) {
+        Some(Why::Stack)
+    } else if modules::snapshot().is_some_and(|m| m.find(addr).is_some()) {
+        Some(Why::Code)
+    } else if !addr.is_multiple_of(16) {
+        Some(Why::Misaligned)
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        report::invalid_free(state, addr, why, op);
     }
     true
 }

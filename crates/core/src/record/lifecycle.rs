@@ -29,6 +29,9 @@ const UNINIT: u8 = 0;
 const INITIALISING: u8 = 1;
 const READY: u8 = 2;
 const DEGRADED: u8 = 3;
+/// `mem-trace detach` stopped the tracer (`attached`): like `DEGRADED`, nothing is recorded or
+/// held, until the next attach makes it `READY` again.
+const DETACHED: u8 = 4;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 /// pthread key whose destructor tells us a thread exits (value: its thread index).
 static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
@@ -55,6 +58,42 @@ pub(super) fn is_ready() -> bool {
 #[inline]
 pub(crate) fn degraded() -> bool {
     STATE.load(Ordering::Relaxed) == DEGRADED
+}
+
+/// Whether new blocks go unrecorded and frees unheld for good or until the next attach:
+/// degraded, or detached. A pointer the table does not know is then most likely a block
+/// made meanwhile, and its free must free.
+#[inline]
+pub(crate) fn not_recording() -> bool {
+    STATE.load(Ordering::Relaxed) >= DEGRADED
+}
+
+/// Detaches a ready tracer (see `attached`): true if it was ready.
+pub(super) fn stop_recording() -> bool {
+    let stopped = STATE
+        .compare_exchange(READY, DETACHED, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok();
+    if stopped {
+        stop_taking_memory();
+    }
+    stopped
+}
+
+/// Resumes a detached tracer with `settings` put back (what [`stop_recording`] turned off):
+/// true if it was detached.
+pub(super) fn resume_recording(settings: impl FnOnce()) -> bool {
+    if STATE.load(Ordering::Acquire) != DETACHED {
+        return false;
+    }
+    settings();
+    STATE
+        .compare_exchange(DETACHED, READY, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+}
+
+/// Initialises the tracer if nothing did yet (the attach's first call): true once ready.
+pub(super) fn start() -> bool {
+    ready()
 }
 
 /// The one line [`degrade`] writes.
@@ -293,6 +332,12 @@ extern "C" fn fork_child() {
 /// glibc lock that the first `malloc` may be called under).
 pub fn on_load() {
     ready();
+    after_start();
+}
+
+/// What follows initialisation at load, or at the first attach: the fork handlers and the
+/// profiler's start.
+pub(super) fn after_start() {
     // SAFETY: handlers are plain functions of this library, which is never unloaded.
     unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
     // Inside the guard: what the loader and glibc allocate for the profiler's start (dlsym,

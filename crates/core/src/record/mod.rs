@@ -6,11 +6,14 @@
 //! the real free. Once freed, another thread may get the same address from `malloc` and record
 //! it, and forgetting afterwards would erase that new block.
 
+mod attached;
 mod invalid;
 mod lifecycle;
 pub mod nested;
 
+pub use attached::{attach, attached, detach, Attached};
 pub(crate) use lifecycle::degraded;
+use lifecycle::not_recording;
 use lifecycle::ready;
 pub use lifecycle::{on_load, on_unload, thread_started};
 
@@ -320,9 +323,9 @@ fn forget_freed(g: &Guard, p: *mut c_void, glibc: bool) -> Result<Block, Disposi
     table::prefetch(p as u64, 0);
     let free_stack = free_stack_here(state);
     let Some(block) = take(g, p) else {
-        // Once degraded, blocks go unrecorded: a pointer the table does not know is most
-        // likely one of them, and its free must free.
-        if degraded() {
+        // Once degraded (or detached), blocks go unrecorded: a pointer the table does not
+        // know is most likely one of them, and its free must free.
+        if not_recording() {
             return Err(Disposition::Release);
         }
         // A block a signal handler got from the tracer's arena (`nested`), then kept.
@@ -376,7 +379,7 @@ pub fn freed_by_realloc(g: &Guard, block: Block) {
 /// (`old` was a recorded block, so the tracer is ready.)
 pub fn moved(g: &Guard, old: Block, q: *mut c_void, size: usize) {
     let state = g.state();
-    if degraded() {
+    if not_recording() {
         remember_free(state, old, 0, true);
         untracked();
         return;
@@ -430,7 +433,7 @@ fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc:
 /// `invalid::unknown_pointer`); `p` is not a live block.
 pub fn realloc_unknown<R: RealAlloc>(g: &Guard, p: *mut c_void, _real: &R) -> bool {
     !is_ready()
-        || degraded()
+        || not_recording()
         || sample::on()
         || unknown_pointer(g.state(), p as u64, Op::Realloc, R::GLIBC_HEAP)
 }

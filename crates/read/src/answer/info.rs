@@ -5,7 +5,9 @@ use super::parts::error_text;
 use crate::layout::{Error, History, Tables, Totals, SUM_LINE};
 use crate::memory::Memory;
 use core::sync::atomic::Ordering::Relaxed;
-use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER, FLAG_PROFILE_MODE};
+use mem_trace_format::{
+    FLAG_ATTACHED, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER, FLAG_PROFILE_MODE,
+};
 
 /// The header's figures, the process-wide counters and the freed-block history's header.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,6 +72,10 @@ pub fn lines(facts: &InfoFacts) -> Vec<String> {
         (FLAG_PROFILER, "profiler"),
         (FLAG_FREE_STACKS, "free stacks"),
         (FLAG_PROFILE_MODE, "profile mode"),
+        (
+            FLAG_ATTACHED,
+            "attached (blocks from before the attach are unknown)",
+        ),
     ]
     .into_iter()
     .filter(|&(bit, _)| facts.flags & bit != 0)

@@ -67,9 +67,7 @@ impl TargetError {
     pub(super) fn permission_denied(pid: i32) -> Self {
         TargetError::PermissionDenied {
             pid,
-            ptrace_scope: std::fs::read_to_string(PTRACE_SCOPE)
-                .ok()
-                .and_then(|s| s.trim().parse().ok()),
+            ptrace_scope: ptrace_scope(),
         }
     }
 
@@ -82,8 +80,16 @@ impl TargetError {
     }
 }
 
-/// What the ptrace scope in force means, and what to do under it.
-fn scope_advice(scope: Option<u32>) -> String {
+/// Yama's ptrace scope in force (`None` without Yama).
+pub fn ptrace_scope() -> Option<u32> {
+    std::fs::read_to_string(PTRACE_SCOPE)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// What the ptrace scope in force means, and what to do under it (the same words for
+/// `mem-trace attach`, which needs the same right).
+pub fn scope_advice(scope: Option<u32>) -> String {
     let what = match scope {
         None => {
             return "this system has no Yama ptrace_scope, so the rule is: the process's own user, or root (CAP_SYS_PTRACE): run mem-trace as one of them".into()

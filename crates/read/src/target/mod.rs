@@ -21,7 +21,7 @@ mod modules;
 mod process;
 mod symbols;
 
-pub use errors::TargetError;
+pub use errors::{ptrace_scope, scope_advice, TargetError};
 pub use symbols::Symbols;
 
 use crate::layout::Tables;

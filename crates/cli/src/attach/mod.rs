@@ -1,0 +1,196 @@
+//! `mem-trace attach PID` and `mem-trace detach PID`: the tracer loaded into a process that
+//! is already running, and taken out again, with ptrace and no debugger.
+//!
+//! - `checks`: the refusals, made before anything is done to the process;
+//! - `image`: what is mapped there, and where a module's functions are;
+//! - `memory`: the process's memory, through /proc/PID/mem;
+//! - `ptrace`: every thread traced, the waits, and letting them all go;
+//! - `safepoint`: the thread and moment where a call cannot wait on the allocator's or the
+//!   loader's locks;
+//! - `inject`: calling `dlopen` and the library's entry points on that thread.
+//!
+//! An attach: the checks; every thread seized; one stopped at a safe point; there,
+//! `dlopen(LIBRARY, RTLD_NOW)` (glibc >= 2.34 exports it from libc.so.6; not
+//! `RTLD_GLOBAL`, and not `dlmopen`, whose new namespace would bring a second libc and heap)
+//! and `mem_trace_attach(SETTINGS)`, which starts the tracer and redirects the malloc family
+//! by rewriting GOT entries (src/attach); the thread's registers put back; every thread let
+//! go. A detach calls `mem_trace_detach()` the same way.
+
+mod checks;
+mod image;
+mod inject;
+mod memory;
+mod ptrace;
+mod safepoint;
+
+use crate::cli::{AttachArgs, DetachArgs};
+use crate::error::{Error, Result};
+use checks::{Ours, Target};
+use image::Image;
+use inject::Session;
+
+/// `RTLD_NOW`: every symbol bound before `dlopen` returns, so no lazy binding runs later
+/// inside a hook.
+const RTLD_NOW: u64 = 2;
+
+/// `mem-trace attach PID`.
+pub fn attach(a: &AttachArgs) -> Result<()> {
+    let pid = a.pid;
+    let target = checks::inspect(pid)?;
+    let library = match &target.ours {
+        Some((_, Ours::Preloaded)) => {
+            return Err(Error::new(format!(
+                "process {pid} is already traced: libmem_trace.so was preloaded into it (or linked); read it with `mem-trace top {pid}` and the other readers"
+            )))
+        }
+        Some((_, Ours::Attached)) => {
+            return Err(Error::new(format!(
+                "process {pid} is already traced: mem-trace attach loaded the tracer into it earlier; `mem-trace detach {pid}` stops that"
+            )))
+        }
+        // Loaded before: `dlopen` of the same path returns the same handle, where another
+        // path would load a second copy.
+        Some((m, _)) => m.path.clone(),
+        None => crate::run::library::find()?,
+    };
+    let settings = settings(a);
+    let mut session = begin(pid, &target)?;
+    let place = session.place().to_string();
+    let libc = Image::read(pid, &target.libc).map_err(|e| Error::new(e.to_string()))?;
+    let dlopen = libc.symbol("dlopen").map_err(|_| {
+        Error::new(format!(
+            "{}'s libc exports no dlopen: glibc 2.34 or later is needed",
+            target.libc.path.display()
+        ))
+    })?;
+    let path = library.to_string_lossy().into_owned();
+    let handle = session
+        .call(dlopen, Some(path.as_bytes()), &[RTLD_NOW])
+        .map_err(Error::new)?;
+    if handle == 0 {
+        let why = match libc.symbol("dlerror") {
+            Ok(dlerror) => match session.call(dlerror, None, &[]) {
+                Ok(0) | Err(_) => "no reason given".to_string(),
+                Ok(s) => session.string_at(s),
+            },
+            Err(_) => "no reason given".to_string(),
+        };
+        session.finish().map_err(Error::new)?;
+        return Err(Error::new(format!(
+            "process {pid} could not load {path}: {why}; the process runs on as it was"
+        )));
+    }
+    let entry = entry_point(pid, &path, "mem_trace_attach")?;
+    let rc = session.call(entry, Some(settings.as_bytes()), &[]);
+    session.finish().map_err(Error::new)?;
+    let rc = rc.map_err(Error::new)? as i64;
+    if rc < 0 {
+        return Err(Error::new(format!(
+            "process {pid} loaded {path}, but the tracer did not start: {}; the process runs on untraced",
+            failure(rc)
+        )));
+    }
+    let again = matches!(target.ours, Some((_, Ours::Detached)));
+    println!(
+        "mem-trace: attached to process {pid} ({place}): {rc} GOT entries now call the tracer{}; blocks allocated before now are unknown to it; `mem-trace detach {pid}` stops it",
+        if again { ", with the first attach's settings" } else { "" }
+    );
+    Ok(())
+}
+
+/// `mem-trace detach PID`.
+pub fn detach(a: &DetachArgs) -> Result<()> {
+    let pid = a.pid;
+    let target = checks::inspect(pid)?;
+    let path = match &target.ours {
+        Some((m, Ours::Attached)) => m.path.to_string_lossy().into_owned(),
+        Some((_, Ours::Preloaded)) => {
+            return Err(Error::new(format!(
+                "process {pid} was started with the tracer preloaded, not attached to: there is nothing to detach (it records until it exits)"
+            )))
+        }
+        _ => {
+            return Err(Error::new(format!(
+                "process {pid} is not attached: `mem-trace attach {pid}` first"
+            )))
+        }
+    };
+    let entry = entry_point(pid, &path, "mem_trace_detach")?;
+    let mut session = begin(pid, &target)?;
+    let rc = session.call(entry, None, &[]);
+    session.finish().map_err(Error::new)?;
+    let rc = rc.map_err(Error::new)? as i64;
+    if rc < 0 {
+        return Err(Error::new(format!("process {pid}: {}", failure(rc))));
+    }
+    println!(
+        "mem-trace: detached from process {pid}: {rc} GOT entries restored, quarantined blocks handed back to glibc; the library stays loaded, idle"
+    );
+    Ok(())
+}
+
+/// Seizes the process and stops a thread at a safe point.
+fn begin(pid: i32, target: &Target) -> Result<Session> {
+    let libc = Image::read(pid, &target.libc).map_err(|e| Error::new(e.to_string()))?;
+    let malloc = libc
+        .symbol("malloc")
+        .map_err(|e| Error::new(e.to_string()))?;
+    let free = libc.symbol("free").map_err(|e| Error::new(e.to_string()))?;
+    // A thread at glibc's malloc called from the tracer's hooks is inside the tracer, its
+    // guard held: no safe point either.
+    let mut unsafe_callers = vec![&target.libc];
+    unsafe_callers.extend(target.ld.as_ref());
+    unsafe_callers.extend(target.ours.as_ref().map(|(m, _)| m));
+    Session::begin(pid, malloc, free, &unsafe_callers)
+        .map_err(|e| Error::new(format!("process {pid}: {e}")))
+}
+
+/// Where the library's exported `name` is in the process, the library mapped from `path`.
+fn entry_point(pid: i32, path: &str, name: &str) -> Result<u64> {
+    let modules = image::modules(pid).map_err(|e| Error::new(e.to_string()))?;
+    let m = modules
+        .iter()
+        .find(|m| m.path.to_string_lossy() == path)
+        .ok_or_else(|| Error::new(format!("process {pid}: {path} is not mapped after dlopen")))?;
+    Image::read(pid, m)
+        .and_then(|img| img.symbol(name))
+        .map_err(|e| {
+            Error::new(format!(
+                "{e}: {path} is not a mem-trace library with attach (build it with `cargo build --release`)"
+            ))
+        })
+}
+
+/// The library's settings from the options: `NAME=VALUE` lines, the environment's names.
+fn settings(a: &AttachArgs) -> String {
+    let mut s = String::new();
+    if let Some(mode) = a.mode {
+        s += &format!("MEM_TRACE_MODE={}\n", mode.as_env());
+    }
+    if let Some(n) = a.sample {
+        s += &format!("MEM_TRACE_SAMPLE={n}\n");
+    }
+    if let Some(n) = a.frames {
+        s += &format!("MEM_TRACE_FRAMES={n}\n");
+    }
+    match &a.out {
+        Some(dir) => {
+            let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+            s += &format!("MEM_TRACE_PROFILE=1\nMEM_TRACE_OUT={}\n", dir.display());
+        }
+        // Unasked, nothing is written to the process's stderr: no report at exit.
+        None => s += "MEM_TRACE_PROFILE=0\n",
+    }
+    s
+}
+
+/// The library's negative return values (src/attach `error`).
+fn failure(rc: i64) -> &'static str {
+    match rc {
+        -1 => "the library in it was preloaded, not loaded by mem-trace attach",
+        -2 => "the tracer could not start (out of memory for its tables)",
+        -3 => "it is not attached",
+        -4 => "the settings did not reach it intact",
+        _ => "an unknown error",
+    }
+}

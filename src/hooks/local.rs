@@ -1,0 +1,87 @@
+//! The hooks' addresses inside this library, for an attach to put in the modules' GOTs.
+//!
+//! Taking the address of an exported hook (`malloc as usize`) goes through this library's
+//! own GOT, which the loader fills by symbol lookup: under the preload that finds the hook,
+//! but in a library `dlopen`ed into a running process it finds glibc's `malloc`, which the
+//! program's modules found first. So each hook gets a twin here that is not exported and
+//! reaches the hook without a lookup: the naked entries repeat the hook's three instructions
+//! (a Rust wrapper's own frame would shift the caller's stack pointer they read), the others
+//! are one direct call, which rustc makes without the PLT.
+
+use super::{aligned, alloc, dlclose, threads};
+use core::ffi::{c_int, c_void};
+
+/// A naked twin of a hook whose entry reads the caller's registers (`alloc::Caller`): the
+/// same instructions, jumping to the same body.
+macro_rules! entry {
+    ($name:ident ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?, $sp:literal, $bp:literal, $from:path) => {
+        #[unsafe(naked)]
+        unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            core::arch::naked_asm!(
+                concat!("lea ", $sp, ", [rsp + 8]"),
+                concat!("mov ", $bp, ", rbp"),
+                "jmp {from}",
+                from = sym $from,
+            )
+        }
+    };
+}
+
+entry!(malloc(_size: usize) -> *mut c_void, "rsi", "rdx", alloc::malloc_from);
+entry!(calloc(_n: usize, _size: usize) -> *mut c_void, "rdx", "rcx", alloc::calloc_from);
+entry!(free(_p: *mut c_void), "rsi", "rdx", alloc::free_from);
+entry!(realloc(_p: *mut c_void, _size: usize) -> *mut c_void, "rdx", "rcx", alloc::realloc_from);
+
+/// A twin that calls the hook directly.
+macro_rules! direct {
+    ($name:ident ($($arg:ident: $ty:ty),*) -> $ret:ty, $hook:path) => {
+        unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the caller's contract is the hook's.
+            unsafe { $hook($($arg),*) }
+        }
+    };
+}
+
+type Start = extern "C" fn(*mut c_void) -> *mut c_void;
+
+direct!(reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void, alloc::reallocarray);
+direct!(posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int, aligned::posix_memalign);
+direct!(aligned_alloc(align: usize, size: usize) -> *mut c_void, aligned::aligned_alloc);
+direct!(memalign(align: usize, size: usize) -> *mut c_void, aligned::memalign);
+direct!(valloc(size: usize) -> *mut c_void, aligned::valloc);
+direct!(pvalloc(size: usize) -> *mut c_void, aligned::pvalloc);
+direct!(malloc_usable_size(p: *mut c_void) -> usize, aligned::malloc_usable_size);
+direct!(
+    pthread_create(
+        thread: *mut libc::pthread_t,
+        attr: *const libc::pthread_attr_t,
+        routine: Start,
+        arg: *mut c_void
+    ) -> c_int,
+    threads::pthread_create
+);
+direct!(dlclose(handle: *mut c_void) -> c_int, dlclose::dlclose);
+
+/// The hooks an attach puts in the modules' GOTs (`attach::got`), by the name each replaces:
+/// the malloc family, and the two calls whose hooks keep the unwinder right (a thread's
+/// stack bounds, a module unloaded).
+pub(crate) fn redirected() -> [(&'static [u8], usize); 13] {
+    [
+        (b"malloc", malloc as *const () as usize),
+        (b"free", free as *const () as usize),
+        (b"calloc", calloc as *const () as usize),
+        (b"realloc", realloc as *const () as usize),
+        (b"reallocarray", reallocarray as *const () as usize),
+        (b"posix_memalign", posix_memalign as *const () as usize),
+        (b"aligned_alloc", aligned_alloc as *const () as usize),
+        (b"memalign", memalign as *const () as usize),
+        (b"valloc", valloc as *const () as usize),
+        (b"pvalloc", pvalloc as *const () as usize),
+        (
+            b"malloc_usable_size",
+            malloc_usable_size as *const () as usize,
+        ),
+        (b"pthread_create", pthread_create as *const () as usize),
+        (b"dlclose", dlclose as *const () as usize),
+    ]
+}
