@@ -20,12 +20,7 @@ fn why() -> Fixture {
 
 /// A fresh, empty directory for one test: its logs, its cores, gdb's command cache.
 fn scratch(name: &str) -> PathBuf {
-    let d = common::target_dir()
-        .join("mem-trace-tests/cli_gdb")
-        .join(name);
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch_dir("cli_gdb", name)
 }
 
 /// `mem-trace gdb ARGS` in `cwd`, logs in `logs` as `LABEL.*`; stdout and stderr together

@@ -9,11 +9,14 @@
 
 mod common;
 
-use common::{c_fixture, library, mem_trace_binary, profiler_library, run_with_timeout, Output};
+use common::{
+    c_fixture, files_ending, library, mem_trace_binary, profiler_library, read_text,
+    run_with_timeout, Output,
+};
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn modes() -> common::Fixture {
@@ -26,12 +29,7 @@ fn sites() -> common::Fixture {
 
 /// A fresh, empty directory for one test: its working directory and logs.
 fn scratch(name: &str) -> PathBuf {
-    let d = common::target_dir()
-        .join("mem-trace-tests/cli_run")
-        .join(name);
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch_dir("cli_run", name)
 }
 
 /// How to run `mem-trace` for one test.
@@ -83,21 +81,6 @@ impl Run {
     }
 }
 
-/// Files in `dir` whose names end with `suffix`, sorted.
-fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    v.sort();
-    v
-}
-
-fn read(p: &Path) -> String {
-    fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
 #[test]
 fn the_exit_code_is_passed_through() {
     let f = modes();
@@ -105,7 +88,7 @@ fn the_exit_code_is_passed_through() {
     let out = r.run();
     assert_eq!(out.status.code(), Some(3), "{}", out.describe());
     // Its report is there, and says where it is.
-    let txt = files(&r.out(), ".txt");
+    let txt = files_ending(&r.out(), ".txt");
     assert!(
         out.stderr.contains(&format!(
             "mem-trace: 1 report in {}",
@@ -114,7 +97,10 @@ fn the_exit_code_is_passed_through() {
         "{}",
         out.describe()
     );
-    assert!(txt.iter().any(|t| read(t).contains("(at exit)")), "{txt:?}");
+    assert!(
+        txt.iter().any(|t| read_text(t).contains("(at exit)")),
+        "{txt:?}"
+    );
 }
 
 #[test]
@@ -134,7 +120,10 @@ fn a_death_by_signal_is_passed_through() {
             "{mode}: {}",
             out.describe()
         );
-        assert!(files(&r.cwd, "core").is_empty(), "{mode}: a core was left");
+        assert!(
+            files_ending(&r.cwd, "core").is_empty(),
+            "{mode}: a core was left"
+        );
     }
 }
 
@@ -181,7 +170,7 @@ fn ctrl_c_goes_to_the_program() {
         Some(libc::SIGINT),
         "{status:?}"
     );
-    let stderr = read(&d.join("stderr"));
+    let stderr = read_text(&d.join("stderr"));
     assert!(
         stderr.contains("(the program): it was killed by SIGINT"),
         "{stderr}"
@@ -208,7 +197,7 @@ fn stdin_and_stdout_are_untouched() {
         out.stderr
     );
     // cat was traced: its exit report is in the directory.
-    assert_eq!(files(&r.out(), ".folded").len(), 1, "{}", out.stderr);
+    assert_eq!(files_ending(&r.out(), ".folded").len(), 1, "{}", out.stderr);
 }
 
 /// The exit report of `profile_sites`, its folded stacks (the same counts as the report's
@@ -220,12 +209,12 @@ fn the_report_its_folded_stacks_flame_graph_and_leaks_are_in_the_directory() {
     let out = r.run();
     assert!(out.success(), "{}", out.describe());
     assert_eq!(out.stdout, "sites done\n", "{}", out.describe());
-    let txt = files(&r.out(), ".txt");
+    let txt = files_ending(&r.out(), ".txt");
     let report = txt
         .iter()
         .find(|t| !t.to_string_lossy().ends_with(".leaks.txt"))
         .expect("a report");
-    let text = read(report);
+    let text = read_text(report);
     assert!(text.starts_with("mem-trace: report 1 (at exit)"), "{text}");
 
     // The ranking's counts, `# i: N bytes in ...`, up to the peaks.
@@ -235,7 +224,7 @@ fn the_report_its_folded_stacks_flame_graph_and_leaks_are_in_the_directory() {
         .filter_map(|l| l.strip_prefix("# "))
         .map(|l| l.split(' ').nth(1).unwrap().parse().unwrap())
         .collect();
-    let folded = read(&report.with_extension("folded"));
+    let folded = read_text(&report.with_extension("folded"));
     let mut values: Vec<u64> = folded
         .lines()
         .filter(|l| !l.starts_with('['))
@@ -251,7 +240,7 @@ fn the_report_its_folded_stacks_flame_graph_and_leaks_are_in_the_directory() {
         "{folded}"
     );
 
-    let svg = read(&report.with_extension("svg"));
+    let svg = read_text(&report.with_extension("svg"));
     assert!(svg.starts_with("<?xml"), "{svg}");
     for function in ["hold_site", "sites", "main"] {
         assert!(
@@ -260,7 +249,7 @@ fn the_report_its_folded_stacks_flame_graph_and_leaks_are_in_the_directory() {
         );
     }
 
-    let leaks = read(&report.with_extension("leaks.txt"));
+    let leaks = read_text(&report.with_extension("leaks.txt"));
     assert!(
         leaks.starts_with("mem-trace: leak check: definitely lost: "),
         "{leaks}"
@@ -315,15 +304,17 @@ fn periodic_flame_graphs_are_drawn_unseen_by_the_program() {
         "{}",
         out.describe()
     );
-    let txt = files(&r.out(), ".txt");
+    let txt = files_ending(&r.out(), ".txt");
     let periodic: Vec<_> = txt
         .iter()
-        .filter(|t| read(t).starts_with("mem-trace: report") && read(t).contains("(periodic)"))
+        .filter(|t| {
+            read_text(t).starts_with("mem-trace: report") && read_text(t).contains("(periodic)")
+        })
         .collect();
     assert!(periodic.len() >= 3, "{txt:?}\n{}", out.describe());
     for t in &periodic {
         let svg = t.with_extension("svg");
-        assert!(read(&svg).contains("keep_site"), "{}", svg.display());
+        assert!(read_text(&svg).contains("keep_site"), "{}", svg.display());
     }
     assert!(
         !out.stderr.contains("mem-trace: no flame graph"),
@@ -346,11 +337,11 @@ fn without_the_binary_beside_the_library_the_folded_stacks_stay() {
     assert!(out.success(), "{}", out.describe());
     let notes = out.stderr.matches("mem-trace: no flame graphs: ").count();
     assert_eq!(notes, 1, "{}", out.describe());
-    let folded = files(&r.out(), ".folded");
+    let folded = files_ending(&r.out(), ".folded");
     assert!(folded.len() >= 2, "{folded:?}");
     for fo in folded {
         assert!(
-            read(&fo.with_extension("svg")).contains("keep_site"),
+            read_text(&fo.with_extension("svg")).contains("keep_site"),
             "{}",
             fo.display()
         );
@@ -380,9 +371,9 @@ fn the_default_build_writes_the_report_too() {
     r.env.push(("MEM_TRACE_LIB", library().into()));
     let out = r.run();
     assert!(out.success(), "{}", out.describe());
-    let leaks = files(&r.out(), ".leaks.txt");
+    let leaks = files_ending(&r.out(), ".leaks.txt");
     assert_eq!(leaks.len(), 1, "{}", out.describe());
-    let text = read(&leaks[0]);
+    let text = read_text(&leaks[0]);
     assert!(
         text.contains("# 0: 100000 bytes in 100 blocks definitely lost"),
         "{text}"

@@ -13,7 +13,9 @@
 
 mod common;
 
-use common::{c_fixture, library, mem_trace_binary, run_with_timeout, Output};
+use common::{
+    c_fixture, files_ending, library, mem_trace_binary, read_text, run_with_timeout, Output,
+};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,27 +26,7 @@ fn fixture() -> common::Fixture {
 
 /// A fresh, empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let d = common::target_dir()
-        .join("mem-trace-tests/exit_cost")
-        .join(name);
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Files in `dir` whose names end with `suffix`.
-fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    v.sort();
-    v
-}
-
-fn read(p: &Path) -> String {
-    fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    common::scratch_dir("exit_cost", name)
 }
 
 /// `mem-trace run -o out PROGRAM ARGS` in `d`, with the statistics line on.
@@ -132,9 +114,9 @@ fn under_run_the_exit_report_is_symbolized_by_run_with_the_same_text() {
     let out = run(&d, &f.bin, &["free-all"]);
     assert_eq!(out.status.code(), Some(0), "{}", out.describe());
     assert_eq!(symbolized_frames(&out), 0, "{}", out.describe());
-    let txt = files(&d.join("out"), ".1.txt");
+    let txt = files_ending(&d.join("out"), ".1.txt");
     assert_eq!(txt.len(), 1, "{}", out.describe());
-    let report = read(&txt[0]);
+    let report = read_text(&txt[0]);
     // Names and lines, as before: the fixture's site with its file and line.
     let site = report
         .split_once(": peak_site\n")
@@ -150,12 +132,12 @@ fn under_run_the_exit_report_is_symbolized_by_run_with_the_same_text() {
         "{report}"
     );
     assert!(!report.contains("\n@"), "{report}");
-    let folded = read(&txt[0].with_extension("folded"));
+    let folded = read_text(&txt[0].with_extension("folded"));
     assert!(
         folded.lines().any(|l| l.ends_with(";peak_site 4194304")),
         "{folded}"
     );
-    let svg = read(&txt[0].with_extension("svg"));
+    let svg = read_text(&txt[0].with_extension("svg"));
     assert!(svg.contains("bytes live at the global peak (little was live at the end)"));
     assert!(svg.contains("peak_site"));
 
@@ -164,10 +146,10 @@ fn under_run_the_exit_report_is_symbolized_by_run_with_the_same_text() {
     let plain = in_process(&d2, "free-all");
     assert_eq!(plain.status.code(), Some(0), "{}", plain.describe());
     assert!(symbolized_frames(&plain) > 0, "{}", plain.describe());
-    let theirs = files(&d2.join("out"), ".1.txt");
+    let theirs = files_ending(&d2.join("out"), ".1.txt");
     assert_eq!(theirs.len(), 1);
-    assert_eq!(normalized(&read(&theirs[0])), normalized(&report));
-    assert_eq!(read(&theirs[0].with_extension("folded")), folded);
+    assert_eq!(normalized(&read_text(&theirs[0])), normalized(&report));
+    assert_eq!(read_text(&theirs[0].with_extension("folded")), folded);
 }
 
 /// The pid in a summary line `... process PID (COMMAND)...` that contains `command`.
@@ -218,7 +200,7 @@ fn the_summary_names_reports_by_command_line_and_the_processes_not_worth_one() {
     );
     let dir = d.join("out");
     assert_eq!(
-        files(&dir, &format!(".{kept}.1.txt")).len(),
+        files_ending(&dir, &format!(".{kept}.1.txt")).len(),
         1,
         "{}",
         out.describe()

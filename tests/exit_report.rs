@@ -13,7 +13,10 @@
 
 mod common;
 
-use common::{c_fixture, mem_trace_binary, profiler_library, run_with_timeout, Output};
+use common::{
+    c_fixture, files_ending, mem_trace_binary, profiler_library, read_text, run_with_timeout,
+    Output,
+};
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -27,12 +30,7 @@ fn fixture() -> common::Fixture {
 
 /// A fresh, empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let d = common::target_dir()
-        .join("mem-trace-tests/exit_report")
-        .join(name);
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch_dir("exit_report", name)
 }
 
 /// `program args` under the profiler build of the library, reports on.
@@ -155,21 +153,6 @@ fn wait_for(sh: &mut Child) {
     }
 }
 
-fn read(p: &Path) -> String {
-    fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-/// Files in `dir` whose names end with `suffix`.
-fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn a_server_stopped_by_sigterm_writes_its_final_report_and_exits_143() {
     let d = scratch("sigterm");
@@ -180,12 +163,12 @@ fn a_server_stopped_by_sigterm_writes_its_final_report_and_exits_143() {
     let rest = finish(sh);
     let took = start.elapsed();
     assert_eq!(rest, "status 143\n");
-    let stderr = read(&d.join("run.stderr"));
-    let txt = files(&d.join("out"), ".txt");
+    let stderr = read_text(&d.join("run.stderr"));
+    let txt = files_ending(&d.join("out"), ".txt");
     let reports: Vec<String> = txt
         .iter()
         .filter(|p| !p.to_string_lossy().ends_with(".leaks.txt"))
-        .map(|p| read(p))
+        .map(|p| read_text(p))
         .collect();
     assert_eq!(reports.len(), 1, "{stderr}");
     let report = &reports[0];
@@ -208,7 +191,7 @@ fn a_server_stopped_by_sigterm_writes_its_final_report_and_exits_143() {
     // The report was waited for, not the whole allowance.
     assert!(took < Duration::from_secs(4), "{took:?}\n{stderr}");
     // No FIFO left behind.
-    assert!(files(&d.join("out"), ".request").is_empty());
+    assert!(files_ending(&d.join("out"), ".request").is_empty());
 }
 
 #[test]
@@ -219,7 +202,7 @@ fn a_sigint_sent_to_run_alone_gets_the_final_report_then_reaches_the_program() {
     unsafe { libc::kill(run as i32, libc::SIGINT) };
     let rest = finish(sh);
     assert_eq!(rest, "status 130\n");
-    let stderr = read(&d.join("run.stderr"));
+    let stderr = read_text(&d.join("run.stderr"));
     assert!(
         stderr.contains("mem-trace: run: SIGINT: asking 1 process")
             && stderr.contains("final report of process"),
@@ -244,7 +227,7 @@ fn a_sigterm_to_the_whole_group_is_said_to_have_come_before_the_report() {
     }
     let rest = finish(sh);
     assert_eq!(rest, "status 143\n");
-    let stderr = read(&d.join("run.stderr"));
+    let stderr = read_text(&d.join("run.stderr"));
     assert!(
         stderr.contains(&format!(
             "mem-trace:   no exit report from process {program} (the program): it was killed by \
@@ -267,14 +250,14 @@ fn a_program_killed_by_sigkill_is_said_to_have_no_exit_report() {
     unsafe { libc::kill(program, libc::SIGKILL) };
     let rest = finish(sh);
     assert_eq!(rest, "status 137\n");
-    let stderr = read(&d.join("run.stderr"));
+    let stderr = read_text(&d.join("run.stderr"));
     assert!(
         stderr.contains(&format!(
             "mem-trace:   no exit report from process {program} (the program): it was killed by SIGKILL"
         )),
         "{stderr}"
     );
-    assert!(files(&d.join("out"), ".request").is_empty());
+    assert!(files_ending(&d.join("out"), ".request").is_empty());
 }
 
 /// `mem-trace run -o out FIXTURE MODE` with `env`; the run's output.
@@ -313,17 +296,17 @@ fn a_program_that_freed_everything_gets_the_flame_graph_of_its_peak() {
     let out = run(&d, "free-all", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", out.describe());
     let out_dir = d.join("out");
-    let folded = files(&out_dir, ".folded");
+    let folded = files_ending(&out_dir, ".folded");
     assert_eq!(folded.len(), 1, "{}", out.describe());
     // The peak's 64 blocks of 64 KiB, not the 48 bytes left live.
-    let lines = read(&folded[0]);
+    let lines = read_text(&folded[0]);
     assert!(
         lines.lines().any(|l| l.ends_with(";peak_site 4194304")),
         "{lines}"
     );
     assert!(!lines.contains("small_site"), "{lines}");
     let txt = folded[0].with_extension("txt");
-    let report = read(&txt);
+    let report = read_text(&txt);
     assert!(
         report.contains(
             "mem-trace: little is live now (48 bytes of a 4194304-byte peak): the flame graph \
@@ -331,7 +314,7 @@ fn a_program_that_freed_everything_gets_the_flame_graph_of_its_peak() {
         ),
         "{report}"
     );
-    let svg = read(&folded[0].with_extension("svg"));
+    let svg = read_text(&folded[0].with_extension("svg"));
     assert!(svg.contains("bytes live at the global peak (little was live at the end)"));
     assert!(svg.contains("peak_site"));
     assert!(
@@ -388,11 +371,19 @@ fn an_empty_flame_graph_is_neither_written_nor_listed() {
     let out = run_with(&d, &["--all-reports"], "nothing", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", out.describe());
     let out_dir = d.join("out");
-    let txt = files(&out_dir, ".1.txt");
+    let txt = files_ending(&out_dir, ".1.txt");
     assert_eq!(txt.len(), 1, "{}", out.describe());
-    assert!(read(&txt[0]).contains("(at exit)"));
-    assert!(files(&out_dir, ".folded").is_empty(), "{}", out.describe());
-    assert!(files(&out_dir, ".svg").is_empty(), "{}", out.describe());
+    assert!(read_text(&txt[0]).contains("(at exit)"));
+    assert!(
+        files_ending(&out_dir, ".folded").is_empty(),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        files_ending(&out_dir, ".svg").is_empty(),
+        "{}",
+        out.describe()
+    );
     assert!(!out.stderr.contains("flame graph"), "{}", out.describe());
     assert!(
         out.stderr.contains("exit report of process"),
@@ -474,12 +465,12 @@ fn a_forked_child_writes_its_own_final_report() {
     unsafe { libc::kill(child, libc::SIGKILL) };
     let rest = rest(sh);
     assert_eq!(rest, "status 143\n");
-    let stderr = read(&d.join("run.stderr"));
+    let stderr = read_text(&d.join("run.stderr"));
     assert!(
         stderr.contains("asking 2 processes for their final report"),
         "{stderr}"
     );
-    let report = read(&d.join(format!("out/mem-trace.{child}.1.txt")));
+    let report = read_text(&d.join(format!("out/mem-trace.{child}.1.txt")));
     assert!(
         report.starts_with("mem-trace: report 1 (final)"),
         "{report}"

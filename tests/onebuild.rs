@@ -29,10 +29,7 @@ const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// A fresh, empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let d = target_dir().join("mem-trace-tests/onebuild").join(name);
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch_dir("onebuild", name)
 }
 
 fn cargo() -> Command {

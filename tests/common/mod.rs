@@ -45,6 +45,30 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
+/// A fresh, empty directory `target/mem-trace-tests/GROUP/NAME` for one test.
+pub fn scratch_dir(group: &str, name: &str) -> PathBuf {
+    let d = target_dir().join("mem-trace-tests").join(group).join(name);
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Files in `dir` whose names end with `suffix`, sorted.
+pub fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A file's text; a failure names the file.
+pub fn read_text(p: &Path) -> String {
+    fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
 /// The fixtures' sources.
 pub fn fixtures_dir() -> PathBuf {
     manifest_dir().join("tests").join("fixtures")
