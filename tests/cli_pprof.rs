@@ -170,11 +170,7 @@ fn run_writes_each_exiting_process_profile_beside_its_report() {
     );
     assert!(out.success(), "{}", out.describe());
     assert_eq!(out.stdout.matches("ok").count(), 2, "{}", out.describe());
-    let profiles: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-        .collect();
+    let profiles = common::files_ending(&dir, ".pb.gz");
     assert_eq!(profiles.len(), 1, "{profiles:?}\n{}", out.stderr);
     let file = profiles[0].to_str().unwrap();
     assert!(
@@ -206,11 +202,8 @@ fn run_writes_each_exiting_process_profile_beside_its_report() {
     assert_eq!(flat(&top(&worker), "site_worker"), 2 * MIB, "{worker}");
     assert_eq!(flat(&top(&worker), "site_live"), 0, "{worker}");
     // No FIFO left behind: run's and the process's.
-    let left: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".exits") || n.ends_with(".held"))
-        .collect();
+    let mut left = common::files_ending(&dir, ".exits");
+    left.extend(common::files_ending(&dir, ".held"));
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -246,10 +239,6 @@ fn a_hold_with_nobody_listening_does_not_wait() {
         "{:?}",
         started.elapsed()
     );
-    let held: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".held"))
-        .collect();
+    let held = common::files_ending(&dir, ".held");
     assert!(held.is_empty(), "{held:?}");
 }
