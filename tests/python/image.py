@@ -108,7 +108,7 @@ class TraceBuilder:
         self.next_seq = 1
         self.flags = 1
         self.untracked = 0
-        self.version = 5
+        self.version = 6
         # Profiler words of the header (docs/LAYOUT.md "Header").
         self.live_bytes = 0
         self.peak_bytes = 0

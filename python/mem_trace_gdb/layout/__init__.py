@@ -1,4 +1,4 @@
-"""Decoder for the mem-trace memory layout, version 5 (docs/LAYOUT.md).
+"""Decoder for the mem-trace memory layout, version 6 (docs/LAYOUT.md).
 
 This package is the out-of-process half of the layout contract. It never imports
 `gdb`: it reads through any object with a ``read(addr, n) -> bytes`` method that

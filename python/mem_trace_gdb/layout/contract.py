@@ -1,4 +1,4 @@
-"""The layout contract, version 5 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
+"""The layout contract, version 6 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
 
 What the tracer writes and this reader must agree on, byte for byte. A change here
 is a change to docs/LAYOUT.md and to the tracer (crates/format), and bumps
@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from typing import List
 
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 6
 MAGIC = b"MEMTRACE"
 
 HEADER_SIZE = 144
