@@ -337,10 +337,50 @@ fn a_busy_program_attached_detached_and_attached_again_runs_on_unchanged() {
 /// rewound, and its `SIGTRAP` was delivered (the target died of it, 3 runs in 3).
 #[test]
 fn twenty_attach_detach_cycles_on_a_busy_program_change_nothing_it_prints() {
+    cycles(20);
+}
+
+/// The issue's soak. Measured: 200 cycles in 84 s on this 2-core machine, the target's RSS
+/// 5788 kB after the first cycle and after the 200th (1824 kB before any attach).
+#[test]
+#[ignore = "200 attach/detach cycles take 84 s here; twenty_attach_detach_cycles runs the same \
+            checks in the suite"]
+fn two_hundred_attach_detach_cycles_on_a_busy_program_leak_nothing() {
+    cycles(200);
+}
+
+/// What the busy target's resident memory may grow by between the end of the first cycle
+/// (the library mapped, its tables made) and the end of the last: a cycle must not keep
+/// anything of the target's. Measured growth: 0 kB over 200 cycles.
+const CYCLES_RSS_SLACK_KB: u64 = 512;
+
+/// The target's VmRSS, kB.
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// `n` attach/detach cycles on the busy 4-thread program: it prints what it prints
+/// unattached, exits 0, its blocks are intact, and its RSS after the last cycle is within
+/// [`CYCLES_RSS_SLACK_KB`] of what it was after the first.
+fn cycles(n: usize) {
     let _turn = one_at_a_time();
     let f = busy_fixture();
+    let mut unattached = Running::start(plain(&f.bin));
+    unattached.send("free-before");
+    unattached.line();
+    unattached.line();
+    let (plain_out, _, plain_status) = unattached.finish(Some("quit"));
+    assert!(plain_status.success(), "{plain_status}");
+
     let mut p = Running::start(plain(&f.bin));
-    for i in 0..20 {
+    let mut after_first = 0;
+    let started = Instant::now();
+    for i in 0..n {
         // Every other attach without waiting for a thread at malloc's entry: a busy program
         // then gets its main thread, blocked in read, which once found libc in the wrong
         // mapping (the unwinder's copy of libc.so.6).
@@ -350,17 +390,116 @@ fn twenty_attach_detach_cycles_on_a_busy_program_change_nothing_it_prints() {
         let a = mem_trace_env(&f, &format!("cycle{i}-attach"), &["attach", &pid], &vars);
         assert!(a.success(), "cycle {i}: {}", a.describe());
         detach(&f, p.pid, &format!("cycle{i}-detach"));
+        if i == 0 {
+            after_first = rss_kb(p.pid);
+        }
     }
+    let last = rss_kb(p.pid);
+    eprintln!(
+        "{n} cycles in {:.1} s; RSS after the first {after_first} kB, after the last {last} kB",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        last <= after_first + CYCLES_RSS_SLACK_KB,
+        "RSS grew from {after_first} kB after the first cycle to {last} kB after {n}"
+    );
     p.send("free-before");
     assert_eq!(p.line(), "before held \"allocated before any attach\"");
     assert_eq!(p.line(), "freed before");
     let (out, err, status) = p.finish(Some("quit"));
     assert!(status.success(), "{status}: {err}");
+    assert_eq!(masked(&out), masked(&plain_out), "stderr: {err}");
     assert!(
         out.iter().any(|l| l == "threads=4 corrupted_bytes=0"),
         "{out:?}"
     );
     assert!(err.is_empty(), "{err}");
+}
+
+/// `mem-trace attach` on the idle target with a long wait for a thread at malloc's entry
+/// (none comes), its stderr piped; returns once the target is traced, with the command and
+/// the tracing process (the command's child).
+fn attach_waiting(p: &Running) -> (Child, i32) {
+    let mut cmd = Command::new(mem_trace_binary());
+    cmd.args(["attach", &p.pid.to_string()])
+        .env("MEM_TRACE_LIB", library())
+        .env("MEM_TRACE_ATTACH_WAIT_MS", "5000")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let attacher = cmd.spawn().expect("start mem-trace attach");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tracer_of(p.pid) == 0 {
+        assert!(Instant::now() < deadline, "the target was never traced");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The breakpoints go in right after every thread is seized.
+    std::thread::sleep(Duration::from_millis(100));
+    let tracer = tracer_of(p.pid);
+    (attacher, tracer)
+}
+
+/// Waits until `pid` is traced by nobody.
+fn untraced(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tracer_of(pid) != 0 {
+        assert!(Instant::now() < deadline, "left traced");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn the_attacher_killed_with_sigkill_while_waiting_leaves_no_breakpoint_behind() {
+    let _turn = one_at_a_time();
+    let f = idle_fixture();
+    let mut p = Running::start(plain(&f.bin));
+    let (mut attacher, tracer) = attach_waiting(&p);
+    assert_ne!(
+        tracer,
+        attacher.id() as i32,
+        "the command traces the target itself"
+    );
+    // SAFETY: kill with a pid of our own child.
+    unsafe { libc::kill(attacher.id() as i32, libc::SIGKILL) };
+    attacher.wait().expect("wait for mem-trace");
+    // The tracing half saw its parent die and let the target go.
+    untraced(p.pid);
+    // It allocates, on two threads: a breakpoint left in malloc would kill it with SIGTRAP.
+    p.alloc();
+    p.send("thread");
+    assert_eq!(p.line(), "thread=ok");
+    // Nothing of the killed attach is left: attached and detached again.
+    attach(&f, p.pid, "after-sigkill");
+    p.alloc();
+    detach(&f, p.pid, "after-sigkill-detach");
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
+#[test]
+fn the_tracing_half_killed_with_sigkill_has_its_breakpoints_put_back() {
+    let _turn = one_at_a_time();
+    let f = idle_fixture();
+    let mut p = Running::start(plain(&f.bin));
+    let (mut attacher, tracer) = attach_waiting(&p);
+    // SAFETY: kill of the command's child, the tracer of our own child.
+    unsafe { libc::kill(tracer, libc::SIGKILL) };
+    let status = attacher.wait().expect("wait for mem-trace");
+    let mut err = String::new();
+    std::io::Read::read_to_string(attacher.stderr.as_mut().unwrap(), &mut err).unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}: {err}");
+    assert!(
+        err.contains("killed by signal 9 with 2 breakpoint(s)")
+            && err.contains("their bytes were put back"),
+        "{err}"
+    );
+    untraced(p.pid);
+    p.alloc();
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
 }
 
 #[test]
