@@ -242,7 +242,11 @@ fn gdb_why(fixture: &Fixture, pid: u32, addr: u64) -> String {
 }
 
 fn idle_fixture() -> Fixture {
-    c_fixture("attach_idle.c", &["-pthread"])
+    // The RUNPATH is where the "plugin" command's library is found, and only there.
+    c_fixture(
+        "attach_idle.c",
+        &["-pthread", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/plugins"],
+    )
 }
 
 fn busy_fixture() -> Fixture {
@@ -576,6 +580,42 @@ fn ctrl_c_while_waiting_for_a_safe_point_leaves_no_breakpoint_behind() {
     assert_eq!(tracer_of(p.pid), 0, "left traced");
     // It allocates: a breakpoint left in malloc would kill it with SIGTRAP.
     p.alloc();
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
+#[test]
+fn a_library_dlopened_after_the_attach_through_origin_runpath_is_found_and_traced() {
+    let _turn = one_at_a_time();
+    let f = with_entry_script(idle_fixture());
+    let plugin = c_shared_library("attach_plugin.c");
+    let dir = f.bin.parent().unwrap().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&plugin.bin, dir.join("libattach_plugin.so")).unwrap();
+    let mut p = Running::start(plain(&f.bin));
+    attach(&f, p.pid, "attach-plugin");
+    // The bare name is found through the program's RUNPATH, as without the tracer: a dlopen
+    // hook that called glibc's itself would search the tracer's path instead.
+    p.send("plugin");
+    let line = p.line();
+    let addr = line
+        .strip_prefix("plugin=0x")
+        .unwrap_or_else(|| panic!("the plugin did not load: {line}"));
+    let addr = u64::from_str_radix(addr, 16).unwrap();
+    // Its allocation was recorded: its GOT was patched after the load.
+    let why = gdb_why(&f, p.pid, addr + 100);
+    let site = format!(
+        "plugin_site at {}:{}",
+        plugin.src.display(),
+        line_of(&plugin, "plugin-site")
+    );
+    assert!(why.contains("2929"), "{why}");
+    assert!(why.contains(&site), "no {site:?} in\n{why}");
+    detach(&f, p.pid, "detach-plugin");
+    // Loaded again by name (already there): the same library, still working.
+    p.send("plugin");
+    assert!(p.line().starts_with("plugin=0x"));
     let (out, err, status) = p.finish(None);
     assert!(status.success(), "{status}: {err}");
     assert_eq!(out.last().map(String::as_str), Some("bye"));
