@@ -621,6 +621,37 @@ fn a_library_dlopened_after_the_attach_through_origin_runpath_is_found_and_trace
     assert_eq!(out.last().map(String::as_str), Some("bye"));
 }
 
+#[test]
+fn fork_after_the_attach_with_allocating_atfork_handlers_runs_parent_and_child_normally() {
+    let _turn = one_at_a_time();
+    let f = with_entry_script(idle_fixture());
+    let mut p = Running::start(plain(&f.bin));
+    attach(&f, p.pid, "attach-fork");
+    for _ in 0..3 {
+        p.send("fork");
+        assert_eq!(p.line(), "child=ok");
+        assert_eq!(p.line(), "child_status=0");
+    }
+    // The parent still allocates through the tracer, which names the site.
+    let after = p.alloc();
+    let why = gdb_why(&f, p.pid, after + 10);
+    let site = format!(
+        "idle_site at {}:{}",
+        f.src.display(),
+        line_of(&f, "idle-site")
+    );
+    assert!(why.contains("3131"), "{why}");
+    assert!(why.contains(&site), "no {site:?} in\n{why}");
+    detach(&f, p.pid, "detach-fork");
+    p.send("fork");
+    assert_eq!(p.line(), "child=ok");
+    assert_eq!(p.line(), "child_status=0");
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
 /// The mappings' permissions of `pid`, in order.
 fn permissions(pid: u32) -> Vec<String> {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))
