@@ -652,6 +652,73 @@ fn fork_after_the_attach_with_allocating_atfork_handlers_runs_parent_and_child_n
     assert_eq!(out.last().map(String::as_str), Some("bye"));
 }
 
+/// The event number in an answer's "attached to this process at event #N".
+fn attached_event(text: &str) -> u64 {
+    let at = text
+        .find("attached to this process at event #")
+        .unwrap_or_else(|| panic!("no attach event in\n{text}"));
+    let digits: String = text[at + "attached to this process at event #".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap()
+}
+
+#[test]
+fn an_address_from_before_the_attach_is_answered_with_the_attach_event() {
+    let _turn = one_at_a_time();
+    let f = with_entry_script(idle_fixture());
+    let mut p = Running::start(plain(&f.bin));
+    let before = p.alloc();
+    attach(&f, p.pid, "attach-event");
+    let after = p.alloc();
+    // gdb: the block from before is unknown, and the answer says since when.
+    let why = gdb_why(&f, p.pid, before + 8);
+    assert!(
+        why.contains(&format!(
+            "{:#x} is not inside any block tracked by mem-trace",
+            before + 8
+        )),
+        "{why}"
+    );
+    let first = attached_event(&why);
+    // The command says the same.
+    let pid = p.pid.to_string();
+    let cmd = mem_trace(
+        &f,
+        "why-before",
+        &["why", &pid, &format!("{:#x}", before + 8)],
+    );
+    assert!(cmd.success(), "{}", cmd.describe());
+    assert_eq!(attached_event(&cmd.stdout), first, "{}", cmd.describe());
+    // The block allocated after is known, with a sequence number past the attach's.
+    let known = gdb_why(&f, p.pid, after + 8);
+    let seq: u64 = known
+        .split("(#")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no sequence number in\n{known}"));
+    assert!(
+        seq >= first,
+        "#{seq} allocated after the attach at #{first}\n{known}"
+    );
+    // A second attach moves the event on.
+    detach(&f, p.pid, "detach-event");
+    p.alloc();
+    attach(&f, p.pid, "attach-event-2");
+    let cmd = mem_trace(
+        &f,
+        "why-before-2",
+        &["why", &pid, &format!("{:#x}", before + 8)],
+    );
+    assert!(attached_event(&cmd.stdout) > seq, "{}", cmd.describe());
+    detach(&f, p.pid, "detach-event-2");
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
 /// The mappings' permissions of `pid`, in order.
 fn permissions(pid: u32) -> Vec<String> {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))

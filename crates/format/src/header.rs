@@ -74,8 +74,11 @@ pub struct Header {
     /// `MEM_TRACE_SAMPLE`: the mean bytes between two sampled allocations, 0 when every block
     /// is recorded (version 5). A sampled block's counts are scaled by [`crate::weight`].
     pub sample_mean: AtomicU64,
-    /// Reserved, 0.
-    pub reserved: u64,
+    /// With [`FLAG_ATTACHED`]: the sequence number of the first event after the last
+    /// `mem-trace attach`; every block allocated before it is unknown to the tables. A
+    /// reserved zero before the first attach (and in every preloaded process), so the layout
+    /// version did not change.
+    pub attached_at: AtomicU64,
 }
 
 // SAFETY: the raw pointers are addresses of statics that are themselves Sync, and are never

@@ -84,7 +84,7 @@ FREED_BY_REALLOC = 1 << 0
 # The records' byte formats, little-endian (the tables in docs/LAYOUT.md).
 # magic, version, header_size, slot_size, shard_size, shard_count, region_shift, shards,
 # stacks, threads, freed, next_seq, live_bytes, flags, untracked, profile, peak_bytes,
-# peak_seq, tree, sample_mean, reserved.
+# peak_seq, tree, sample_mean, attached_at (a reserved zero until an attach).
 HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQQ QQQ Q QQ")
 SHARD_STRUCT = struct.Struct("<II QQQQ 24x")
 DIRECTORY_HEADER_STRUCT = struct.Struct("<QII")

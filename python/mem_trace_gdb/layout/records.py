@@ -43,6 +43,8 @@ class Header:
     tree: int = 0
     # MEM_TRACE_SAMPLE: mean bytes between sampled allocations (0: every block recorded).
     sample_mean: int = 0
+    # With FLAG_ATTACHED: the first event after the last `mem-trace attach` (0 otherwise).
+    attached_at: int = 0
 
     @property
     def initialised(self) -> bool:
