@@ -11,7 +11,8 @@
 //! search path is asked of glibc (`dlinfo(RTLD_DI_SERINFO)` on the caller's module) and each
 //! directory that it has and this library has not (its RPATH, LD_LIBRARY_PATH, its RUNPATH,
 //! in glibc's order) is tried with a full path first; what is left (ld.so.cache and the
-//! default directories) does not depend on the caller.
+//! default directories) does not depend on the caller. A name holding `$ORIGIN`, which glibc
+//! expands to the caller's directory, is expanded here against the caller's.
 
 use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
@@ -71,6 +72,11 @@ unsafe fn open(name: *const c_char, mode: c_int, caller: usize) -> *mut c_void {
     }
     // SAFETY: the caller passes a NUL-terminated name.
     let bare = unsafe { CStr::from_ptr(name) }.to_bytes();
+    if let Some(mut path) = with_origin(bare, caller as *const c_void) {
+        path.push(0);
+        // SAFETY: a NUL-terminated path.
+        return unsafe { libc::dlopen(path.as_ptr().cast(), mode) };
+    }
     if bare.contains(&b'/') || bare.is_empty() {
         return plain();
     }
@@ -110,6 +116,68 @@ unsafe fn open(name: *const c_char, mode: c_int, caller: usize) -> *mut c_void {
         }
     }
     plain()
+}
+
+/// `name` with each `$ORIGIN` / `${ORIGIN}` replaced by the directory of the module holding
+/// `addr`, as glibc would for that caller; `None` when it holds none (or the module's file
+/// is not found: glibc then gets the name as it is).
+fn with_origin(name: &[u8], addr: *const c_void) -> Option<Vec<u8>> {
+    const TOKENS: [&[u8]; 2] = [b"${ORIGIN}", b"$ORIGIN"];
+    // A token only when what follows cannot continue a name (glibc's is_dst).
+    let token_at = |i: usize| {
+        TOKENS.iter().find(|t| {
+            name[i..].starts_with(t)
+                && (t[1] == b'{'
+                    || name
+                        .get(i + t.len())
+                        .is_none_or(|&c| !(c.is_ascii_alphanumeric() || c == b'_')))
+        })
+    };
+    if !(0..name.len()).any(|i| token_at(i).is_some()) {
+        return None;
+    }
+    let origin = origin_of(addr)?;
+    let mut out = Vec::with_capacity(name.len() + origin.len());
+    let mut i = 0;
+    while i < name.len() {
+        match token_at(i) {
+            Some(t) => {
+                out.extend_from_slice(&origin);
+                i += t.len();
+            }
+            None => {
+                out.push(name[i]);
+                i += 1;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The directory of the file of the module holding `addr`, symbolic links resolved (glibc's
+/// `l_origin`): the program's from /proc/self/exe.
+fn origin_of(addr: *const c_void) -> Option<Vec<u8>> {
+    // SAFETY: an all-zero Dl_info is a valid buffer.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: dladdr writes the info.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated name from glibc.
+    let file = unsafe { CStr::from_ptr(info.dli_fname) };
+    let file = if file.to_bytes().is_empty() || !file.to_bytes().contains(&b'/') {
+        c"/proc/self/exe"
+    } else {
+        file
+    };
+    let mut buf = [0u8; libc::PATH_MAX as usize];
+    // SAFETY: realpath writes at most PATH_MAX bytes into `buf` (no allocation with a buffer).
+    if unsafe { libc::realpath(file.as_ptr(), buf.as_mut_ptr().cast()) }.is_null() {
+        return None;
+    }
+    let len = buf.iter().position(|&b| b == 0)?;
+    let slash = buf[..len].iter().rposition(|&b| b == b'/')?;
+    Some(buf[..slash.max(1)].to_vec())
 }
 
 /// The directories glibc searches for a bare name `dlopen`ed from the module holding
