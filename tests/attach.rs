@@ -657,6 +657,27 @@ fn fork_after_the_attach_with_allocating_atfork_handlers_runs_parent_and_child_n
     assert_eq!(out.last().map(String::as_str), Some("bye"));
 }
 
+/// `call mem_trace::print_trace(ADDR)` in `pid` through gdb (its answer goes to the
+/// process's stderr).
+fn gdb_print_trace(fixture: &Fixture, pid: u32, addr: u64) {
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-nx", "-batch", "-p", &pid.to_string()])
+        .args(["-ex", "set debuginfod enabled off"])
+        .args(["-ex", &format!("call mem_trace::print_trace({addr:#x})")])
+        .current_dir(&fixture.dir)
+        // gdb 13 cannot finish an inferior call on this CPU without it (tests/common).
+        .env("LD_PRELOAD", &c_shared_library("gdb_xstate.c").bin);
+    let out = run_with_timeout(
+        cmd,
+        &fixture.dir.join("attach-print-trace.gdb-output"),
+        true,
+        None,
+        GDB_TIMEOUT,
+        "gdb",
+    );
+    assert!(out.success(), "{}", out.describe());
+}
+
 /// The event number in an answer's "attached to this process at event #N".
 fn attached_event(text: &str) -> u64 {
     let at = text
@@ -687,6 +708,8 @@ fn an_address_from_before_the_attach_is_answered_with_the_attach_event() {
         "{why}"
     );
     let first = attached_event(&why);
+    // And print_trace, called in the process.
+    gdb_print_trace(&f, p.pid, before + 8);
     // The command says the same.
     let pid = p.pid.to_string();
     let cmd = mem_trace(
@@ -722,6 +745,14 @@ fn an_address_from_before_the_attach_is_answered_with_the_attach_event() {
     let (out, err, status) = p.finish(None);
     assert!(status.success(), "{status}: {err}");
     assert_eq!(out.last().map(String::as_str), Some("bye"));
+    assert!(
+        err.contains(&format!(
+            "mem-trace: {:#x} is not inside any block tracked by mem-trace",
+            before + 8
+        )),
+        "{err}"
+    );
+    assert_eq!(attached_event(&err), first, "{err}");
 }
 
 /// The mappings' permissions of `pid`, in order.
