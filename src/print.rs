@@ -56,10 +56,22 @@ fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::
                 mem_trace_core::format_rate(mean)
             );
         }
-        return writeln!(
+        writeln!(
             out,
             "mem-trace: {a:#x} is not inside any block tracked by mem-trace"
-        );
+        )?;
+        let h = mem_trace_core::store::header::header();
+        let relaxed = core::sync::atomic::Ordering::Relaxed;
+        if h.flags.load(relaxed) & mem_trace_core::format::FLAG_ATTACHED != 0 {
+            // As the readers say it (crates/read answer::why::attached_line).
+            writeln!(
+                out,
+                "mem-trace: (mem-trace was attached to this process at event #{}: blocks \
+                 allocated before that are unknown to it; it may be one of them)",
+                h.attached_at.load(relaxed)
+            )?;
+        }
+        return Ok(());
     };
     // SAFETY: getpid has no preconditions.
     writeln!(out, "PID: {}", unsafe { libc::getpid() })?;

@@ -242,7 +242,11 @@ fn gdb_why(fixture: &Fixture, pid: u32, addr: u64) -> String {
 }
 
 fn idle_fixture() -> Fixture {
-    c_fixture("attach_idle.c", &["-pthread"])
+    // The RUNPATH is where the "plugin" command's library is found, and only there.
+    c_fixture(
+        "attach_idle.c",
+        &["-pthread", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/plugins"],
+    )
 }
 
 fn busy_fixture() -> Fixture {
@@ -332,16 +336,56 @@ fn a_busy_program_attached_detached_and_attached_again_runs_on_unchanged() {
 /// Found by this test: re-attached, the quarantine recycled a block by the size a detach
 /// had left recorded, while glibc had reused the address for a smaller one (heap corruption,
 /// false invalid-free reports): attached tracers now hold no quarantine, and an attach
-/// forgets what hooks still in flight recorded during the last detach.
+/// forgets what hooks still in flight recorded during the last detach. Then: a thread's
+/// breakpoint hit collected while the injector waited for another thread's stop was never
+/// rewound, and its `SIGTRAP` was delivered (the target died of it, 3 runs in 3).
 #[test]
-#[ignore = "fails within a few cycles (1 run in 3 on a loaded machine, 3 in 3 on an idle one): the \
-            busy target dies mid-detach; draining a queued SIGTRAP before each detach did not \
-            fix it; cause not found yet"]
 fn twenty_attach_detach_cycles_on_a_busy_program_change_nothing_it_prints() {
+    cycles(20);
+}
+
+/// The issue's soak. Measured: 200 cycles in 94 s on this 2-core machine (load average 4),
+/// 557 s at load average 7.5; the target's RSS 5824 kB after the first cycle and after the
+/// 200th (about 1.8 MB before any attach).
+#[test]
+#[ignore = "200 attach/detach cycles take 94 s on this 2-core machine (557 s when it is loaded); \
+            twenty_attach_detach_cycles runs the same checks in the suite"]
+fn two_hundred_attach_detach_cycles_on_a_busy_program_leak_nothing() {
+    cycles(200);
+}
+
+/// What the busy target's resident memory may grow by between the end of the first cycle
+/// (the library mapped, its tables made) and the end of the last: a cycle must not keep
+/// anything of the target's. Measured growth: 0 kB over 200 cycles.
+const CYCLES_RSS_SLACK_KB: u64 = 512;
+
+/// The target's VmRSS, kB.
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// `n` attach/detach cycles on the busy 4-thread program: it prints what it prints
+/// unattached, exits 0, its blocks are intact, and its RSS after the last cycle is within
+/// [`CYCLES_RSS_SLACK_KB`] of what it was after the first.
+fn cycles(n: usize) {
     let _turn = one_at_a_time();
     let f = busy_fixture();
+    let mut unattached = Running::start(plain(&f.bin));
+    unattached.send("free-before");
+    unattached.line();
+    unattached.line();
+    let (plain_out, _, plain_status) = unattached.finish(Some("quit"));
+    assert!(plain_status.success(), "{plain_status}");
+
     let mut p = Running::start(plain(&f.bin));
-    for i in 0..20 {
+    let mut after_first = 0;
+    let started = Instant::now();
+    for i in 0..n {
         // Every other attach without waiting for a thread at malloc's entry: a busy program
         // then gets its main thread, blocked in read, which once found libc in the wrong
         // mapping (the unwinder's copy of libc.so.6).
@@ -351,17 +395,116 @@ fn twenty_attach_detach_cycles_on_a_busy_program_change_nothing_it_prints() {
         let a = mem_trace_env(&f, &format!("cycle{i}-attach"), &["attach", &pid], &vars);
         assert!(a.success(), "cycle {i}: {}", a.describe());
         detach(&f, p.pid, &format!("cycle{i}-detach"));
+        if i == 0 {
+            after_first = rss_kb(p.pid);
+        }
     }
+    let last = rss_kb(p.pid);
+    eprintln!(
+        "{n} cycles in {:.1} s; RSS after the first {after_first} kB, after the last {last} kB",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        last <= after_first + CYCLES_RSS_SLACK_KB,
+        "RSS grew from {after_first} kB after the first cycle to {last} kB after {n}"
+    );
     p.send("free-before");
     assert_eq!(p.line(), "before held \"allocated before any attach\"");
     assert_eq!(p.line(), "freed before");
     let (out, err, status) = p.finish(Some("quit"));
     assert!(status.success(), "{status}: {err}");
+    assert_eq!(masked(&out), masked(&plain_out), "stderr: {err}");
     assert!(
         out.iter().any(|l| l == "threads=4 corrupted_bytes=0"),
         "{out:?}"
     );
     assert!(err.is_empty(), "{err}");
+}
+
+/// `mem-trace attach` on the idle target with a long wait for a thread at malloc's entry
+/// (none comes), its stderr piped; returns once the target is traced, with the command and
+/// the tracing process (the command's child).
+fn attach_waiting(p: &Running) -> (Child, i32) {
+    let mut cmd = Command::new(mem_trace_binary());
+    cmd.args(["attach", &p.pid.to_string()])
+        .env("MEM_TRACE_LIB", library())
+        .env("MEM_TRACE_ATTACH_WAIT_MS", "5000")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let attacher = cmd.spawn().expect("start mem-trace attach");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tracer_of(p.pid) == 0 {
+        assert!(Instant::now() < deadline, "the target was never traced");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The breakpoints go in right after every thread is seized.
+    std::thread::sleep(Duration::from_millis(100));
+    let tracer = tracer_of(p.pid);
+    (attacher, tracer)
+}
+
+/// Waits until `pid` is traced by nobody.
+fn untraced(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tracer_of(pid) != 0 {
+        assert!(Instant::now() < deadline, "left traced");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn the_attacher_killed_with_sigkill_while_waiting_leaves_no_breakpoint_behind() {
+    let _turn = one_at_a_time();
+    let f = idle_fixture();
+    let mut p = Running::start(plain(&f.bin));
+    let (mut attacher, tracer) = attach_waiting(&p);
+    assert_ne!(
+        tracer,
+        attacher.id() as i32,
+        "the command traces the target itself"
+    );
+    // SAFETY: kill with a pid of our own child.
+    unsafe { libc::kill(attacher.id() as i32, libc::SIGKILL) };
+    attacher.wait().expect("wait for mem-trace");
+    // The tracing half saw its parent die and let the target go.
+    untraced(p.pid);
+    // It allocates, on two threads: a breakpoint left in malloc would kill it with SIGTRAP.
+    p.alloc();
+    p.send("thread");
+    assert_eq!(p.line(), "thread=ok");
+    // Nothing of the killed attach is left: attached and detached again.
+    attach(&f, p.pid, "after-sigkill");
+    p.alloc();
+    detach(&f, p.pid, "after-sigkill-detach");
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
+#[test]
+fn the_tracing_half_killed_with_sigkill_has_its_breakpoints_put_back() {
+    let _turn = one_at_a_time();
+    let f = idle_fixture();
+    let mut p = Running::start(plain(&f.bin));
+    let (mut attacher, tracer) = attach_waiting(&p);
+    // SAFETY: kill of the command's child, the tracer of our own child.
+    unsafe { libc::kill(tracer, libc::SIGKILL) };
+    let status = attacher.wait().expect("wait for mem-trace");
+    let mut err = String::new();
+    std::io::Read::read_to_string(attacher.stderr.as_mut().unwrap(), &mut err).unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}: {err}");
+    assert!(
+        err.contains("killed by signal 9 with 2 breakpoint(s)")
+            && err.contains("their bytes were put back"),
+        "{err}"
+    );
+    untraced(p.pid);
+    p.alloc();
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
 }
 
 #[test]
@@ -441,6 +584,175 @@ fn ctrl_c_while_waiting_for_a_safe_point_leaves_no_breakpoint_behind() {
     let (out, err, status) = p.finish(None);
     assert!(status.success(), "{status}: {err}");
     assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
+#[test]
+fn a_library_dlopened_after_the_attach_through_origin_runpath_is_found_and_traced() {
+    let _turn = one_at_a_time();
+    let f = with_entry_script(idle_fixture());
+    let plugin = c_shared_library("attach_plugin.c");
+    let dir = f.bin.parent().unwrap().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&plugin.bin, dir.join("libattach_plugin.so")).unwrap();
+    let mut p = Running::start(plain(&f.bin));
+    attach(&f, p.pid, "attach-plugin");
+    // The bare name is found through the program's RUNPATH, as without the tracer: a dlopen
+    // hook that called glibc's itself would search the tracer's path instead.
+    p.send("plugin");
+    let line = p.line();
+    let addr = line
+        .strip_prefix("plugin=0x")
+        .unwrap_or_else(|| panic!("the plugin did not load: {line}"));
+    let addr = u64::from_str_radix(addr, 16).unwrap();
+    // Its allocation was recorded: its GOT was patched after the load.
+    let why = gdb_why(&f, p.pid, addr + 100);
+    let site = format!(
+        "plugin_site at {}:{}",
+        plugin.src.display(),
+        line_of(&plugin, "plugin-site")
+    );
+    assert!(why.contains("2929"), "{why}");
+    assert!(why.contains(&site), "no {site:?} in\n{why}");
+    // A name with $ORIGIN is the caller's directory too, not the tracer's.
+    p.send("plugin-origin");
+    let line = p.line();
+    assert!(line.starts_with("plugin=0x"), "{line}");
+    detach(&f, p.pid, "detach-plugin");
+    // Loaded again by name (already there): the same library, still working.
+    p.send("plugin");
+    assert!(p.line().starts_with("plugin=0x"));
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
+#[test]
+fn fork_after_the_attach_with_allocating_atfork_handlers_runs_parent_and_child_normally() {
+    let _turn = one_at_a_time();
+    let f = with_entry_script(idle_fixture());
+    let mut p = Running::start(plain(&f.bin));
+    attach(&f, p.pid, "attach-fork");
+    for _ in 0..3 {
+        p.send("fork");
+        assert_eq!(p.line(), "child=ok");
+        assert_eq!(p.line(), "child_status=0");
+    }
+    // The parent still allocates through the tracer, which names the site.
+    let after = p.alloc();
+    let why = gdb_why(&f, p.pid, after + 10);
+    let site = format!(
+        "idle_site at {}:{}",
+        f.src.display(),
+        line_of(&f, "idle-site")
+    );
+    assert!(why.contains("3131"), "{why}");
+    assert!(why.contains(&site), "no {site:?} in\n{why}");
+    detach(&f, p.pid, "detach-fork");
+    p.send("fork");
+    assert_eq!(p.line(), "child=ok");
+    assert_eq!(p.line(), "child_status=0");
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
+/// `call mem_trace::print_trace(ADDR)` in `pid` through gdb (its answer goes to the
+/// process's stderr).
+fn gdb_print_trace(fixture: &Fixture, pid: u32, addr: u64) {
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-nx", "-batch", "-p", &pid.to_string()])
+        .args(["-ex", "set debuginfod enabled off"])
+        .args(["-ex", &format!("call mem_trace::print_trace({addr:#x})")])
+        .current_dir(&fixture.dir)
+        // gdb 13 cannot finish an inferior call on this CPU without it (tests/common).
+        .env("LD_PRELOAD", &c_shared_library("gdb_xstate.c").bin);
+    let out = run_with_timeout(
+        cmd,
+        &fixture.dir.join("attach-print-trace.gdb-output"),
+        true,
+        None,
+        GDB_TIMEOUT,
+        "gdb",
+    );
+    assert!(out.success(), "{}", out.describe());
+}
+
+/// The event number in an answer's "attached to this process at event #N".
+fn attached_event(text: &str) -> u64 {
+    let at = text
+        .find("attached to this process at event #")
+        .unwrap_or_else(|| panic!("no attach event in\n{text}"));
+    let digits: String = text[at + "attached to this process at event #".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap()
+}
+
+#[test]
+fn an_address_from_before_the_attach_is_answered_with_the_attach_event() {
+    let _turn = one_at_a_time();
+    let f = with_entry_script(idle_fixture());
+    let mut p = Running::start(plain(&f.bin));
+    let before = p.alloc();
+    attach(&f, p.pid, "attach-event");
+    let after = p.alloc();
+    // gdb: the block from before is unknown, and the answer says since when.
+    let why = gdb_why(&f, p.pid, before + 8);
+    assert!(
+        why.contains(&format!(
+            "{:#x} is not inside any block tracked by mem-trace",
+            before + 8
+        )),
+        "{why}"
+    );
+    let first = attached_event(&why);
+    // And print_trace, called in the process.
+    gdb_print_trace(&f, p.pid, before + 8);
+    // The command says the same.
+    let pid = p.pid.to_string();
+    let cmd = mem_trace(
+        &f,
+        "why-before",
+        &["why", &pid, &format!("{:#x}", before + 8)],
+    );
+    assert!(cmd.success(), "{}", cmd.describe());
+    assert_eq!(attached_event(&cmd.stdout), first, "{}", cmd.describe());
+    // The block allocated after is known, with a sequence number past the attach's.
+    let known = gdb_why(&f, p.pid, after + 8);
+    let seq: u64 = known
+        .split("(#")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no sequence number in\n{known}"));
+    assert!(
+        seq >= first,
+        "#{seq} allocated after the attach at #{first}\n{known}"
+    );
+    // A second attach moves the event on.
+    detach(&f, p.pid, "detach-event");
+    p.alloc();
+    attach(&f, p.pid, "attach-event-2");
+    let cmd = mem_trace(
+        &f,
+        "why-before-2",
+        &["why", &pid, &format!("{:#x}", before + 8)],
+    );
+    assert!(attached_event(&cmd.stdout) > seq, "{}", cmd.describe());
+    detach(&f, p.pid, "detach-event-2");
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+    assert!(
+        err.contains(&format!(
+            "mem-trace: {:#x} is not inside any block tracked by mem-trace",
+            before + 8
+        )),
+        "{err}"
+    );
+    assert_eq!(attached_event(&err), first, "{err}");
 }
 
 /// The mappings' permissions of `pid`, in order.

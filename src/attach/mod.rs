@@ -110,6 +110,17 @@ unsafe extern "C" fn each(
     0
 }
 
+/// Whether the tracer was attached to this process and is not detached.
+pub(crate) fn attached() -> bool {
+    MEM_TRACE_ATTACH_STATE.load(Ordering::Acquire) == ATTACHED
+}
+
+/// Points the GOT entries of modules loaded since the attach at the hooks (entries already
+/// patched are left as they are). Called after a `dlopen` in an attached process.
+pub(crate) fn patch_new_modules() {
+    got::patch_all(&crate::hooks::redirected());
+}
+
 /// Whether the tracer runs in this process: preloaded, or attached now.
 pub(crate) fn tracing() -> bool {
     matches!(

@@ -8,8 +8,8 @@
 //! (a Rust wrapper's own frame would shift the caller's stack pointer they read), the others
 //! are one direct call, which rustc makes without the PLT.
 
-use super::{aligned, alloc, dlclose, threads};
-use core::ffi::{c_int, c_void};
+use super::{aligned, alloc, dlclose, dlopen, threads};
+use core::ffi::{c_char, c_int, c_void};
 
 /// A naked twin of a hook whose entry reads the caller's registers (`alloc::Caller`): the
 /// same instructions, jumping to the same body.
@@ -31,6 +31,17 @@ entry!(malloc(_size: usize) -> *mut c_void, "rsi", "rdx", alloc::malloc_from);
 entry!(calloc(_n: usize, _size: usize) -> *mut c_void, "rdx", "rcx", alloc::calloc_from);
 entry!(free(_p: *mut c_void), "rsi", "rdx", alloc::free_from);
 entry!(realloc(_p: *mut c_void, _size: usize) -> *mut c_void, "rdx", "rcx", alloc::realloc_from);
+
+/// The `dlopen` hook's entry: the caller's return address, which glibc's `dlopen` would
+/// have read to find the caller's search path, as a third argument.
+#[unsafe(naked)]
+unsafe extern "C" fn dlopen_entry(_name: *const c_char, _mode: c_int) -> *mut c_void {
+    core::arch::naked_asm!(
+        "mov rdx, [rsp]",
+        "jmp {from}",
+        from = sym dlopen::dlopen_from,
+    )
+}
 
 /// A twin that calls the hook directly.
 macro_rules! direct {
@@ -63,9 +74,9 @@ direct!(
 direct!(dlclose(handle: *mut c_void) -> c_int, dlclose::dlclose);
 
 /// The hooks an attach puts in the modules' GOTs (`attach::got`), by the name each replaces:
-/// the malloc family, and the two calls whose hooks keep the unwinder right (a thread's
-/// stack bounds, a module unloaded).
-pub(crate) fn redirected() -> [(&'static [u8], usize); 13] {
+/// the malloc family, the two calls whose hooks keep the unwinder right (a thread's stack
+/// bounds, a module unloaded), and `dlopen`, whose hook patches the modules it loads.
+pub(crate) fn redirected() -> [(&'static [u8], usize); 14] {
     [
         (b"malloc", malloc as *const () as usize),
         (b"free", free as *const () as usize),
@@ -83,5 +94,6 @@ pub(crate) fn redirected() -> [(&'static [u8], usize); 13] {
         ),
         (b"pthread_create", pthread_create as *const () as usize),
         (b"dlclose", dlclose as *const () as usize),
+        (b"dlopen", dlopen_entry as *const () as usize),
     ]
 }

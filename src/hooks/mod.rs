@@ -1,5 +1,6 @@
 //! The exported malloc family, and the other entry points the tracer needs to see
-//! (`pthread_create` for stack bounds, `dlclose` for module unloads, and in profiler builds
+//! (`pthread_create` for stack bounds, `dlclose` for module unloads, `dlopen` in an attached
+//! process for the modules it loads (`dlopen`, not exported), and in profiler builds
 //! the credential changes, which the profiler's thread must not be there for). Nothing else
 //! lives here.
 //!
@@ -20,6 +21,7 @@ mod aligned;
 mod alloc;
 mod credentials;
 mod dlclose;
+mod dlopen;
 mod exit;
 mod threads;
 

@@ -199,7 +199,7 @@ class TraceBuilder:
         """Lay everything out; returns (image, header address, {name: address})."""
         img = image or Image()
         where = {}
-        header = img.map(144)
+        header = img.map(160)
         where["header"] = header
 
         per_shard = defaultdict(list)
@@ -327,11 +327,11 @@ class TraceBuilder:
         img.write(
             header,
             struct.pack(
-                "<8sIIIIII14Q",
-                b"MEMTRACE", self.version, 144, 24, 64, 129, 16,
+                "<8sIIIIII16Q",
+                b"MEMTRACE", self.version, 160, 24, 64, 129, 16,
                 shards, stacks, threads, freed, self.next_seq, self.live_bytes, self.flags,
                 self.untracked, profile, self.peak_bytes, self.peak_seq, tree,
-                self.sample_mean, 0,
+                self.sample_mean, 0, 0, 0,
             ),
         )
         return img, header, where

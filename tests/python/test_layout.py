@@ -95,11 +95,11 @@ class HeaderTests(Fixture):
 
     def test_uninitialised_header_is_empty(self):
         img = Image()
-        h = img.map(144)
+        h = img.map(160)
         # Version 6: shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked,
-        # profile, peak_bytes, peak_seq, tree, sample_mean, tag_key.
-        img.write(h, struct.pack("<8sIIIIII14Q", b"MEMTRACE", 6, 144, 24, 64, 129, 16,
-                                 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+        # profile, peak_bytes, peak_seq, tree, sample_mean, tag_key, attached_at, reserved.
+        img.write(h, struct.pack("<8sIIIIII16Q", b"MEMTRACE", 6, 160, 24, 64, 129, 16,
+                                 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
         t = Tracer.open(img, h)
         self.assertIsNone(t.find_block(HEAP))
         self.assertEqual(t.totals().live_blocks, 0)

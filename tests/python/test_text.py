@@ -160,6 +160,14 @@ class WhyLiveBlockTests(unittest.TestCase):
              "(3 blocks could not be tracked; it may be one of them)"],
         )
 
+    def test_nothing_tracked_in_an_attached_process_says_when_it_was_attached(self):
+        self.assertEqual(
+            why_lines(0x10, attached_at=4321),
+            ["0x10 is not inside any block tracked by mem-trace",
+             "(mem-trace was attached to this process at event #4321: blocks allocated "
+             "before that are unknown to it; it may be one of them)"],
+        )
+
     def test_saturated_size(self):
         big = Block(addr=0x7F0000000000, size=(1 << 40) - 1, thread=MAIN, seq=9, stack=ALLOC_STACK)
         line = why_lines(big.addr + 8, Match(big.addr + 8, big, "inside", 8))[0]

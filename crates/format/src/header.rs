@@ -27,7 +27,7 @@ pub const FLAG_PROFILE_MODE: u64 = 8;
 /// allocated before the attach are unknown to the tables.
 pub const FLAG_ATTACHED: u64 = 16;
 
-/// The header (144 bytes, 16-byte aligned). Fields are in `docs/LAYOUT.md` order.
+/// The header (160 bytes, 16-byte aligned). Fields are in `docs/LAYOUT.md` order.
 #[repr(C, align(16))]
 pub struct Header {
     /// [`MAGIC`].
@@ -77,6 +77,12 @@ pub struct Header {
     /// The key of block tags (version 6, see `tag`): 0 when no block is tagged and every
     /// live block is in the table.
     pub tag_key: AtomicU64,
+    /// With [`FLAG_ATTACHED`]: the sequence number of the first event after the last
+    /// `mem-trace attach`; every block allocated before it is unknown to the tables. 0 before
+    /// the first attach and in every preloaded process (version 6).
+    pub attached_at: AtomicU64,
+    /// Reserved, 0: the header stays a multiple of 16 bytes.
+    pub reserved: u64,
 }
 
 // SAFETY: the raw pointers are addresses of statics that are themselves Sync, and are never
@@ -90,7 +96,7 @@ mod tests {
 
     #[test]
     fn header_matches_layout_md() {
-        assert_eq!(size_of::<Header>(), 144);
+        assert_eq!(size_of::<Header>(), 160);
         assert_eq!(offset_of!(Header, version), 8);
         assert_eq!(offset_of!(Header, header_size), 12);
         assert_eq!(offset_of!(Header, slot_size), 16);
@@ -111,5 +117,6 @@ mod tests {
         assert_eq!(offset_of!(Header, tree), 120);
         assert_eq!(offset_of!(Header, sample_mean), 128);
         assert_eq!(offset_of!(Header, tag_key), 136);
+        assert_eq!(offset_of!(Header, attached_at), 144);
     }
 }

@@ -307,7 +307,7 @@ impl TraceBuilder {
 
     /// Lays everything out in `img`, beside what it holds.
     pub(crate) fn build_into(&self, mut img: Image) -> Built {
-        let header = img.map(144);
+        let header = img.map(160);
 
         let mut per_shard: BTreeMap<usize, Vec<Slot>> = BTreeMap::new();
         for &b in &self.blocks {
@@ -478,7 +478,7 @@ impl TraceBuilder {
         }
 
         img.write(header, b"MEMTRACE");
-        for (k, v) in [VERSION, 144, 24, 64, 129, 16].iter().enumerate() {
+        for (k, v) in [VERSION, 160, 24, 64, 129, 16].iter().enumerate() {
             img.write(header + 8 + 4 * k as u64, &v.to_le_bytes());
         }
         img.write_u64s(

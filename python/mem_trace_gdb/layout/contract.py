@@ -13,7 +13,7 @@ from typing import List
 LAYOUT_VERSION = 6
 MAGIC = b"MEMTRACE"
 
-HEADER_SIZE = 144
+HEADER_SIZE = 160
 SLOT_SIZE = 24
 SHARD_SIZE = 64
 REGION_SHIFT = 16
@@ -84,8 +84,8 @@ FREED_BY_REALLOC = 1 << 0
 # The records' byte formats, little-endian (the tables in docs/LAYOUT.md).
 # magic, version, header_size, slot_size, shard_size, shard_count, region_shift, shards,
 # stacks, threads, freed, next_seq, live_bytes, flags, untracked, profile, peak_bytes,
-# peak_seq, tree, sample_mean, reserved.
-HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQQ QQQ Q QQ")
+# peak_seq, tree, sample_mean, tag_key, attached_at, reserved.
+HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQQ QQQ Q QQQ 8x")
 SHARD_STRUCT = struct.Struct("<II QQQQ 24x")
 DIRECTORY_HEADER_STRUCT = struct.Struct("<QII")
 # tid, flags, name, counters, own_live, freed_elsewhere, peak_bytes, allocated_bytes.

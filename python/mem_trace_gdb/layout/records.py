@@ -21,7 +21,7 @@ from .contract import (
 
 @dataclass(frozen=True)
 class Header:
-    """The decoded 144-byte header."""
+    """The decoded 160-byte header."""
 
     address: int
     version: int
@@ -43,6 +43,10 @@ class Header:
     tree: int = 0
     # MEM_TRACE_SAMPLE: mean bytes between sampled allocations (0: every block recorded).
     sample_mean: int = 0
+    # Block tags' key (0: every live block is in the table; see docs/LAYOUT.md).
+    tag_key: int = 0
+    # With FLAG_ATTACHED: the first event after the last `mem-trace attach` (0 otherwise).
+    attached_at: int = 0
 
     @property
     def initialised(self) -> bool:

@@ -254,7 +254,7 @@ class Tracer:
         (
             _magic, version, header_size, slot_size, shard_size, shard_count, region_shift,
             shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked, profile,
-            peak_bytes, peak_seq, tree, sample_mean, _reserved,
+            peak_bytes, peak_seq, tree, sample_mean, tag_key, attached_at,
         ) = HEADER_STRUCT.unpack(raw)
         expected = {
             "header_size": (header_size, HEADER_SIZE),
@@ -273,7 +273,7 @@ class Tracer:
             region_shift=region_shift, shards=shards, stacks=stacks, threads=threads,
             freed=freed, next_seq=next_seq, flags=flags, untracked=untracked,
             live_bytes=live_bytes, profile=profile, peak_bytes=peak_bytes, peak_seq=peak_seq,
-            tree=tree, sample_mean=sample_mean,
+            tree=tree, sample_mean=sample_mean, tag_key=tag_key, attached_at=attached_at,
         )
         return cls(reader, header)
 

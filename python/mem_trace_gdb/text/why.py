@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from ..layout import FreedBlock, History, Match, MemTraceError, Tracer, sample
+from ..layout import FLAG_ATTACHED, FreedBlock, History, Match, MemTraceError, Tracer, sample
 from .parts import (
     Lookups,
     block_text,
@@ -58,6 +58,9 @@ class WhyFacts:
     untracked: int = 0
     # MEM_TRACE_SAMPLE (0: every block recorded).
     sample_mean: int = 0
+    # In a process `mem-trace attach` loaded the tracer into: the first event after the last
+    # attach (header.attached_at); blocks from before it are unknown. None otherwise.
+    attached_at: Optional[int] = None
 
     @classmethod
     def read(cls, tracer: Tracer, address: int, max_gap: int) -> "WhyFacts":
@@ -77,7 +80,15 @@ class WhyFacts:
             history=history_or_none(tracer),
             untracked=tracer.header.untracked,
             sample_mean=tracer.header.sample_mean,
+            attached_at=(tracer.header.attached_at
+                         if tracer.header.flags & FLAG_ATTACHED else None),
         )
+
+
+def attached_line(seq: int) -> str:
+    """The line for an address the tables do not know, in an attached process."""
+    return (f"(mem-trace was attached to this process at event #{seq}: blocks allocated "
+            "before that are unknown to it; it may be one of them)")
 
 
 def describe_match(match: Match) -> str:
@@ -155,6 +166,8 @@ def lines(facts: WhyFacts, lookups: Lookups, max_frames: Optional[int] = None) -
         out = [f"{facts.address:#x} is not inside any block tracked by mem-trace"]
         if facts.untracked:
             out.append(f"({facts.untracked} blocks could not be tracked; it may be one of them)")
+        if facts.attached_at is not None:
+            out.append(attached_line(facts.attached_at))
         return out + tail
     out = [describe_match(match) + thread_details(lookups, match.block.thread)]
     # Glibc packs small blocks 16 bytes apart, so a pointer to a block freed too
@@ -163,5 +176,7 @@ def lines(facts: WhyFacts, lookups: Lookups, max_frames: Optional[int] = None) -
         "    (not inside any live block nor any remembered freed block: an overflow, "
         "or a pointer to an untracked or long-freed block)"
     )
+    if facts.attached_at is not None:
+        out.append("    " + attached_line(facts.attached_at))
     out += stack_lines(lookups, match.block.stack, max_frames, option=FRAMES_OPTION)
     return out + tail

@@ -48,11 +48,12 @@ impl Session {
         let mem = Memory::open(pid).map_err(|e| format!("cannot open /proc/{pid}/mem: {e}"))?;
         let mut bps = Breakpoints::new(&mem, &[malloc, free])
             .map_err(|e| format!("cannot read libc's code in process {pid}: {e}"))?;
+        threads.set_traps(&bps.addrs());
         let point = match safepoint::choose(&mut threads, &mem, &mut bps, unsafe_callers) {
             Ok(p) => p,
             Err(e) => {
                 bps.remove(&mem);
-                threads.release(|tid, stop| stop == Stop::Signal(libc::SIGTRAP) && bps.rewind(tid));
+                threads.release();
                 return Err(e);
             }
         };
@@ -153,11 +154,9 @@ impl Session {
                         r.rip, info.si_code, r.rsp
                     ));
                 }
-                Stop::Signal(libc::SIGTRAP) if t != tid && self.bps.rewind(t) => {
-                    self.threads.clear_pending(t);
-                    self.resume(t, true)?;
-                }
-                Stop::Signal(_) | Stop::Interrupted => self.resume(t, false)?,
+                // A thread that hit a breakpoint before it was removed, rewound.
+                Stop::Breakpoint(_) => self.resume(t, true)?,
+                Stop::Signal(_) | Stop::Interrupted | Stop::Stepped => self.resume(t, false)?,
             }
         }
     }
@@ -214,18 +213,21 @@ impl Session {
         let restored = ptrace::set_regs(tid, &self.point.regs)
             .and_then(|()| ptrace::set_fpregs(tid, &self.point.fpregs));
         self.threads.clear_pending(tid);
-        let bps = &self.bps;
-        self.threads
-            .release(|t, stop| stop == Stop::Signal(libc::SIGTRAP) && bps.rewind(t));
+        self.threads.release();
         restored.map_err(|e| format!("cannot restore thread {tid}'s registers: {e}"))
     }
 }
 
 /// A line on stderr when `MEM_TRACE_ATTACH_DEBUG` is set: what the injector saw.
 pub fn debug(what: std::fmt::Arguments) {
-    if std::env::var_os("MEM_TRACE_ATTACH_DEBUG").is_some() {
+    if debugging() {
         eprintln!("mem-trace attach: {what}");
     }
+}
+
+/// Whether `MEM_TRACE_ATTACH_DEBUG` is set.
+pub fn debugging() -> bool {
+    std::env::var_os("MEM_TRACE_ATTACH_DEBUG").is_some()
 }
 
 impl Drop for Session {

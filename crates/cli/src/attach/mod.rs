@@ -7,7 +7,9 @@
 //! - `ptrace`: every thread traced, the waits, and letting them all go;
 //! - `safepoint`: the thread and moment where a call cannot wait on the allocator's or the
 //!   loader's locks;
-//! - `inject`: calling `dlopen` and the library's entry points on that thread.
+//! - `inject`: calling `dlopen` and the library's entry points on that thread;
+//! - `supervise`: the command split in two before it touches the process, so that killing
+//!   either half does not leave a breakpoint in its allocator.
 //!
 //! An attach: the checks; every thread seized; one stopped at a safe point; there,
 //! `dlopen(LIBRARY, RTLD_NOW)` (glibc >= 2.34 exports it from libc.so.6; not
@@ -22,6 +24,7 @@ mod inject;
 mod memory;
 mod ptrace;
 mod safepoint;
+mod supervise;
 
 use crate::cli::{AttachArgs, DetachArgs};
 use crate::error::{Error, Result};
@@ -129,7 +132,8 @@ pub fn detach(a: &DetachArgs) -> Result<()> {
     Ok(())
 }
 
-/// Seizes the process and stops a thread at a safe point.
+/// Forks (the parent waits for the child and ends as it does, `supervise`); in the child,
+/// seizes the process and stops a thread at a safe point.
 fn begin(pid: i32, target: &Target) -> Result<Session> {
     let libc = Image::read(pid, &target.libc).map_err(|e| Error::new(e.to_string()))?;
     let malloc = libc
@@ -138,6 +142,7 @@ fn begin(pid: i32, target: &Target) -> Result<Session> {
     let free = libc.symbol("free").map_err(|e| Error::new(e.to_string()))?;
     // A thread at glibc's malloc called from the tracer's hooks is inside the tracer, its
     // guard held: no safe point either.
+    supervise::split(pid, &[(malloc, "malloc"), (free, "free")]).map_err(Error::new)?;
     let mut unsafe_callers = vec![&target.libc];
     unsafe_callers.extend(target.ld.as_ref());
     unsafe_callers.extend(target.ours.as_ref().map(|(m, _)| m));

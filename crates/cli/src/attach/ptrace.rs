@@ -6,6 +6,12 @@
 //! thread born meanwhile is traced too. A thread stops only when asked (`PTRACE_INTERRUPT`),
 //! at a breakpoint, or for a signal, which is passed on. [`Threads::release`] lets them all
 //! go, and runs on every path out (`Drop`): the target is never left stopped.
+//!
+//! The breakpoints' hits are recognised here, where every stop arrives, and nowhere else: a
+//! thread that executed one of the `int3`s (its rip one past the address, whether or not the
+//! byte is still there) has its rip put back on the address and its `SIGTRAP` taken away,
+//! whatever the caller was waiting for. A hit collected while waiting for another thread was
+//! once left with its `SIGTRAP` to deliver, and killed the target (docs/FINDINGS.md).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -14,8 +20,13 @@ use std::time::{Duration, Instant};
 /// A stop the caller must act on (the others are handled by [`Threads::wait`] itself).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
-    /// Stopped by a signal (`SIGTRAP` for a breakpoint), not yet delivered.
+    /// Stopped by a signal, not yet delivered (delivered when resumed).
     Signal(i32),
+    /// Stopped by one of the breakpoints at this address: rip is back on it and the
+    /// `SIGTRAP` forgotten.
+    Breakpoint(u64),
+    /// A single step ([`Threads::step`]) done.
+    Stepped,
     /// Stopped by `PTRACE_INTERRUPT`.
     Interrupted,
     /// The thread has exited.
@@ -33,6 +44,10 @@ struct Thread {
     interrupting: bool,
     /// Born while traced: its first stop is the automatic attach's, to be let run.
     fresh: bool,
+    /// Being single-stepped: its next `SIGTRAP` is the step's.
+    stepping: bool,
+    /// Hit a breakpoint, already rewound, whose `SIGTRAP` is still queued: to be swallowed.
+    trap_owed: bool,
 }
 
 /// The target's threads, seized.
@@ -41,6 +56,8 @@ pub struct Threads {
     threads: BTreeMap<i32, Thread>,
     /// Threads that stopped for the caller, not yet collected by it.
     queue: Vec<(i32, Stop)>,
+    /// The addresses where an `int3` is or was during this session.
+    traps: Vec<u64>,
 }
 
 const PTRACE_EVENT_STOP: i32 = 128;
@@ -67,6 +84,7 @@ impl Threads {
             pid,
             threads: BTreeMap::new(),
             queue: Vec::new(),
+            traps: Vec::new(),
         };
         loop {
             let mut new = 0;
@@ -98,6 +116,12 @@ impl Threads {
                 return Ok(t);
             }
         }
+    }
+
+    /// Makes the stops of threads that executed an `int3` at one of `addrs` be
+    /// [`Stop::Breakpoint`], for the rest of the session (even after the bytes are back).
+    pub fn set_traps(&mut self, addrs: &[u64]) {
+        self.traps = addrs.to_vec();
     }
 
     /// The thread ids traced now.
@@ -152,8 +176,14 @@ impl Threads {
         if let Some(t) = self.threads.get_mut(&tid) {
             t.stopped = false;
             t.pending = 0;
+            t.stepping = true;
         }
-        self.wait_for(tid, deadline)
+        let stop = self.wait_for(tid, deadline);
+        // Whatever came (a signal may come before the step), the next SIGTRAP is not a step's.
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.stepping = false;
+        }
+        stop
     }
 
     /// Waits for the next stop the caller must act on, until `deadline` (`None`: timed out).
@@ -172,7 +202,16 @@ impl Threads {
             let Some((tid, status)) = wait_any(deadline)? else {
                 return Ok(None);
             };
-            super::inject::debug(format_args!("wait: tid {tid} status {status:#x}"));
+            if super::inject::debugging() {
+                let rip = if libc::WIFSTOPPED(status) {
+                    regs(tid).map_or(0, |r| r.rip)
+                } else {
+                    0
+                };
+                super::inject::debug(format_args!(
+                    "wait: tid {tid} status {status:#x} rip {rip:#x}"
+                ));
+            }
             if let Some(stop) = self.on_status(tid, status)? {
                 return Ok(Some((tid, stop)));
             }
@@ -218,12 +257,28 @@ impl Threads {
             let mut child: libc::c_ulong = 0;
             // SAFETY: PTRACE_GETEVENTMSG writes one c_ulong.
             unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, tid, 0usize, &mut child) };
-            // Known from now on; its first stop lets it run (below).
-            self.threads.entry(child as i32).or_default().fresh = true;
+            // Known from now on; its first stop lets it run (below). A child whose first stop
+            // came before this event is known already, and running.
+            if let std::collections::btree_map::Entry::Vacant(v) = self.threads.entry(child as i32)
+            {
+                v.insert(Thread {
+                    fresh: true,
+                    ..Thread::default()
+                });
+            }
             self.resume(tid, true)?;
             return Ok(None);
         }
         if event == PTRACE_EVENT_STOP {
+            // A thread that executed an int3 and was stopped before its SIGTRAP was dequeued
+            // (the kernel reports a PTRACE_INTERRUPT's stop first): rewound, the SIGTRAP
+            // swallowed, or it would be delivered when the thread is let go.
+            if !t.stepping {
+                if let Some(dead) = self.fix_early_hit(tid) {
+                    return Ok(dead);
+                }
+            }
+            let t = self.threads.entry(tid).or_default();
             if std::mem::take(&mut t.interrupting) {
                 return Ok(Some(Stop::Interrupted));
             }
@@ -246,62 +301,189 @@ impl Threads {
             self.resume(tid, true)?;
             return Ok(None);
         }
-        // A signal-delivery stop: the caller decides (a breakpoint, the end of a call);
-        // whatever it does not claim is delivered when the thread resumes.
+        if sig == libc::SIGTRAP {
+            if std::mem::take(&mut t.stepping) {
+                t.pending = 0;
+                return Ok(Some(Stop::Stepped));
+            }
+            if std::mem::take(&mut t.trap_owed) {
+                super::inject::debug(format_args!("tid {tid}: owed SIGTRAP swallowed"));
+                t.pending = 0;
+                self.resume(tid, true)?;
+                return Ok(None);
+            }
+            if let Some(at) = self.hit_by_int3(tid)? {
+                return Ok(Some(Stop::Breakpoint(at)));
+            }
+            let t = self.threads.entry(tid).or_default();
+            t.pending = sig;
+            return Ok(Some(Stop::Signal(sig)));
+        }
+        // A signal-delivery stop: the caller decides (the end of a call); whatever it does
+        // not claim is delivered when the thread resumes.
         t.pending = sig;
         Ok(Some(Stop::Signal(sig)))
     }
 
-    /// Lets every thread go: each running one is stopped first (only a stopped thread can be
-    /// detached), each keeps the signal it stopped for; `fixup` runs on each stopped thread
-    /// before it is detached (a breakpoint hit's rewind). Threads that exited meanwhile are
-    /// forgotten. Never fails: what cannot be done in two seconds is left to the kernel,
-    /// which detaches every tracee when the tracer exits.
-    pub fn release(&mut self, mut fixup: impl FnMut(i32, Stop) -> bool) {
-        cut_short_by_signals(false);
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let tids = self.tids();
-        super::inject::debug(format_args!("releasing {tids:?}"));
-        for &tid in &tids {
-            self.interrupt(tid);
+    /// For a thread in a `SIGTRAP` signal-delivery stop: if an `int3` of ours raised it (the
+    /// kernel's code, and rip one past a trap address), its rip goes back to the address and
+    /// the signal is forgotten; the address.
+    fn hit_by_int3(&mut self, tid: i32) -> io::Result<Option<u64>> {
+        // SAFETY: an all-zero siginfo_t is a valid buffer for PTRACE_GETSIGINFO.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: PTRACE_GETSIGINFO writes one siginfo_t.
+        if unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid, 0usize, &mut info) } != 0 {
+            return Ok(None);
         }
-        for tid in tids {
-            while self.threads.get(&tid).is_some_and(|t| !t.stopped) {
-                match self.wait_for(tid, deadline) {
-                    Ok(Stop::Exited) | Err(_) => break,
-                    Ok(stop) => {
-                        if fixup(tid, stop) {
-                            if let Some(t) = self.threads.get_mut(&tid) {
-                                t.pending = 0;
-                            }
+        // int3 is reported with SI_KERNEL; a program's raise(SIGTRAP) with SI_TKILL.
+        if info.si_code != libc::SI_KERNEL {
+            return Ok(None);
+        }
+        let mut r = regs(tid)?;
+        let Some(&at) = self.traps.iter().find(|&&a| a + 1 == r.rip) else {
+            return Ok(None);
+        };
+        r.rip = at;
+        set_regs(tid, &r)?;
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.pending = 0;
+        }
+        super::inject::debug(format_args!("tid {tid}: int3 hit at {at:#x}, rewound"));
+        Ok(Some(at))
+    }
+
+    /// For a thread in a `PTRACE_EVENT_STOP` whose rip is one past a trap address (it
+    /// executed the `int3`, and its `SIGTRAP` is still queued): rip back on the address, and
+    /// the `SIGTRAP` taken out of the queue by letting it dequeue it (no instruction runs
+    /// before that: a synchronous signal is dequeued first) and not delivering it. The
+    /// thread stays stopped. `None`: go on with the stop as reported; `Some(stop)`: the stop
+    /// is over, report `stop` instead (`Exited` if it died, nothing if it runs again).
+    fn fix_early_hit(&mut self, tid: i32) -> Option<Option<Stop>> {
+        let mut r = regs(tid).ok()?;
+        let &at = self.traps.iter().find(|&&a| a + 1 == r.rip)?;
+        r.rip = at;
+        set_regs(tid, &r).ok()?;
+        if !sigtrap_queued(tid) {
+            super::inject::debug(format_args!(
+                "tid {tid}: stopped just past the int3 at {at:#x}, no SIGTRAP queued; rewound"
+            ));
+            return None;
+        }
+        super::inject::debug(format_args!(
+            "tid {tid}: stopped past the int3 at {at:#x} with its SIGTRAP queued; rewound, draining"
+        ));
+        // SAFETY: PTRACE_CONT with no signal; no memory is passed.
+        if unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0usize, 0usize) } != 0 {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.trap_owed = true;
+            }
+            return None;
+        }
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes the status word.
+            let got = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
+            if got == tid {
+                super::inject::debug(format_args!("tid {tid}: drained with status {status:#x}"));
+                if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                    self.threads.remove(&tid);
+                    return Some(Some(Stop::Exited));
+                }
+                let t = self.threads.entry(tid).or_default();
+                t.stopped = true;
+                if libc::WIFSTOPPED(status)
+                    && status >> 16 == 0
+                    && libc::WSTOPSIG(status) == libc::SIGTRAP
+                {
+                    t.pending = 0;
+                } else {
+                    // Something came first: the SIGTRAP is still owed. A signal for the
+                    // program is kept, to be delivered.
+                    t.trap_owed = true;
+                    if libc::WIFSTOPPED(status) && status >> 16 == 0 {
+                        t.pending = libc::WSTOPSIG(status);
+                    }
+                }
+                return None;
+            }
+            if (got < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR))
+                || Instant::now() >= deadline
+            {
+                // Running, its SIGTRAP to come: swallowed when it does; this stop, the
+                // interrupt's, is over.
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.trap_owed = true;
+                    t.stopped = false;
+                    t.interrupting = false;
+                }
+                return Some(None);
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// Stops every thread (interrupting those that run, threads born meanwhile included),
+    /// until each is stopped or gone or `deadline` passes; every stop seen, those collected
+    /// earlier and not acted on included, in order. Breakpoint hits among them are fixed
+    /// already.
+    pub fn stop_all(&mut self, deadline: Instant) -> Vec<(i32, Stop)> {
+        let mut seen = std::mem::take(&mut self.queue);
+        loop {
+            let running: Vec<i32> = self
+                .threads
+                .iter()
+                .filter(|(_, t)| !t.stopped)
+                .map(|(&tid, _)| tid)
+                .collect();
+            if running.is_empty() {
+                break;
+            }
+            for &tid in &running {
+                self.interrupt(tid);
+            }
+            for tid in running {
+                while self.threads.get(&tid).is_some_and(|t| !t.stopped) {
+                    match self.wait_for(tid, deadline) {
+                        Ok(stop) => seen.push((tid, stop)),
+                        Err(_) => {
+                            seen.append(&mut self.queue);
+                            return seen;
                         }
                     }
                 }
             }
-            // A stop collected earlier by `wait` but not acted on: fixed up now.
-            let queued: Vec<Stop> = self
-                .queue
-                .iter()
-                .filter(|&&(t, _)| t == tid)
-                .map(|&(_, s)| s)
-                .collect();
-            self.queue.retain(|&(t, _)| t != tid);
-            for stop in queued {
-                if fixup(tid, stop) {
-                    if let Some(t) = self.threads.get_mut(&tid) {
-                        t.pending = 0;
-                    }
-                }
-            }
-            let Some(t) = self.threads.remove(&tid) else {
-                continue;
-            };
+            seen.append(&mut self.queue);
+        }
+        seen
+    }
+
+    /// Lets every thread go: each running one is stopped first (only a stopped thread can be
+    /// detached, and a breakpoint hit must be fixed first), each keeps the signal it stopped
+    /// for. Threads that exited meanwhile are forgotten. Never fails: what cannot be done in
+    /// two seconds is left to the kernel, which detaches every tracee when the tracer exits.
+    pub fn release(&mut self) {
+        cut_short_by_signals(false);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        super::inject::debug(format_args!("releasing {:?}", self.tids()));
+        let stops = self.stop_all(deadline);
+        super::inject::debug(format_args!("release saw {stops:?}"));
+        for (tid, t) in std::mem::take(&mut self.threads) {
             if t.stopped {
+                super::inject::debug(format_args!(
+                    "detach: tid {tid} signal {} rip {:#x}{}",
+                    t.pending,
+                    regs(tid).map_or(0, |r| r.rip),
+                    if t.trap_owed {
+                        " (SIGTRAP still owed)"
+                    } else {
+                        ""
+                    }
+                ));
                 // SAFETY: PTRACE_DETACH with the signal to deliver; no memory is passed.
                 unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, t.pending as usize) };
             }
         }
-        self.threads.clear();
         // A Ctrl-C held meanwhile is delivered now, the target let go.
         hold_signals(false);
     }
@@ -322,9 +504,21 @@ impl Threads {
 impl Drop for Threads {
     fn drop(&mut self) {
         if !self.threads.is_empty() {
-            self.release(|_, _| false);
+            self.release();
         }
     }
+}
+
+/// Whether `tid` has a `SIGTRAP` queued for it alone (SigPnd in /proc/TID/status).
+fn sigtrap_queued(tid: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigPnd:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGTRAP - 1)) != 0)
 }
 
 /// The thread ids in /proc/PID/task.

@@ -14,7 +14,8 @@
 //!    others run on. Its call is restarted, or returns `EINTR`, as after any signal.
 //!
 //! The breakpoints' original bytes are put back as soon as a thread is chosen; a thread that
-//! hit one meanwhile is rewound by one byte and let go ([`Breakpoints::rewind`]).
+//! hit one meanwhile is rewound by one byte, its `SIGTRAP` swallowed, wherever its stop is
+//! seen (`ptrace`, which knows the breakpoints' addresses).
 
 use super::image::Module;
 use super::memory::Memory;
@@ -78,22 +79,9 @@ impl Breakpoints {
         }
     }
 
-    /// Whether a thread stopped by `SIGTRAP` at `rip` hit one of these.
-    fn hit(&self, rip: u64) -> bool {
-        self.at.iter().any(|&(a, _)| a + 1 == rip)
-    }
-
-    /// For a thread stopped by `SIGTRAP`: if it hit one of these, its rip goes back to the
-    /// function's entry (the original byte, now back, runs when it resumes); whether it did.
-    pub fn rewind(&self, tid: i32) -> bool {
-        let Ok(mut r) = ptrace::regs(tid) else {
-            return false;
-        };
-        if !self.hit(r.rip) {
-            return false;
-        }
-        r.rip -= 1;
-        ptrace::set_regs(tid, &r).is_ok()
+    /// The addresses.
+    pub fn addrs(&self) -> Vec<u64> {
+        self.at.iter().map(|&(a, _)| a).collect()
     }
 }
 
@@ -111,7 +99,7 @@ pub fn choose(
     bps.remove(mem);
     let found = match found {
         Ok(None) => {
-            in_blocking_call(threads, bps).map_err(|e| format!("while stopping the threads: {e}"))
+            in_blocking_call(threads).map_err(|e| format!("while stopping the threads: {e}"))
         }
         Ok(Some(p)) => Ok(Some(p)),
         Err(e) => Err(format!("while waiting for a thread to call malloc: {e}")),
@@ -142,26 +130,22 @@ fn at_allocator_entry(
         .map_or(BUSY_WAIT, Duration::from_millis);
     let deadline = Instant::now() + wait;
     while let Some((tid, stop)) = threads.wait(deadline)? {
-        let Stop::Signal(sig) = stop else {
-            continue;
+        // Stops of no interest are let run, the program's signals delivered.
+        let at = match stop {
+            Stop::Breakpoint(at) => at,
+            Stop::Exited => continue,
+            Stop::Signal(_) | Stop::Interrupted | Stop::Stepped => {
+                threads.resume(tid, false)?;
+                continue;
+            }
         };
-        if sig != libc::SIGTRAP {
-            threads.resume(tid, false)?;
-            continue;
-        }
-        let mut r = ptrace::regs(tid)?;
-        if !bps.hit(r.rip) {
-            // The program's own SIGTRAP: delivered.
-            threads.resume(tid, false)?;
-            continue;
-        }
-        r.rip -= 1;
+        // Rewound by `threads` already: rip is `at`, the return address at [rsp].
+        let r = ptrace::regs(tid)?;
         let caller = mem.read_u64(r.rsp)?;
+        super::inject::debug(format_args!("hit: tid {tid} at {at:#x} from {caller:#x}"));
         if !unsafe_callers.iter().any(|m| m.contains(caller)) {
             bps.remove(mem);
-            ptrace::set_regs(tid, &r)?;
-            threads.clear_pending(tid);
-            let which = if bps.at.first().is_some_and(|&(a, _)| a == r.rip) {
+            let which = if bps.at.first().is_some_and(|&(a, _)| a == at) {
                 "malloc"
             } else {
                 "free"
@@ -176,12 +160,13 @@ fn at_allocator_entry(
         // Called from inside libc or the loader: stepped over its first instruction with the
         // breakpoints out, then they go back in.
         bps.remove(mem);
-        ptrace::set_regs(tid, &r)?;
-        threads.clear_pending(tid);
-        match threads.step(tid, Instant::now() + Duration::from_secs(1))? {
-            Stop::Signal(libc::SIGTRAP) => threads.resume(tid, true)?,
+        let stepped = threads.step(tid, Instant::now() + Duration::from_secs(1))?;
+        super::inject::debug(format_args!("stepped: tid {tid} {stepped:?}"));
+        match stepped {
+            Stop::Stepped | Stop::Breakpoint(_) => threads.resume(tid, true)?,
             Stop::Exited => {}
-            _ => threads.resume(tid, false)?,
+            // A signal came before the step: delivered; the thread meets the breakpoint again.
+            Stop::Signal(_) | Stop::Interrupted => threads.resume(tid, false)?,
         }
         bps.insert(mem)?;
     }
@@ -218,26 +203,14 @@ fn interrupted(rax: u64) -> bool {
 
 /// Way 2: every thread stopped; one blocked in a [`BLOCKING`] call is kept, the others run
 /// on. `None` (all running again) when there is none.
-fn in_blocking_call(threads: &mut Threads, bps: &Breakpoints) -> io::Result<Option<SafePoint>> {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let tids = threads.tids();
-    for &tid in &tids {
-        threads.interrupt(tid);
-    }
-    let mut interrupted_ones = Vec::new();
-    for tid in tids {
-        while !threads.is_stopped(tid) {
-            match threads.wait_for(tid, deadline)? {
-                Stop::Exited => break,
-                Stop::Interrupted => interrupted_ones.push(tid),
-                Stop::Signal(libc::SIGTRAP) if bps.rewind(tid) => {
-                    threads.clear_pending(tid);
-                }
-                // A signal for the program: it keeps it, and is not a candidate.
-                Stop::Signal(_) => {}
-            }
-        }
-    }
+fn in_blocking_call(threads: &mut Threads) -> io::Result<Option<SafePoint>> {
+    let stops = threads.stop_all(Instant::now() + Duration::from_secs(2));
+    super::inject::debug(format_args!("stopped for a blocking call: {stops:?}"));
+    let interrupted_ones: Vec<i32> = stops
+        .iter()
+        .filter(|&&(tid, s)| s == Stop::Interrupted && threads.is_stopped(tid))
+        .map(|&(tid, _)| tid)
+        .collect();
     let pid = threads.pid();
     let mut chosen = None;
     for &tid in &interrupted_ones {

@@ -63,6 +63,10 @@ pub fn attach(settings: &str) -> Result<Attached, &'static str> {
     if let Some(g) = Guard::enter() {
         forget_live(&g);
     }
+    // What the readers tell of an address they do not know: attached at this event.
+    let h = header();
+    h.attached_at
+        .store(h.next_seq.load(Ordering::Relaxed), Ordering::Relaxed);
     if lifecycle::resume_recording(|| {
         config::UNWIND.store(SAVED_UNWIND.load(Ordering::Relaxed), Ordering::Relaxed);
         config::FREE_STACKS.store(SAVED_FREE_STACKS.load(Ordering::Relaxed), Ordering::Relaxed);

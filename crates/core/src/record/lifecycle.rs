@@ -22,7 +22,7 @@ use crate::store::header::header;
 use crate::store::{freed, quarantine, stacks, table, tags, threads};
 use crate::{arena, config};
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use mem_trace_format::{
     CUT_MARKER, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE, TAG_SIZE,
 };
@@ -300,7 +300,19 @@ fn report_check() {
     );
 }
 
+/// Whether the forking thread was busy before [`fork_prepare`] made it so (forks run their
+/// handlers one at a time: glibc holds its atfork lock from the first prepare handler to the
+/// last parent or child handler).
+static BUSY_BEFORE_FORK: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn fork_prepare() {
+    // The forking thread passes straight to glibc until the parent or child handler: prepare
+    // handlers run last-registered first, so in an attached process (ours registered after
+    // the program's) the program's own prepare handlers run after this one, with every lock
+    // below held, and a hook recording their allocations would wait on them for ever (seen:
+    // a program whose prepare handler calls malloc spun in the module-set lock). Under the
+    // preload ours run last and nothing allocates in between.
+    BUSY_BEFORE_FORK.store(crate::guard::set_busy(true), Ordering::Relaxed);
     // Lock order: everything a hook may hold, in the order hooks take them. The module-set
     // build lock comes first: a rebuild allocates from the arena and calls dl_iterate_phdr,
     // so it must not straddle a fork either.
@@ -323,6 +335,7 @@ fn unlock_after_fork(child: Option<&ThreadState>) {
     capture::unlock_all();
     quarantine::unlock(child.map(|s| &s.quarantine));
     modules::fork_lock(false);
+    crate::guard::set_busy(BUSY_BEFORE_FORK.load(Ordering::Relaxed));
 }
 
 extern "C" fn fork_child() {

@@ -46,6 +46,8 @@ pub const fn initial() -> Header {
         tree: &crate::capture::TREE,
         sample_mean: AtomicU64::new(0),
         tag_key: AtomicU64::new(0),
+        attached_at: AtomicU64::new(0),
+        reserved: 0,
     }
 }
 
@@ -73,7 +75,7 @@ mod tests {
         assert_eq!(h.shard_count, 129);
         assert_eq!(h.slot_size, 24);
         assert_eq!(h.shard_size, 64);
-        assert_eq!(h.header_size, 144);
+        assert_eq!(h.header_size, 160);
         assert!(core::ptr::eq(h.shards, SHARDS.as_ptr()));
         assert!(core::ptr::eq(h.stacks, &STACKS));
         assert!(core::ptr::eq(h.threads, &THREADS));

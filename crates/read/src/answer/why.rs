@@ -44,6 +44,9 @@ pub struct WhyFacts {
     pub untracked: u64,
     /// `MEM_TRACE_SAMPLE` (0: every block is recorded).
     pub sample_mean: u64,
+    /// In a process `mem-trace attach` loaded the tracer into: the first event after the
+    /// last attach (`header.attached_at`); blocks from before it are unknown.
+    pub attached_at: Option<u64>,
 }
 
 impl WhyFacts {
@@ -68,8 +71,23 @@ impl WhyFacts {
             history: history_or_none(tables),
             untracked: tables.header().untracked.load(Relaxed),
             sample_mean: tables.sample_mean(),
+            attached_at: attached_at(tables.header()),
         })
     }
+}
+
+/// `header.attached_at` when the tracer was attached (`FLAG_ATTACHED`).
+fn attached_at(h: &mem_trace_format::Header) -> Option<u64> {
+    (h.flags.load(Relaxed) & mem_trace_format::FLAG_ATTACHED != 0)
+        .then(|| h.attached_at.load(Relaxed))
+}
+
+/// The line for an address the tables do not know, in an attached process.
+pub fn attached_line(seq: u64) -> String {
+    format!(
+        "(mem-trace was attached to this process at event #{seq}: blocks allocated before \
+         that are unknown to it; it may be one of them)"
+    )
 }
 
 /// The answer for an address in no sampled block of a process that samples.
@@ -209,6 +227,7 @@ pub fn lines(
                 facts.untracked
             ));
         }
+        out.extend(facts.attached_at.map(attached_line));
         return [out, tail].concat();
     };
     let mut out = vec![describe_match(&m) + &thread_details(lookups, m.block.thread)];
@@ -218,6 +237,11 @@ pub fn lines(
         "    (not inside any live block nor any remembered freed block: an overflow, \
          or a pointer to an untracked or long-freed block)"
             .to_string(),
+    );
+    out.extend(
+        facts
+            .attached_at
+            .map(|seq| format!("    {}", attached_line(seq))),
     );
     out.extend(allocation_stack(lookups, m.block.stack, max_frames));
     [out, tail].concat()

@@ -52,6 +52,7 @@ fn facts(address: u64, found: Option<Match>, freed: Vec<Freed>) -> WhyFacts {
         history: Some(HISTORY_ON),
         untracked: 0,
         sample_mean: 0,
+        attached_at: None,
     }
 }
 
@@ -139,6 +140,20 @@ fn nothing_tracked() {
         [
             "0x10 is not inside any block tracked by mem-trace",
             "(3 blocks could not be tracked; it may be one of them)"
+        ]
+    );
+}
+
+#[test]
+fn nothing_tracked_in_an_attached_process_says_when_it_was_attached() {
+    let mut f = facts(0x10, None, vec![]);
+    f.attached_at = Some(4321);
+    assert_eq!(
+        why(&f),
+        [
+            "0x10 is not inside any block tracked by mem-trace",
+            "(mem-trace was attached to this process at event #4321: blocks allocated before \
+             that are unknown to it; it may be one of them)"
         ]
     );
 }
