@@ -285,14 +285,22 @@ pub struct Tables<'m, M: Memory + ?Sized> {
 impl<'m, M: Memory + ?Sized> Tables<'m, M> {
     /// Reads and checks the header at `addr` (the address of `MEM_TRACE_HEADER`).
     pub fn open(mem: &'m M, addr: u64) -> Result<Self, Error> {
-        let header: Header = read_plain(mem, addr)?;
-        if header.magic != MAGIC {
+        // The magic and version first: another version's header may be shorter than ours,
+        // and its reader's error must name the version, not a short read past it.
+        let mut head = [0u8; 12];
+        mem.read(addr, &mut head)?;
+        if head[..8] != MAGIC {
             return Err(Error::BadMagic { addr });
         }
-        if header.version != VERSION {
-            return Err(Error::Version {
-                found: header.version,
-            });
+        let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+        if version != VERSION {
+            return Err(Error::Version { found: version });
+        }
+        let header: Header = read_plain(mem, addr)?;
+        if header.magic != MAGIC || header.version != VERSION {
+            return Err(Error::Corrupt(
+                "the header changed while it was read".into(),
+            ));
         }
         let sizes = (
             header.header_size as usize,
