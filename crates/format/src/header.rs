@@ -10,7 +10,7 @@ use core::sync::atomic::AtomicU64;
 
 /// Layout version; bumped on any change of a field's meaning or position. Readers refuse
 /// versions they do not know, naming both.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// `b"MEMTRACE"`, the header's first eight bytes.
 pub const MAGIC: [u8; 8] = *b"MEMTRACE";
 
@@ -74,8 +74,9 @@ pub struct Header {
     /// `MEM_TRACE_SAMPLE`: the mean bytes between two sampled allocations, 0 when every block
     /// is recorded (version 5). A sampled block's counts are scaled by [`crate::weight`].
     pub sample_mean: AtomicU64,
-    /// Reserved, 0.
-    pub reserved: u64,
+    /// The key of block tags (version 6, see `tag`): 0 when no block is tagged and every
+    /// live block is in the table.
+    pub tag_key: AtomicU64,
 }
 
 // SAFETY: the raw pointers are addresses of statics that are themselves Sync, and are never
@@ -109,5 +110,6 @@ mod tests {
         assert_eq!(offset_of!(Header, peak_seq), 112);
         assert_eq!(offset_of!(Header, tree), 120);
         assert_eq!(offset_of!(Header, sample_mean), 128);
+        assert_eq!(offset_of!(Header, tag_key), 136);
     }
 }

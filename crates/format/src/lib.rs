@@ -26,6 +26,7 @@ mod packing;
 mod profile;
 mod stacks;
 mod table;
+mod tag;
 mod threads;
 
 pub use block::{Block, Freed};
@@ -52,6 +53,7 @@ pub use table::{
     shard_of, Shard, Slot, SlotArray, LARGE_SHARD, REGION_SHARDS, REGION_SHIFT, SHARD_COUNT,
     SLOT_EMPTY, SLOT_MOVING,
 };
+pub use tag::{pack_tag, tag_check, tag_key, unpack_tag, TAG_MAX_SIZE, TAG_SIZE};
 pub use threads::{
     ThreadRecord, ThreadTable, MAX_THREAD_INDEX, THREAD_CHUNKS, THREAD_CHUNK_BITS, THREAD_EXITED,
 };

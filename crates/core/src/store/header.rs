@@ -45,7 +45,7 @@ pub const fn initial() -> Header {
         peak_seq: AtomicU64::new(0),
         tree: &crate::capture::TREE,
         sample_mean: AtomicU64::new(0),
-        reserved: 0,
+        tag_key: AtomicU64::new(0),
     }
 }
 
