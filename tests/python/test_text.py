@@ -429,7 +429,7 @@ class InfoTextTests(unittest.TestCase):
     def test_loaded(self):
         facts, _, _ = self.facts()
         self.assertEqual(info.lines(facts), [
-            f"mem-trace is loaded: header at {facts.header.address:#x}, layout version 5",
+            f"mem-trace is loaded: header at {facts.header.address:#x}, layout version 6",
             "  live blocks:     1 (100 bytes)",
             "  distinct stacks: 1",
             "  threads seen:    1",

@@ -1,4 +1,4 @@
-"""The layout contract, version 5 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
+"""The layout contract, version 6 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
 
 What the tracer writes and this reader must agree on, byte for byte. A change here
 is a change to docs/LAYOUT.md and to the tracer (crates/format), and bumps
@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from typing import List
 
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 6
 MAGIC = b"MEMTRACE"
 
 HEADER_SIZE = 144
@@ -78,13 +78,21 @@ FLAG_ATTACHED = 1 << 4
 
 THREAD_EXITED = 1 << 0
 
+# Block tags (version 6, "Block tags"): a small block of a profile-mode process is in no
+# table; the 16 bytes before it hold `q ^ tag_key`, then size (bits 0..16), thread index
+# (16..40) and stack id (40..64). Tagged blocks are under TAG_MAX_SIZE bytes.
+TAG_SIZE = 16
+TAG_MAX_SIZE = 1 << 16
+# A tagged block's `seq`: it has none (the table's numbers start at 1).
+NO_SEQ = 0
+
 HISTORY_FLAG_FREE_STACKS = 1 << 0
 FREED_BY_REALLOC = 1 << 0
 
 # The records' byte formats, little-endian (the tables in docs/LAYOUT.md).
 # magic, version, header_size, slot_size, shard_size, shard_count, region_shift, shards,
 # stacks, threads, freed, next_seq, live_bytes, flags, untracked, profile, peak_bytes,
-# peak_seq, tree, sample_mean, reserved.
+# peak_seq, tree, sample_mean, tag_key.
 HEADER_STRUCT = struct.Struct("<8sIIIIII QQQQ QQQQ QQQ Q QQ")
 SHARD_STRUCT = struct.Struct("<II QQQQ 24x")
 DIRECTORY_HEADER_STRUCT = struct.Struct("<QII")

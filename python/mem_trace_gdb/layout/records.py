@@ -43,6 +43,8 @@ class Header:
     tree: int = 0
     # MEM_TRACE_SAMPLE: mean bytes between sampled allocations (0: every block recorded).
     sample_mean: int = 0
+    # The block tags' key (version 6): 0 when every live block is in the table.
+    tag_key: int = 0
 
     @property
     def initialised(self) -> bool:
@@ -91,6 +93,11 @@ class Block:
     def size_saturated(self) -> bool:
         """The real size is at least ``size`` (the 40-bit field saturated)."""
         return self.size == SIZE_SATURATED
+
+    @property
+    def tagged(self) -> bool:
+        """Found by its tag, not in the table: it has no sequence number."""
+        return self.seq == 0
 
 
 def decode_slot(addr: int, size_thread: int, seq_stack: int) -> Block:

@@ -300,3 +300,31 @@ fn version_5_is_refused() {
         "the process writes layout version 5, this reader knows version 6: use the mem-trace build that traced it"
     );
 }
+
+/// A live tagged block over memory freed before: its allocation, which has no number, is
+/// the newest event.
+#[test]
+fn a_tagged_block_is_the_newest_event_of_its_memory() {
+    let q = HEAP + 0x500;
+    let mut img = Image::new();
+    img.map_at(HEAP, HEAP_SIZE);
+    img.write_tag(KEY, q, 48, 1, 2);
+    let mut b = TraceBuilder::new();
+    b.tag_key = KEY;
+    b.add_freed(crate::test_image::Free {
+        addr: q,
+        size: 32,
+        thread: 1,
+        seq: 10,
+        stack: 1,
+        free_seq: 11,
+        free_stack: 0,
+        free_thread: 1,
+        realloc: false,
+    });
+    let built = b.build_into(img);
+    let events = tables(&built).history_events(q + 8).unwrap();
+    let got: Vec<(super::super::EventKind, u64)> = events.iter().map(|e| (e.kind, e.seq)).collect();
+    use super::super::EventKind::{Allocation, Free};
+    assert_eq!(got, [(Allocation, NO_SEQ), (Free, 11), (Allocation, 10)]);
+}
