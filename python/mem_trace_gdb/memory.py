@@ -90,17 +90,19 @@ class InferiorReader:
             else:
                 connection = getattr(self.inferior, "connection", None)
                 native = connection is None or connection.type == "native"
-                self._regions = _process_regions(self.inferior.pid) if native else []
+                regions = _process_regions(self.inferior.pid) if native else None
+                self._regions = regions if regions is not None else _gdb_regions()
         return self._regions
 
 
-def _process_regions(pid: int) -> List[Region]:
-    """The readable mappings of live process ``pid``, the heap ones marked."""
+def _process_regions(pid: int) -> Optional[List[Region]]:
+    """The readable mappings of live process ``pid``, the heap ones marked; None when
+    /proc cannot tell."""
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
-        return []
+        return None
     out = []
     for line in lines:
         fields = line.split(None, 5)
@@ -114,6 +116,27 @@ def _process_regions(pid: int) -> List[Region]:
         name = fields[5].strip() if len(fields) > 5 else ""
         heap = fields[1][1:2] == "w" and name in ("", "[heap]")
         out.append(Region(start, end, heap))
+    return sorted(out, key=lambda r: r.start)
+
+
+_GDB_MAPPING = re.compile(
+    r"^\s*0x([0-9a-f]+)\s+0x([0-9a-f]+)\s+0x[0-9a-f]+\s+0x[0-9a-f]+\s+([r-][w-]\S*)\s*(.*)$")
+
+
+def _gdb_regions() -> List[Region]:
+    """The mappings as `info proc mappings` lists them (a remote target, or no /proc):
+    empty when gdb cannot tell, and then no tagged block is enumerated."""
+    try:
+        text = gdb.execute("info proc mappings", to_string=True)
+    except gdb.error:
+        return []
+    out = []
+    for line in text.splitlines():
+        m = _GDB_MAPPING.match(line)
+        if m and m.group(3).startswith("r"):
+            name = m.group(4).strip()
+            heap = m.group(3)[1] == "w" and name in ("", "[heap]")
+            out.append(Region(int(m.group(1), 16), int(m.group(2), 16), heap))
     return sorted(out, key=lambda r: r.start)
 
 
