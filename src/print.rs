@@ -17,7 +17,7 @@ use core::fmt::{self, Write};
 use mem_trace_core::guard;
 use mem_trace_core::out::Out;
 use mem_trace_core::report::frames::{Busy, Printing};
-use mem_trace_core::store::table::{self, Access};
+use mem_trace_core::store::table::Access;
 use mem_trace_core::store::{stacks, threads};
 
 /// Prints what mem-trace knows about the block containing `addr` to standard error.
@@ -43,7 +43,7 @@ pub fn print_trace(addr: usize) {
 }
 
 fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::Result {
-    let (found, access) = table::find_containing(a);
+    let (found, access) = mem_trace_core::store::block_containing(a);
     let Some(b) = found else {
         let mean = mem_trace_core::store::header::header()
             .sample_mean
@@ -76,7 +76,10 @@ fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::
         0 => writeln!(out, "Thread: {}", b.thread)?,
         tid => writeln!(out, "Thread: {} (tid {tid})", b.thread)?,
     }
-    writeln!(out, "Seq: {}", b.seq)?;
+    // A tagged block (profile mode) has no sequence number: nothing rather than a wrong one.
+    if b.seq != 0 {
+        writeln!(out, "Seq: {}", b.seq)?;
+    }
     if access == Access::Lockless {
         let who = if was_inside {
             "this thread was stopped inside mem-trace"

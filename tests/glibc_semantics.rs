@@ -11,3 +11,14 @@ use common::{c_fixture, fixture_run};
 fn the_malloc_family_behaves_like_glibc_under_the_tracer() {
     fixture_run(&c_fixture("semantics.c", &[]), "").run_same_as_plain();
 }
+
+/// The same in profile mode, where small blocks carry their record in a tag in front of them
+/// (their `realloc`, `malloc_usable_size` and `calloc` take other paths).
+#[test]
+fn the_malloc_family_behaves_like_glibc_with_tagged_blocks() {
+    let mut run = fixture_run(&c_fixture("semantics.c", &[]), "");
+    for (k, v) in [("MEM_TRACE_MODE", "profile"), ("MEM_TRACE_TAGS", "1")] {
+        run.job.env.push((k.to_string(), v.to_string()));
+    }
+    run.run_same_as_plain();
+}

@@ -132,13 +132,19 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     if let Some(n) = unsafe { nested::usable_size(p) } {
         return n;
     }
+    // A tagged block's chunk starts at its tag, which is not the program's to use.
+    // SAFETY: forwarded contract.
+    let (chunk, tag) = match unsafe { mem_trace_core::store::tags::read(p) } {
+        Some(_) => (mem_trace_core::store::tags::chunk(p), 16),
+        None => (p, 0),
+    };
     match glibc::MALLOC_USABLE_SIZE.get() {
         0 => 0,
         f => {
             // SAFETY: glibc's malloc_usable_size, found with RTLD_NEXT.
             let f: unsafe extern "C" fn(*mut c_void) -> usize = unsafe { core::mem::transmute(f) };
             // SAFETY: forwarded contract.
-            unsafe { f(p) }
+            unsafe { f(chunk) }.saturating_sub(tag)
         }
     }
 }

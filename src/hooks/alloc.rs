@@ -3,8 +3,10 @@
 use crate::glibc::{self, Glibc};
 use core::ffi::c_void;
 use core::ptr;
+use mem_trace_core::format::Block;
 use mem_trace_core::guard::Guard;
-use mem_trace_core::record::{self, nested, Disposition};
+use mem_trace_core::record::{self, nested, tagged, Disposition};
+use mem_trace_core::store::tags;
 
 /// Where a hook was called from: the caller's stack pointer once the hook returns, and its
 /// rbp, read by the hook's first two instructions and passed on as extra arguments. The
@@ -76,6 +78,12 @@ unsafe fn traced_malloc(size: usize, caller: Caller) -> *mut c_void {
     };
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
+    if let Some(room) = tagged::room(size) {
+        // SAFETY: glibc's malloc has no preconditions.
+        let p0 = from_glibc(&g, room, || unsafe { glibc::__libc_malloc(room) });
+        // SAFETY: a fresh chunk of `room` bytes, or null.
+        return unsafe { tagged::tag(&g, p0, size) };
+    }
     let mut p = record::reuse(&g, size);
     if p.is_null() {
         // SAFETY: glibc's malloc has no preconditions.
@@ -183,6 +191,12 @@ unsafe fn traced_calloc(n: usize, size: usize, caller: Caller) -> *mut c_void {
     };
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
+    if let Some(room) = n.checked_mul(size).and_then(tagged::room) {
+        // SAFETY: glibc's calloc has no preconditions.
+        let p0 = from_glibc(&g, room, || unsafe { glibc::__libc_calloc(1, room) });
+        // SAFETY: a fresh chunk of `room` bytes, or null.
+        return unsafe { tagged::tag(&g, p0, n * size) };
+    }
     let recycled = n
         .checked_mul(size)
         .map(|total| (total, record::reuse(&g, total)));
@@ -244,12 +258,23 @@ unsafe fn traced_free(p: *mut c_void, caller: Caller) {
     let disposition = match Guard::enter() {
         Some(g) => {
             // SAFETY: forwarded contract.
+            if let Some(block) = unsafe { tagged::untag(&g, p) } {
+                tagged::freed(&block);
+                // SAFETY: the tagged block's chunk, which the tracer no longer refers to.
+                return g.in_glibc(|| unsafe { glibc::__libc_free(tags::chunk(p)) });
+            }
+            // SAFETY: forwarded contract.
             let _start = unsafe { caller.start(&g) };
             record::free(&g, p, &Glibc)
         }
         // SAFETY: forwarded contract.
         None if unsafe { nested::free(p) } => return,
-        None => Disposition::Release,
+        // SAFETY: forwarded contract.
+        None => match unsafe { tagged::untag_uncounted(p) } {
+            // SAFETY: the tagged block's chunk, given up by the program.
+            Some(p0) => return unsafe { glibc::__libc_free(p0) },
+            None => Disposition::Release,
+        },
     };
     if disposition == Disposition::Release {
         // SAFETY: forwarded contract; the tracer no longer refers to the block.
@@ -294,10 +319,20 @@ pub(super) unsafe extern "C" fn realloc_from(
             return q;
         }
         // SAFETY: forwarded contract.
+        if let Some(old) = unsafe { tags::read(p) } {
+            // SAFETY: forwarded contract.
+            return unsafe { realloc_tagged_uncounted(p, size, old.size) };
+        }
+        // SAFETY: forwarded contract.
         return unsafe { glibc::__libc_realloc(p, size) };
     };
     // SAFETY: forwarded contract.
     let _start = unsafe { Caller { sp, bp }.start(&g) };
+    // SAFETY: forwarded contract.
+    if let Some(old) = unsafe { tagged::untag(&g, p) } {
+        // SAFETY: `old` was just untagged from `p`.
+        return unsafe { realloc_tagged(&g, old, size) };
+    }
     let old = record::take(&g, p);
     if old.is_none() {
         // A block a signal handler got from the tracer's arena (`nested`), then kept.
@@ -321,6 +356,96 @@ pub(super) unsafe extern "C" fn realloc_from(
         q = again(&g, size, ask);
     }
     record::reallocated(&g, old, p, q, size);
+    q
+}
+
+/// `realloc` of a tagged block `old` (its tag erased, uncounted from its stack): the result
+/// is tagged if it is small enough, else it goes to the table; a failure leaves `old` as it
+/// was, tag and counts.
+///
+/// # Safety
+/// `old` came from `tagged::untag` on this call's pointer.
+#[inline(never)]
+unsafe fn realloc_tagged(g: &Guard, old: Block, size: usize) -> *mut c_void {
+    let p = old.addr as *mut c_void;
+    let p0 = tags::chunk(p);
+    if size == 0 {
+        // glibc's realloc(p, 0) frees the block and returns null.
+        tagged::freed(&old);
+        // SAFETY: the chunk of a block the program gave up.
+        g.in_glibc(|| unsafe { glibc::__libc_free(p0) });
+        return core::ptr::null_mut();
+    }
+    let q = match tagged::room(size) {
+        Some(room) => {
+            // SAFETY: `p0` is a live chunk of glibc's.
+            let ask = || unsafe { glibc::__libc_realloc(p0, room) };
+            match g.in_glibc(ask) {
+                q0 if q0.is_null() => q0,
+                q0 => {
+                    if q0 == p0 {
+                        tagged::resized(&old);
+                    } else {
+                        tagged::freed(&old);
+                    }
+                    // SAFETY: a chunk of `room` bytes from glibc's realloc.
+                    return unsafe { tagged::tag(g, q0, size) };
+                }
+            }
+        }
+        // Too large for a tag: a table block of its own, the old bytes copied over.
+        None => {
+            // SAFETY: glibc's malloc has no preconditions.
+            let q = g.in_glibc(|| unsafe { glibc::__libc_malloc(size) });
+            if !q.is_null() {
+                // SAFETY: both blocks hold at least `old.size` bytes and are distinct.
+                unsafe {
+                    ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old.size as usize)
+                };
+                tagged::freed(&old);
+                // SAFETY: the chunk of the block just copied out.
+                g.in_glibc(|| unsafe { glibc::__libc_free(p0) });
+                record::allocated(g, q, size);
+            }
+            q
+        }
+    };
+    if q.is_null() {
+        // SAFETY: the realloc failed, so `old`'s chunk is untouched and still the program's.
+        unsafe { tagged::restore(g, &old) };
+    }
+    q
+}
+
+/// `realloc` of a tagged block where the tracer cannot count (see `tagged::untag_uncounted`):
+/// the block moves to an untagged one of glibc's, unrecorded.
+///
+/// # Safety
+/// `p` is a tagged block the program reallocates.
+#[cold]
+unsafe fn realloc_tagged_uncounted(p: *mut c_void, size: usize, old_size: u64) -> *mut c_void {
+    // glibc's realloc(p, 0) frees the block and returns null.
+    let mut q = ptr::null_mut();
+    if size != 0 {
+        // SAFETY: glibc's malloc has no preconditions.
+        q = unsafe { glibc::__libc_malloc(size) };
+        if q.is_null() {
+            return q;
+        }
+        // SAFETY: both blocks hold at least the bytes copied, and are distinct.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                p.cast::<u8>(),
+                q.cast::<u8>(),
+                (old_size as usize).min(size),
+            )
+        };
+    }
+    // SAFETY: forwarded contract: the program gives `p` up.
+    if let Some(p0) = unsafe { tagged::untag_uncounted(p) } {
+        // SAFETY: the chunk of a block the program gave up.
+        unsafe { glibc::__libc_free(p0) };
+    }
     q
 }
 

@@ -170,6 +170,23 @@ pub(crate) struct Config {
     pub sample: u64,
     /// `MEM_TRACE_SAMPLE_SEED`: the same samples run after run.
     pub sample_seed: Option<u64>,
+    /// Small blocks' records in tags in front of them rather than in the table
+    /// (`MEM_TRACE_TAGS`). See [`Config::tags_apply`].
+    pub tags: bool,
+}
+
+impl Config {
+    /// Whether blocks are tagged: asked for, and nothing needs what a tag lacks. A tag has no
+    /// sequence number and no slot for a free stack, and a held or sampled block needs the
+    /// table's bookkeeping, so the freed-block history, free stacks, the quarantine and
+    /// sampling each keep every block in the table.
+    pub fn tags_apply(&self) -> bool {
+        self.tags
+            && self.freed == 0
+            && !self.free_stacks
+            && self.quarantine == 0
+            && self.sample == 0
+    }
 }
 
 impl Default for Config {
@@ -197,6 +214,7 @@ impl Default for Config {
             defer_symbols: false,
             sample: 0,
             sample_seed: None,
+            tags: false,
         }
     }
 }
@@ -306,6 +324,13 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
             "1" | "yes" | "true" => c.free_stacks = true,
             "0" | "no" | "false" => c.free_stacks = false,
             _ => reject("MEM_TRACE_FREE_STACKS", v, "0 or 1"),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_TAGS") {
+        match v.trim() {
+            "1" | "yes" | "true" => c.tags = true,
+            "0" | "no" | "false" => c.tags = false,
+            _ => reject("MEM_TRACE_TAGS", v, "0 or 1"),
         }
     }
     if let Some(v) = get("MEM_TRACE_MAX_STACKS") {
@@ -531,6 +556,11 @@ fn is_directory(dir: &str) -> bool {
 /// The settings `mem-trace attach` handed to the library (`record::attach`): `NAME=VALUE`
 /// lines, the same names as the environment's. Set once, before the tracer initialises.
 pub(crate) static ATTACH_SETTINGS: OnceLock<String> = OnceLock::new();
+
+/// Whether the tracer was started by `mem-trace attach` (its settings came from it).
+pub(crate) fn attached() -> bool {
+    ATTACH_SETTINGS.get().is_some()
+}
 
 /// The value of `name` in `NAME=VALUE` lines.
 fn setting(settings: &str, name: &str) -> Option<String> {

@@ -111,7 +111,7 @@ fn foreign_headers_are_refused() {
     bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
     let err = Tables::open(&Bytes(bytes.clone()), 0).err().unwrap();
     assert_eq!(err, Error::Version { found: 2 });
-    assert!(err.to_string().contains("version 2") && err.to_string().contains("version 5"));
+    assert!(err.to_string().contains("version 2") && err.to_string().contains("version 6"));
     assert!(matches!(
         Tables::open(&Bytes(bytes[..100].to_vec()), 0),
         Err(Error::Unreadable(_))

@@ -78,6 +78,11 @@ pub fn tracer_in_program() {
     IN_PROGRAM.store(true, Ordering::Relaxed);
 }
 
+/// Whether [`tracer_in_program`] was called.
+pub(crate) fn tracer_in_program_set() -> bool {
+    IN_PROGRAM.load(Ordering::Relaxed)
+}
+
 /// Bumped when a module is known to be gone (`dlclose`); a set of an older generation is
 /// rebuilt before use.
 static GENERATION: AtomicU64 = AtomicU64::new(1);

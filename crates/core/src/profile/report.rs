@@ -73,7 +73,6 @@ impl Kind {
 pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>, to: Option<Out>) {
     let n = PROFILE.reports.fetch_add(1, Relaxed) + 1;
     let h = header();
-    let (live_blocks, _) = table::totals();
     let live = positive(h.live_bytes.load(Relaxed));
     let peak = h.peak_bytes.load(Relaxed);
     let top_n = config::PROFILE_TOP.load(Relaxed);
@@ -81,6 +80,11 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
     let all = rank::all();
     let empty: &[Counts] = &[];
     let all_ref = all.as_deref().unwrap_or(empty);
+    // Tagged blocks are in no table: the stacks' counters count every block.
+    let live_blocks = match crate::store::tags::key() {
+        0 => table::totals().0,
+        _ => all_ref.iter().map(|c| positive(c.live_blocks)).sum(),
+    };
     let top = rank::top(all_ref, top_n, |c| rank::key(c, by));
     let full = kind != Kind::Periodic;
     let at_peak = if full {

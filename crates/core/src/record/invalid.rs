@@ -6,7 +6,7 @@ use crate::capture::modules;
 use crate::glibc_heap;
 use crate::report::{self, Op, Why};
 use crate::state::ThreadState;
-use crate::store::{freed, quarantine, table};
+use crate::store::{self, freed, quarantine};
 use core::sync::atomic::{AtomicI64, Ordering};
 
 /// A pointer given to `free` or `realloc` that is not a live block start. Returns whether glibc
@@ -36,7 +36,7 @@ pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op, glibc: boo
         report::double_free(state, addr, freed::newest_at(addr), op);
         return false;
     }
-    let (inside, _) = table::find_containing(addr);
+    let (inside, _) = store::block_containing(addr);
     let on_stack = state.capture.bounds.contains(addr);
     let in_code = modules::snapshot().is_some_and(|m| m.find(addr).is_some());
     if inside.is_some() || !addr.is_multiple_of(16) || on_stack || in_code {
@@ -77,7 +77,7 @@ fn judge_attached(state: &ThreadState, addr: u64, op: Op) -> bool {
         report::double_free(state, addr, freed::newest_at(addr), op);
         return false;
     }
-    let (inside, _) = table::find_containing(addr);
+    let (inside, _) = store::block_containing(addr);
     let why = if let Some(b) = inside {
         Some(Why::Inside(b))
     } else if state.capture.bounds.contains(addr) {

@@ -19,7 +19,7 @@ use crate::guard::Guard;
 use crate::out::Out;
 use crate::state::{self, ThreadState};
 use crate::store::header::header;
-use crate::store::{freed, quarantine, stacks, table, threads};
+use crate::store::{freed, quarantine, stacks, table, tags, threads};
 use crate::{arena, config};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -137,6 +137,10 @@ fn init() -> bool {
     stacks::configure(c.max_stacks);
     stacks::when_capped(capped);
     quarantine::configure(c.quarantine);
+    // Not in a process attached to, whose blocks from before have no tag and whose hooks
+    // must pass frees straight through once detached; nor for a `Traced` wrapper in the
+    // program, whose allocator need not be glibc's.
+    tags::configure(c.tags_apply() && !config::attached() && !modules::tracer_in_program_set());
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: creates a key with a destructor that only touches our own state.
     if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0 {

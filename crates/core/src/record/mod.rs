@@ -10,6 +10,7 @@ mod attached;
 mod invalid;
 mod lifecycle;
 pub mod nested;
+pub mod tagged;
 
 pub use attached::{attach, attached, detach, Attached};
 pub(crate) use lifecycle::degraded;

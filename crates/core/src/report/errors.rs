@@ -9,7 +9,7 @@ use crate::glibc_heap::NotHeap;
 use crate::out::Out;
 use crate::state::ThreadState;
 use crate::store::freed::{Freed, HISTORY};
-use crate::store::{stacks, table};
+use crate::store::{self, stacks};
 use crate::{capture, config};
 use core::fmt::Write;
 use core::sync::atomic::Ordering;
@@ -137,13 +137,12 @@ pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
     let _ = match why {
         Why::Inside(b) => writeln!(
             out,
-            "it is {} bytes inside a {}-byte block [{:#x}, {:#x}) allocated by thread {} (#{}), not its start",
+            "it is {} bytes inside a {}-byte block [{:#x}, {:#x}) allocated by {}, not its start",
             addr - b.addr,
             b.size,
             b.addr,
             b.addr + b.size,
-            b.thread,
-            b.seq
+            By(&b)
         ),
         Why::Stack => writeln!(out, "it points into this thread's stack"),
         Why::Code => writeln!(out, "it points into loaded code"),
@@ -165,17 +164,16 @@ pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
     this_call(&mut out, state, op);
     let (block, relation) = match why {
         Why::Inside(b) => (Some(b), "the block was"),
-        _ => match table::nearest_below(addr) {
+        _ => match store::nearest_below(addr) {
             Some(b) => {
                 let _ = writeln!(
                     out,
-                    "mem-trace: {} bytes past the end of the nearest block below, {} bytes [{:#x}, {:#x}) allocated by thread {} (#{})",
+                    "mem-trace: {} bytes past the end of the nearest block below, {} bytes [{:#x}, {:#x}) allocated by {}",
                     addr - (b.addr + b.size),
                     b.size,
                     b.addr,
                     b.addr + b.size,
-                    b.thread,
-                    b.seq
+                    By(&b)
                 );
                 (Some(b), "that block was")
             }
@@ -183,12 +181,21 @@ pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
         },
     };
     if let Some(b) = block {
-        let _ = writeln!(
-            out,
-            "mem-trace: {relation} allocated by thread {} (#{}) here:",
-            b.thread, b.seq
-        );
+        let _ = writeln!(out, "mem-trace: {relation} allocated by {} here:", By(&b));
         recorded_stack(&mut out, b.stack);
     }
     finish(out);
+}
+
+/// "thread T (#SEQ)": who allocated a block and at which event, or only the thread for a
+/// tagged block, which keeps no sequence number (profile mode).
+struct By<'a>(&'a Block);
+
+impl core::fmt::Display for By<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.0.seq {
+            0 => write!(f, "thread {}", self.0.thread),
+            seq => write!(f, "thread {} (#{seq})", self.0.thread),
+        }
+    }
 }
