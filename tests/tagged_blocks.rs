@@ -1,11 +1,12 @@
-//! Small blocks of a profile-mode process (`MEM_TRACE_MODE=profile`), which carry their
+//! Small blocks of a profile-mode process (`MEM_TRACE_MODE=profile MEM_TRACE_TAGS=1`), which carry their
 //! record in a 16-byte tag in front of them instead of a table slot (docs/LAYOUT.md "Block
 //! tags"), against the real library and real gdb: `mtrace-why` on an interior pointer, the
 //! start, the last byte and just past the end of blocks from `malloc`, `calloc`, `realloc`,
 //! the largest a tag holds and one in the table; `mtrace-history`; `mtrace-leaks` finding a
 //! leaked small block with its stack; live and on a core (the fixture's scripts,
 //! `tests/fixtures/tagged_blocks.c`). Then the `mem-trace` command: `why` and `leaks` on that
-//! core say what gdb says, and `why PID` on the running program names the same block.
+//! core say what gdb says, and `why PID` on the running program names the same block; and
+//! the profiler's exit report finds the leaked tagged blocks in-process.
 
 mod common;
 
@@ -14,8 +15,8 @@ use std::process::Command;
 
 use common::mtrace::{comparable_with_gdb, gdb, with_entry_script};
 use common::{
-    c_fixture, library, mem_trace_binary, run_with_timeout, spawn_fixture, waiting_fixture,
-    Fixture, GdbRun, Output, RUN_TIMEOUT,
+    c_fixture, fixture_run, library, mem_trace_binary, run_with_timeout, spawn_fixture,
+    waiting_fixture, Fixture, GdbRun, Output, RUN_TIMEOUT,
 };
 
 fn fixture() -> Fixture {
@@ -114,7 +115,9 @@ fn small_blocks_are_answered_live_on_a_core_and_by_the_command() {
 fn mem_trace_why_names_a_small_block_of_a_running_process() {
     let fixture = fixture();
     let mut cmd = waiting_fixture(&fixture, library());
-    cmd.env("MEM_TRACE_MODE", "profile").arg("wait");
+    cmd.env("MEM_TRACE_MODE", "profile")
+        .env("MEM_TRACE_TAGS", "1")
+        .arg("wait");
     let mut child = spawn_fixture(&mut cmd, &fixture);
     let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
     let mut address = |name: &str| {
@@ -162,4 +165,12 @@ fn mem_trace_why_names_a_small_block_of_a_running_process() {
     drop(child.stdin.take());
     let status = child.wait().expect("wait");
     assert!(status.success(), "the program ended with {status}");
+}
+
+/// The profiler build's exit report: the in-process leak check (crates/core/src/profile/
+/// leaks.rs) scans the process's own heap for tagged blocks and finds the leaked ones with
+/// their stack (the fixture's run `exit-leaks`).
+#[test]
+fn the_exit_report_finds_leaked_tagged_blocks() {
+    fixture_run(&fixture(), "exit-leaks").run();
 }
