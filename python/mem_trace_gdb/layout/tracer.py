@@ -711,9 +711,9 @@ class Tracer:
         blocks, blocks_wrapped = checked_sum([s.live for s in shards])
         live_bytes, bytes_wrapped = checked_sum([s.live_bytes for s in shards])
         # Tagged blocks are in no shard's count (docs/LAYOUT.md "Block tags").
-        if shards:
-            for b in self.tagged_blocks():
-                blocks, live_bytes = blocks + 1, live_bytes + b.size
+        if shards and self.header.tag_key:
+            n, size = tags.tagged_totals(self.reader, self.header.tag_key, self.regions())
+            blocks, live_bytes = blocks + n, live_bytes + size
         return Totals(
             live_blocks=blocks,
             live_bytes=live_bytes,
