@@ -18,6 +18,7 @@ from mem_trace_gdb.layout import (  # noqa: E402
     NO_SEQ,
     TAG_MAX_SIZE,
     Block,
+    Corrupt,
     Region,
     Scanned,
     Tracer,
@@ -163,6 +164,17 @@ class FindTaggedTests(TagFixture):
         t = self.process([(HEAP + 0x100, 8, 1, 1)])
         self.assertIsNone(t.find_block(0x10, max_gap=4096))
         self.assertIsNone(t.find_block(HEAP + HEAP_SIZE + 0x8000, max_gap=4096))
+
+    def test_a_key_the_tracer_never_makes_is_corrupt(self):
+        self.process()
+        for key, every in ((0x0000_7FFF_1234_5678, "zero"), (2**64 - 1, "one")):
+            self.img.write_u64(self.header_addr + 136, key)
+            with self.assertRaises(Corrupt) as e:
+                Tracer.open(ImageReader(self.img), self.header_addr)
+            self.assertEqual(
+                str(e.exception),
+                f"mem-trace header: tag_key {key:#x} is no key the "
+                f"tracer makes (its top 16 bits are all {every})")
 
     def test_version_5_is_refused(self):
         # Version 5 had word 136 reserved and every live block in the table: refused as

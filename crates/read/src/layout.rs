@@ -317,6 +317,15 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
                 "header sizes {sizes:?}, expected {expected:?}"
             )));
         }
+        let key = header.tag_key.load(core::sync::atomic::Ordering::Relaxed);
+        if key != 0 && !tags::key_is_valid(key) {
+            // A key the tracer never makes: its check words would look like pointers or
+            // small integers, the values a heap holds most.
+            return Err(Error::Corrupt(format!(
+                "tag_key {key:#x} is no key the tracer makes (its top 16 bits are all {})",
+                if key >> 48 == 0 { "zero" } else { "one" }
+            )));
+        }
         Ok(Tables {
             mem,
             header,

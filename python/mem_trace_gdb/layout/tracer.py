@@ -282,6 +282,13 @@ class Tracer:
                 raise Corrupt(
                     f"mem-trace header: {name} is {got}, version {LAYOUT_VERSION} says {want}"
                 )
+        if tag_key and tag_key >> 48 in (0, 0xFFFF):
+            # A key the tracer never makes: its check words would look like pointers or
+            # small integers, the values a heap holds most.
+            raise Corrupt(
+                f"mem-trace header: tag_key {tag_key:#x} is no key the tracer makes (its top "
+                f"16 bits are all {'zero' if tag_key >> 48 == 0 else 'one'})"
+            )
         header = Header(
             address=address, version=version, shard_count=shard_count,
             region_shift=region_shift, shards=shards, stacks=stacks, threads=threads,

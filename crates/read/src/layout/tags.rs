@@ -24,6 +24,13 @@ pub const SCAN_PIECE: u64 = 1 << 20;
 /// mapping, a running process may unmap some meanwhile.
 const PAGE: u64 = 4096;
 
+/// Whether `key` is one the tracer makes (`mem_trace_format::tag_key`): its top 16 bits are
+/// neither all zero nor all one, so that no check word is a canonical pointer or a small
+/// integer. A scribbled key that is not would make every pointer-like word a candidate.
+pub fn key_is_valid(key: u64) -> bool {
+    !matches!(key >> 48, 0 | 0xffff)
+}
+
 /// Whether `block` was found by its tag rather than in the table (it has no sequence number).
 pub fn is_tagged(block: &Block) -> bool {
     block.seq == NO_SEQ

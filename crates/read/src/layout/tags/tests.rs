@@ -328,3 +328,21 @@ fn a_tagged_block_is_the_newest_event_of_its_memory() {
     use super::super::EventKind::{Allocation, Free};
     assert_eq!(got, [(Allocation, NO_SEQ), (Free, 11), (Allocation, 10)]);
 }
+
+/// A key the tracer never makes (top 16 bits all zero or all one) is a corrupt header, one
+/// line, rather than a scan that takes every pointer for a candidate.
+#[test]
+fn a_key_the_tracer_never_makes_is_corrupt() {
+    let mut built = tagged_process(&[]);
+    for (key, all) in [(0x0000_7fff_1234_5678, "zero"), (u64::MAX, "one")] {
+        built.image.write_u64(built.header + 136, key);
+        let err = Tables::open(&built.image, built.header).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "corrupt mem-trace tables: tag_key {key:#x} is no key the tracer makes (its top 16 bits are all {all})"
+            )
+        );
+    }
+    assert!(key_is_valid(KEY) && key_is_valid(mem_trace_format::tag_key(0)));
+}
