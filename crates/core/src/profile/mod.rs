@@ -57,6 +57,11 @@ pub(crate) fn tick(delta: u64) -> (u64, u64) {
     events::tick(delta)
 }
 
+/// Live blocks now and at the global peak, from the stacks' counters (see `rank::blocks`).
+pub(crate) fn blocks() -> Option<(u64, u64)> {
+    rank::blocks()
+}
+
 /// Undoes the live bytes of a [`tick`] whose block could not be recorded, or that of a block
 /// that left the table without a free event (`realloc` in place).
 pub(crate) fn untick(size: u64) {

@@ -46,6 +46,18 @@ pub(crate) fn all() -> Option<ArenaVec<Counts>> {
 
 pub(crate) use mem_trace_format::non_negative as positive;
 
+/// Live blocks now and at the global peak, summed over every stack's counters: the count that
+/// includes tagged blocks, which no table holds. `None` when out of memory.
+pub(crate) fn blocks() -> Option<(u64, u64)> {
+    let all = all()?;
+    Some(all.iter().fold((0, 0), |(live, peak), c| {
+        (
+            live + positive(c.live_blocks),
+            peak + positive(c.peak_blocks),
+        )
+    }))
+}
+
 /// What `by` ranks on.
 pub(crate) fn key(c: &Counts, by: RankBy) -> u64 {
     match by {

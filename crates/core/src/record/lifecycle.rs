@@ -23,7 +23,9 @@ use crate::store::{freed, quarantine, stacks, table, tags, threads};
 use crate::{arena, config};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use mem_trace_format::{CUT_MARKER, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE};
+use mem_trace_format::{
+    CUT_MARKER, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE, TAG_SIZE,
+};
 
 const UNINIT: u8 = 0;
 const INITIALISING: u8 = 1;
@@ -359,7 +361,17 @@ pub fn on_unload() {
     if !config::STATS.load(Ordering::Relaxed) {
         return;
     }
-    let (live, _) = table::totals();
+    let (mut live, _) = table::totals();
+    let mut peak_live = table::peak_live();
+    // Tagged blocks are in no table: the stacks' counters count every block, the peak's as
+    // at the peak of live bytes. Their records are 16 bytes each in glibc's heap.
+    let mut tag_bytes = 0;
+    if tags::key() != 0 {
+        if let Some((now, peak)) = crate::profile::blocks() {
+            tag_bytes = TAG_SIZE * peak.saturating_sub(peak_live);
+            (live, peak_live) = (now, peak.max(peak_live));
+        }
+    }
     let h = header();
     // Every allocation and every free takes a sequence number.
     let events = h.next_seq.load(Ordering::Relaxed) - 1;
@@ -368,12 +380,13 @@ pub fn on_unload() {
     let _ = core::fmt::write(
         &mut out,
         format_args!(
-            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} stacks={} cut_captures={} call_nodes={} allocs={} frees={} untracked={} symbolized_frames={}\n",
+            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} tag_bytes={} stacks={} cut_captures={} call_nodes={} allocs={} frees={} untracked={} symbolized_frames={}\n",
             live,
-            table::peak_live(),
+            peak_live,
             arena::MAPPED.load(Ordering::Relaxed),
             arena::PEAK_MAPPED.load(Ordering::Relaxed),
             table::slot_bytes(),
+            tag_bytes,
             stacks::count(),
             CUT.load(Ordering::Relaxed),
             capture::tree_nodes(),

@@ -2,9 +2,10 @@
 //! than in the table (docs/LAYOUT.md "Block tags").
 //!
 //! Why: on a large heap, the table's slot for a block is a random line of a large array, and
-//! both the insert and the remove miss on it (two misses per block that glibc's own work on
-//! the block does not have; docs/FINDINGS.md "Block tags"). The tag is in the chunk glibc
-//! hands out and reads back at `free`: its line is the one glibc touches anyway.
+//! both the insert and the remove miss on it: two misses per block that glibc's own work on the
+//! block does not have (docs/FINDINGS.md "Block tags: profile mode without table slots for
+//! small blocks"). The tag is in the chunk glibc hands out and reads back at `free`: its line
+//! is the one glibc touches anyway.
 //!
 //! The key is set once, before the tracer is ready, and never changes, so that a tag written
 //! under it is read under it: a free of a tagged block must always find its tag.
