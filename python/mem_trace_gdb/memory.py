@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 
 import gdb
 
-from .layout import Inaccessible, MemTraceError, NotLoaded, Tracer
+from .layout import Inaccessible, MemTraceError, NotLoaded, Region, Tracer
 
 HEADER_SYMBOL = "MEM_TRACE_HEADER"
 
@@ -41,6 +41,7 @@ class InferiorReader:
         self.inferior = inferior
         # Readable memory as runs, listed on the first check (empty: cannot be told).
         self._runs: Optional[List[Tuple[int, int]]] = None
+        self._regions: Optional[List[Region]] = None
 
     def read(self, addr: int, n: int) -> bytes:
         """Exactly ``n`` bytes at ``addr``, or Inaccessible."""
@@ -75,6 +76,84 @@ class InferiorReader:
             if start <= addr < end:
                 return None if addr + n <= end else end - addr
         return 0
+
+
+    def regions(self) -> List[Region]:
+        """The target's mappings for the tagged blocks' scans (docs/LAYOUT.md "Block
+        tags"): a live process's from /proc/PID/maps (``[heap]`` and anonymous writable
+        ones are heap); a core's dumped segments (every writable one is heap: the core
+        does not name them, and scanning more than glibc's memory finds no more tags).
+        Empty when they cannot be listed."""
+        if self._regions is None:
+            if _is_core(self.inferior):
+                self._regions = _core_regions()
+            else:
+                connection = getattr(self.inferior, "connection", None)
+                native = connection is None or connection.type == "native"
+                regions = _process_regions(self.inferior.pid) if native else None
+                self._regions = regions if regions is not None else _gdb_regions()
+        return self._regions
+
+
+def _process_regions(pid: int) -> Optional[List[Region]]:
+    """The readable mappings of live process ``pid``, the heap ones marked; None when
+    /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    out = []
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) < 5 or "-" not in fields[0] or not fields[1].startswith("r"):
+            continue
+        lo, hi = fields[0].split("-", 1)
+        try:
+            start, end = int(lo, 16), int(hi, 16)
+        except ValueError:
+            continue
+        name = fields[5].strip() if len(fields) > 5 else ""
+        heap = fields[1][1:2] == "w" and name in ("", "[heap]")
+        out.append(Region(start, end, heap))
+    return sorted(out, key=lambda r: r.start)
+
+
+_GDB_MAPPING = re.compile(
+    r"^\s*0x([0-9a-f]+)\s+0x([0-9a-f]+)\s+0x[0-9a-f]+\s+0x[0-9a-f]+\s+([r-][w-]\S*)\s*(.*)$")
+
+
+def _gdb_regions() -> List[Region]:
+    """The mappings as `info proc mappings` lists them (a remote target, or no /proc):
+    empty when gdb cannot tell, and then no tagged block is enumerated."""
+    try:
+        text = gdb.execute("info proc mappings", to_string=True)
+    except gdb.error:
+        return []
+    out = []
+    for line in text.splitlines():
+        m = _GDB_MAPPING.match(line)
+        if m and m.group(3).startswith("r"):
+            name = m.group(4).strip()
+            heap = m.group(3)[1] == "w" and name in ("", "[heap]")
+            out.append(Region(int(m.group(1), 16), int(m.group(2), 16), heap))
+    return sorted(out, key=lambda r: r.start)
+
+
+def _core_regions() -> List[Region]:
+    """The core file's dumped segments; the writable ones are heap."""
+    try:
+        text = gdb.execute("maintenance info sections", to_string=True)
+    except gdb.error:
+        return []
+    out = []
+    for line in text.splitlines():
+        m = _CORE_SECTION.search(line)
+        if m and m.group(3).startswith("load") and "HAS_CONTENTS" in m.group(4):
+            flags = m.group(4).split()
+            heap = "READONLY" not in flags and "CODE" not in flags
+            out.append(Region(int(m.group(1), 16), int(m.group(2), 16), heap))
+    return sorted(out, key=lambda r: r.start)
 
 
 def _merge(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:

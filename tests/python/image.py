@@ -1,4 +1,4 @@
-"""Synthetic process images in the mem-trace layout, version 4.
+"""Synthetic process images in the mem-trace layout, version 6.
 
 Written from docs/LAYOUT.md with its own struct formats and constants, not with
 the decoder's, so a misreading of the contract in one does not hide in both.
@@ -41,6 +41,24 @@ class Image:
 
     def write_u32(self, addr, value):
         self.write(addr, struct.pack("<I", value))
+
+    def map_at(self, addr, size):
+        """A zeroed mapping at ``addr`` (a heap at a chosen place); it must overlap none."""
+        assert addr % 16 == 0
+        assert all(addr + size <= s or s + len(b) <= addr for s, b in self.maps)
+        self.maps.append((addr, bytearray(size)))
+        return addr
+
+    def write_tag(self, key, q, size, thread=1, stack=0):
+        """A live block tag for a block of ``size`` bytes at ``q`` (docs/LAYOUT.md "Block
+        tags"): ``q ^ key``, then size, thread index and stack id in bits 0, 16 and 40."""
+        self.write(q - 16, struct.pack("<QQ", q ^ key, size | thread << 16 | stack << 40))
+
+    def regions(self):
+        """Every mapping as heap memory, as InferiorReader.regions lists a process's."""
+        from mem_trace_gdb.layout import Region
+        return sorted((Region(s, s + len(b), True) for s, b in self.maps),
+                      key=lambda r: r.start)
 
     def read(self, addr, n):
         self.reads.append((addr, n))
@@ -109,6 +127,8 @@ class TraceBuilder:
         self.flags = 1
         self.untracked = 0
         self.version = 6
+        # The block tags' key (0: no block is tagged).
+        self.tag_key = 0
         # Profiler words of the header (docs/LAYOUT.md "Header").
         self.live_bytes = 0
         self.peak_bytes = 0
@@ -331,7 +351,7 @@ class TraceBuilder:
                 b"MEMTRACE", self.version, 160, 24, 64, 129, 16,
                 shards, stacks, threads, freed, self.next_seq, self.live_bytes, self.flags,
                 self.untracked, profile, self.peak_bytes, self.peak_seq, tree,
-                self.sample_mean, 0, 0, 0,
+                self.sample_mean, self.tag_key, 0, 0,
             ),
         )
         return img, header, where

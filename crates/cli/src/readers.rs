@@ -129,7 +129,7 @@ fn answer_with<'t>(
     ) -> std::result::Result<Vec<String>, AnswerError>,
 ) -> Result<()> {
     let layout = |e: mem_trace_read::layout::Error| Error::new(format!("{}: {e}", target.name()));
-    let tables = Tables::open(target.memory(), target.header()).map_err(layout)?;
+    let tables = target.tables().map_err(layout)?;
     let progress = Progress::start(what);
     let mut symbols = Symbols::new(target);
     // Counted once per return address, however many stacks show it.

@@ -11,7 +11,6 @@ use crate::cli::By;
 use crate::error::{Error, Result};
 use mem_trace_format::{non_negative as positive, Counts};
 use mem_trace_read::answer::{profile, AnswerError};
-use mem_trace_read::layout::Tables;
 use mem_trace_read::symbolize::SymFrame;
 use mem_trace_read::target::{Symbols, Target};
 use mem_trace_read::text::FoldedFrame;
@@ -97,7 +96,7 @@ pub struct Profile {
 pub fn read(target: &Target, thread: Option<u64>) -> Result<Profile> {
     let layout = |e: mem_trace_read::layout::Error| Error::new(format!("{}: {e}", target.name()));
     let answer = |e: AnswerError| Error::new(format!("{}: {e}", target.name()));
-    let tables = Tables::open(target.memory(), target.header()).map_err(layout)?;
+    let tables = target.tables().map_err(layout)?;
     let peaks = profile::require_profiler(&tables).map_err(answer)?;
     let counts = match thread {
         None => tables

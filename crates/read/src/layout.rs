@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 pub mod freed_index;
 mod history;
 mod near;
+pub mod tags;
 #[cfg(test)]
 mod tests;
 
@@ -280,6 +281,9 @@ enum Found {
 pub struct Tables<'m, M: Memory + ?Sized> {
     mem: &'m M,
     header: Header,
+    /// The target's mappings, for the tagged blocks' scans; `None` when not given, and then
+    /// no tagged block is enumerated and the backward scan ends where reads fail.
+    regions: Option<Vec<tags::Region>>,
 }
 
 impl<'m, M: Memory + ?Sized> Tables<'m, M> {
@@ -321,7 +325,40 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
                 "header sizes {sizes:?}, expected {expected:?}"
             )));
         }
-        Ok(Tables { mem, header })
+        let key = header.tag_key.load(core::sync::atomic::Ordering::Relaxed);
+        if key != 0 && !tags::key_is_valid(key) {
+            // A key the tracer never makes: its check words would look like pointers or
+            // small integers, the values a heap holds most.
+            return Err(Error::Corrupt(format!(
+                "tag_key {key:#x} is no key the tracer makes (its top 16 bits are all {})",
+                if key >> 48 == 0 { "zero" } else { "one" }
+            )));
+        }
+        Ok(Tables {
+            mem,
+            header,
+            regions: None,
+        })
+    }
+
+    /// The same tables, told the target's mappings: the backward scan for a tagged block then
+    /// stops at the start of the mapping holding the address, and [`Tables::blocks`] finds the
+    /// tagged blocks of its heap mappings (docs/LAYOUT.md "Block tags").
+    pub fn with_regions(mut self, regions: Vec<tags::Region>) -> Self {
+        self.regions = Some(regions);
+        self
+    }
+
+    /// The mappings given with [`Tables::with_regions`].
+    pub fn regions(&self) -> Option<&[tags::Region]> {
+        self.regions.as_deref()
+    }
+
+    /// The key of the process's block tags; 0 when every live block is in the table.
+    pub fn tag_key(&self) -> u64 {
+        self.header
+            .tag_key
+            .load(core::sync::atomic::Ordering::Relaxed)
     }
 
     /// The header as read.
@@ -353,7 +390,8 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         Ok(read_plain(self.mem, at)?)
     }
 
-    /// Live blocks and bytes (summed over the shards' counters), stacks and threads.
+    /// Live blocks and bytes (summed over the shards' counters, plus the tagged blocks of the
+    /// heap mappings given with [`Tables::with_regions`]), stacks and threads.
     pub fn totals(&self) -> Result<Totals, Error> {
         // The shard array in one read rather than one per shard.
         let per_shard = core::mem::size_of::<Shard>() / 8;
@@ -371,6 +409,14 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             wrapped: blocks_wrapped || bytes_wrapped,
             ..Totals::default()
         };
+        // Tagged blocks are in no shard's count (docs/LAYOUT.md "Block tags").
+        let (mut blocks, mut bytes) = (0u64, 0u64);
+        self.for_each_tagged(&mut |b| {
+            blocks += 1;
+            bytes += b.size;
+        });
+        t.blocks = t.blocks.saturating_add(blocks);
+        t.bytes = t.bytes.saturating_add(bytes);
         t.stacks = self.stack_count()?;
         t.threads = self.thread_count()?;
         Ok(t)

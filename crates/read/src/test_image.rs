@@ -1,4 +1,4 @@
-//! Synthetic process images in the mem-trace layout, version 4, for the unit tests: the Rust
+//! Synthetic process images in the mem-trace layout, version 6, for the unit tests: the Rust
 //! twin of `tests/python/image.py`, written from docs/LAYOUT.md with its own offsets, not with
 //! the decoder's, so that a misreading of the contract in one does not hide in both.
 
@@ -30,6 +30,41 @@ impl Image {
         self.maps.push((addr, vec![0; size]));
         self.next = addr + size.max(1) as u64 + 0x10000;
         addr
+    }
+
+    /// A zeroed mapping at `addr` (16-byte aligned), for a heap at a chosen place; it must not
+    /// overlap another.
+    pub(crate) fn map_at(&mut self, addr: u64, size: usize) -> u64 {
+        assert!(addr.is_multiple_of(16));
+        assert!(
+            self.maps
+                .iter()
+                .all(|(s, b)| addr + size as u64 <= *s || *s + b.len() as u64 <= addr),
+            "overlapping mapping at {addr:#x}"
+        );
+        self.maps.push((addr, vec![0; size]));
+        addr
+    }
+
+    /// Every mapping as a heap region (anonymous writable memory), by address.
+    pub(crate) fn regions(&self) -> Vec<crate::layout::tags::Region> {
+        let mut out: Vec<_> = self
+            .maps
+            .iter()
+            .map(|(start, buf)| crate::layout::tags::Region {
+                start: *start,
+                end: start + buf.len() as u64,
+                heap: true,
+            })
+            .collect();
+        out.sort_by_key(|r| r.start);
+        out
+    }
+
+    /// Writes a live tag for a block of `size` bytes at `q` (docs/LAYOUT.md "Block tags").
+    pub(crate) fn write_tag(&mut self, key: u64, q: u64, size: u64, thread: u32, stack: u32) {
+        let word = size | u64::from(thread) << 16 | u64::from(stack) << 40;
+        self.write_u64s(q - 16, &[q ^ key, word]);
     }
 
     /// Removes the mapping that starts at `addr`.
@@ -137,6 +172,8 @@ pub(crate) struct TraceBuilder {
     pub(crate) peak_seq: u64,
     /// `MEM_TRACE_SAMPLE` (0: every block recorded).
     pub(crate) sample_mean: u64,
+    /// The block tags' key (0: no block is tagged).
+    pub(crate) tag_key: u64,
     /// `Some(resets)`: a profiler build.
     pub(crate) profile: Option<u64>,
     pub(crate) counters: BTreeMap<u32, Words>,
@@ -244,6 +281,7 @@ impl TraceBuilder {
             peak_bytes: 0,
             peak_seq: 0,
             sample_mean: 0,
+            tag_key: 0,
             profile: None,
             counters: BTreeMap::new(),
             caches: BTreeMap::new(),
@@ -497,6 +535,7 @@ impl TraceBuilder {
                 self.peak_seq,
                 tree,
                 self.sample_mean,
+                self.tag_key,
             ],
         );
         Built {

@@ -23,6 +23,10 @@ How an address is answered, in short (the contract explains why this is enough):
   a few levels of granule size, so the records containing ``a`` are on the
   chains of ``a``'s granule and the one before at each level, and only those
   are walked;
+* a small block of a profile-mode process (``header.tag_key`` not 0) is in no
+  table: a 16-byte tag in front of it names it, found by a backward scan of at
+  most 64 KiB from the address and enumerated by a scan of the heap mappings
+  (`tags`, :meth:`Tracer.tagged_blocks`);
 * profiler builds add per-stack counters (``header.profile``): a stack's counts
   are its shared record plus every thread's cache record naming it, summed
   with wrapping arithmetic (:meth:`Tracer.stack_counts`), and what it held at
@@ -35,9 +39,9 @@ of the typed errors below, never another exception.
 
 The modules, by job: `contract` (the constants, struct formats and shard hash of
 docs/LAYOUT.md), `limits` (the reader's caps on untrusted values), `errors` (the
-typed errors), `records` (the decoded dataclasses and bit-field splits) and
-`tracer` (the `Tracer` that reads a process). Every public name is re-exported
-here: import from `mem_trace_gdb.layout`, not from the modules.
+typed errors), `records` (the decoded dataclasses and bit-field splits), `tags`
+(tagged blocks) and `tracer` (the `Tracer` that reads a process). Every public name
+is re-exported here: import from `mem_trace_gdb.layout`, not from the modules.
 """
 
 from .contract import (
@@ -87,6 +91,9 @@ from .contract import (
     SLOT_EMPTY,
     SLOT_SIZE,
     SLOT_TOMBSTONE,
+    NO_SEQ,
+    TAG_MAX_SIZE,
+    TAG_SIZE,
     STACK_CHUNK_BITS,
     STACK_CHUNKS,
     STACK_STORE_HEADER,
@@ -135,6 +142,7 @@ from .records import (
     decode_slot,
     signed64,
 )
+from .tags import Region, Scanned
 from .tracer import MemoryReader, Tracer
 
 __all__ = [
@@ -185,6 +193,9 @@ __all__ = [
     "SLOT_EMPTY",
     "SLOT_SIZE",
     "SLOT_TOMBSTONE",
+    "NO_SEQ",
+    "TAG_MAX_SIZE",
+    "TAG_SIZE",
     "STACK_CHUNK_BITS",
     "STACK_CHUNKS",
     "STACK_STORE_HEADER",
@@ -236,6 +247,9 @@ __all__ = [
     "decode_freed",
     "decode_slot",
     "signed64",
+    # tags
+    "Region",
+    "Scanned",
     # tracer
     "MemoryReader",
     "Tracer",

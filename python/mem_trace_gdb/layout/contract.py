@@ -78,6 +78,14 @@ FLAG_ATTACHED = 1 << 4
 
 THREAD_EXITED = 1 << 0
 
+# Block tags (version 6, "Block tags"): a small block of a profile-mode process is in no
+# table; the 16 bytes before it hold `q ^ tag_key`, then size (bits 0..16), thread index
+# (16..40) and stack id (40..64). Tagged blocks are under TAG_MAX_SIZE bytes.
+TAG_SIZE = 16
+TAG_MAX_SIZE = 1 << 16
+# A tagged block's `seq`: it has none (the table's numbers start at 1).
+NO_SEQ = 0
+
 HISTORY_FLAG_FREE_STACKS = 1 << 0
 FREED_BY_REALLOC = 1 << 0
 

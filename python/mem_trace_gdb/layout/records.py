@@ -43,7 +43,7 @@ class Header:
     tree: int = 0
     # MEM_TRACE_SAMPLE: mean bytes between sampled allocations (0: every block recorded).
     sample_mean: int = 0
-    # Block tags' key (0: every live block is in the table; see docs/LAYOUT.md).
+    # The block tags' key (version 6): 0 when every live block is in the table.
     tag_key: int = 0
     # With FLAG_ATTACHED: the first event after the last `mem-trace attach` (0 otherwise).
     attached_at: int = 0
@@ -95,6 +95,11 @@ class Block:
     def size_saturated(self) -> bool:
         """The real size is at least ``size`` (the 40-bit field saturated)."""
         return self.size == SIZE_SATURATED
+
+    @property
+    def tagged(self) -> bool:
+        """Found by its tag, not in the table: it has no sequence number."""
+        return self.seq == 0
 
 
 def decode_slot(addr: int, size_thread: int, seq_stack: int) -> Block:

@@ -57,6 +57,7 @@ from .contract import (
     candidate_shards,
     shard_of,
 )
+from . import tags
 from .errors import BadMagic, Corrupt, Inaccessible, NotLoaded, VersionMismatch
 from .limits import (
     DEFAULT_MAX_GAP,
@@ -185,6 +186,18 @@ def _decode_thread(index: int, raw: bytes) -> Optional[Thread]:
     )
 
 
+def _holds(b: Block, addr: int) -> bool:
+    """Whether ``b`` contains ``addr`` (a zero-sized block only its start)."""
+    return b.addr == addr or b.addr < addr < b.end
+
+
+def _better(m: Match, best: Optional[Match]) -> bool:
+    """A nearer match than ``best``; on a tie, "after" wins: overflows are more common
+    than underflows."""
+    return best is None or m.offset < best.offset or (
+        m.offset == best.offset and m.relation == "after" and best.relation == "before")
+
+
 class Tracer:
     """A view of one process's mem-trace state, read lazily through ``reader``.
 
@@ -205,6 +218,7 @@ class Tracer:
         # Chunks of INDEX_CHUNK links or records read by index walks: (array, chunk) -> words.
         self._index_chunks: Dict[Tuple[int, int], Sequence[int]] = {}
         self._profile: Optional[Profile] = None
+        self._regions: Optional[List[tags.Region]] = None
 
     # -- reading
 
@@ -268,6 +282,13 @@ class Tracer:
                 raise Corrupt(
                     f"mem-trace header: {name} is {got}, version {LAYOUT_VERSION} says {want}"
                 )
+        if tag_key and tag_key >> 48 in (0, 0xFFFF):
+            # A key the tracer never makes: its check words would look like pointers or
+            # small integers, the values a heap holds most.
+            raise Corrupt(
+                f"mem-trace header: tag_key {tag_key:#x} is no key the tracer makes (its top "
+                f"16 bits are all {'zero' if tag_key >> 48 == 0 else 'one'})"
+            )
         header = Header(
             address=address, version=version, shard_count=shard_count,
             region_shift=region_shift, shards=shards, stacks=stacks, threads=threads,
@@ -330,16 +351,65 @@ class Tracer:
                 yield decode_slot(a, st[i], ss[i])
 
     def blocks(self) -> Iterator[Block]:
-        """Every live block, shard by shard."""
+        """Every live block, shard by shard, then the tagged blocks of the heap mappings
+        (docs/LAYOUT.md "Block tags"; none when the reader cannot list mappings)."""
         for shard in self.shards():
             yield from self.shard_blocks(shard.index)
+        if self.shards():
+            yield from self.tagged_blocks()
+
+    # -- tagged blocks (version 6)
+
+    def regions(self) -> List[tags.Region]:
+        """The target's mappings as the reader lists them (``regions()``), else none."""
+        if self._regions is None:
+            lister = getattr(self.reader, "regions", None)
+            self._regions = list(lister() or []) if lister is not None else []
+        return self._regions
+
+    def tagged_blocks(self, scanned: Optional[tags.Scanned] = None) -> Iterator[Block]:
+        """Every live tagged block of the heap mappings, in address order per mapping."""
+        if self.header.tag_key:
+            yield from tags.tagged_blocks(self.reader, self.header.tag_key, self.regions(),
+                                          scanned)
+
+    def _bounds(self, addr: int) -> Tuple[int, int]:
+        """The mapping holding ``addr``; the whole address space when not known (the reads
+        then end where memory does)."""
+        r = tags.region_of(self.regions(), addr)
+        return (r.start, r.end) if r is not None else (0, MASK64)
+
+    def tagged_below(self, addr: int) -> Optional[Block]:
+        """The nearest tagged block at or below ``addr`` within 64 KiB: it holds ``addr``
+        when it contains it, else no tagged block does."""
+        if not self.header.tag_key:
+            return None
+        return tags.tagged_below(self.reader, self.header.tag_key, addr, self._bounds(addr)[0])
+
+    def tagged_containing(self, addr: int) -> Optional[Block]:
+        """The tagged block holding ``addr``."""
+        b = self.tagged_below(addr)
+        return b if b is not None and _holds(b, addr) else None
+
+    def _tagged_near(self, addr: int, below: Optional[Block], max_gap: int) -> List[Match]:
+        """The nearest tagged blocks below (``after``) and above (``before``) ``addr``
+        within ``max_gap``, which holds none."""
+        out = []
+        if below is not None and not _holds(below, addr) and addr - below.end <= max_gap:
+            out.append(Match(addr, below, "after", addr - below.end))
+        above = tags.tagged_above(self.reader, self.header.tag_key, addr, max_gap,
+                                  self._bounds(addr)[1])
+        if above is not None:
+            out.append(Match(addr, above, "before", above.addr - addr))
+        return out
 
     def find_block(self, addr: int, max_gap: int = DEFAULT_MAX_GAP) -> Optional[Match]:
         """The block containing ``addr``, else the nearest one within ``max_gap``.
 
-        Containment needs only the three candidate shards. Only when none
-        contains ``addr`` are the (at most two) extra region shards read that may
-        hold a small block ending or starting within ``max_gap`` of it. Between a
+        Containment needs only the three candidate shards, then the backward scan
+        for a tag (docs/LAYOUT.md "Block tags"). Only when neither holds ``addr``
+        are the (at most two) extra region shards read that may hold a small block
+        ending or starting within ``max_gap`` of it, and the tags just above it. Between a
         block below and one above at the same distance, "after" wins: overflows are
         more common than underflows.
         """
@@ -351,8 +421,19 @@ class Tracer:
         inside = self._scan(candidate_shards(addr), addr, 0, True)
         if inside is not None and inside.relation == "inside":
             return inside
+        below = self.tagged_below(addr)
+        if below is not None and _holds(below, addr):
+            return Match(addr, below, "inside", addr - below.addr)
         if max_gap == 0:
             return None
+        best = self._table_near(addr, max_gap)
+        for m in self._tagged_near(addr, below, max_gap) if self.header.tag_key else []:
+            if _better(m, best):
+                best = m
+        return best
+
+    def _table_near(self, addr: int, max_gap: int) -> Optional[Match]:
+        """The nearest table block within ``max_gap`` of ``addr``, which none holds."""
         # Small blocks ending within max_gap below addr start no lower than this,
         # and those starting within max_gap above start no higher than addr+max_gap.
         lo = max(0, addr - max_gap - REGION_SIZE) >> REGION_SHIFT
@@ -393,12 +474,9 @@ class Tracer:
                     continue
                 if dist > max_gap:
                     continue
-                if (
-                    best is None
-                    or dist < best.offset
-                    or (dist == best.offset and relation == "after" and best.relation == "before")
-                ):
-                    best = Match(addr, decode_slot(a, st[i], ss[i]), relation, dist)
+                m = Match(addr, decode_slot(a, st[i], ss[i]), relation, dist)
+                if _better(m, best):
+                    best = m
         return best
 
     # -- stacks and threads
@@ -634,10 +712,15 @@ class Tracer:
     # -- totals
 
     def totals(self) -> Totals:
-        """Counters for ``mtrace-info``: reads the header, shards and two directory heads."""
+        """Counters for ``mtrace-info``: reads the header, shards and two directory heads,
+        and with block tags the heap mappings."""
         shards = self.shards()
         blocks, blocks_wrapped = checked_sum([s.live for s in shards])
         live_bytes, bytes_wrapped = checked_sum([s.live_bytes for s in shards])
+        # Tagged blocks are in no shard's count (docs/LAYOUT.md "Block tags").
+        if shards and self.header.tag_key:
+            n, size = tags.tagged_totals(self.reader, self.header.tag_key, self.regions())
+            blocks, live_bytes = blocks + n, live_bytes + size
         return Totals(
             live_blocks=blocks,
             live_bytes=live_bytes,
@@ -665,6 +748,9 @@ class Tracer:
                 if SLOT_TOMBSTONE < a <= addr and (a == addr or addr < a + (st[i] & FIELD_MASK)):
                     out.append(decode_slot(a, st[i], ss[i]))
         out.sort(key=lambda b: b.seq, reverse=True)
+        tagged = self.tagged_containing(addr)
+        if tagged is not None:
+            out.append(tagged)
         return out
 
     # -- freed-block history
@@ -859,6 +945,8 @@ class Tracer:
             a = r.allocation
             events.append(Event("free", r.free_seq, r.free_thread, r.free_stack, a, r))
             events.append(Event("allocation", a.seq, a.thread, a.stack, a, r))
-        # On a (corrupt) tie, the free comes first: it cannot precede its allocation.
-        events.sort(key=lambda e: (e.seq, e.kind == "free"), reverse=True)
+        # On a (corrupt) tie, the free comes first: it cannot precede its allocation. A live
+        # tagged block has no number, and is newer than every free of its memory.
+        events.sort(key=lambda e: (MASK64 + 1 if e.live and e.block.tagged else e.seq,
+                                   e.kind == "free"), reverse=True)
         return events

@@ -54,8 +54,10 @@ def event_line(lookups: Lookups, event: Event) -> str:
     else:
         what = "allocation"
         state = " (live)" if event.live else f" (freed at #{event.freed.free_seq})"
+    # A live tagged block (docs/LAYOUT.md "Block tags") has no event number.
+    number = "" if event.live and event.block.tagged else f"#{event.seq} "
     return (
-        f"#{event.seq} {what} of {block_text(event.block)} by {who}{state}"
+        f"{number}{what} of {block_text(event.block)} by {who}{state}"
         + thread_details(lookups, event.thread)
     )
 

@@ -113,9 +113,10 @@ def rank_thread_blocks(tracer: Tracer, thread: int, by: str) -> Tuple[List[Ranke
 
 
 def _live_blocks(tracer: Tracer, counts: Dict[int, Counts]) -> Tuple[int, bool]:
-    """Live blocks now: the table's count, or under sampling the counters' estimate; and
-    whether the counts summed past 2^64 or below zero (checked_sum)."""
-    if not tracer.header.sample_mean:
+    """Live blocks now: the table's count, or under sampling or with tagged blocks the
+    counters' sum (tagged blocks are in no shard's count, and counting them otherwise is a
+    scan of the heap); and whether the counts summed past 2^64 or below zero (checked_sum)."""
+    if not tracer.header.sample_mean and not tracer.header.tag_key:
         totals = tracer.totals()
         return totals.live_blocks, totals.wrapped
     # A stack's count below zero is flagged on its own line (inconsistencies) and counts as

@@ -101,7 +101,9 @@ def describe_match(match: Match) -> str:
         where += f"{bytes_text(match.offset)} after "
     else:
         where += f"{bytes_text(match.offset)} before "
-    return f"{where}{block_text(b)} allocated by {thread_text(b.thread)} (#{b.seq})"
+    # A tagged block (docs/LAYOUT.md "Block tags") has no event number.
+    number = "" if b.tagged else f" (#{b.seq})"
+    return f"{where}{block_text(b)} allocated by {thread_text(b.thread)}{number}"
 
 
 def describe_freed(address: int, record: FreedBlock) -> str:

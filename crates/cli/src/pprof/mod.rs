@@ -23,7 +23,6 @@ use crate::error::{Error, Result};
 use crate::flamegraph::write_to;
 use crate::stacks::{self, Frame, Profile};
 use mem_trace_format::non_negative;
-use mem_trace_read::layout::Tables;
 use mem_trace_read::target::Target;
 use prost::Message as _;
 use std::collections::{BTreeMap, HashMap};
@@ -345,7 +344,7 @@ fn build_id(path: &Path) -> Option<String> {
 /// Live blocks per (stack, thread), from the live-block table.
 pub fn thread_shares(target: &Target) -> Result<Vec<ThreadShare>> {
     let layout = |e: mem_trace_read::layout::Error| Error::new(format!("{}: {e}", target.name()));
-    let tables = Tables::open(target.memory(), target.header()).map_err(layout)?;
+    let tables = target.tables().map_err(layout)?;
     let names: HashMap<u32, (String, u32)> = tables
         .threads()
         .map_err(layout)?

@@ -16,6 +16,7 @@ use crate::arena::Arena;
 use crate::profile::roots;
 use crate::store::table;
 use allocator_api2::vec::Vec as AVec;
+use mem_trace_read::layout::tags;
 use mem_trace_read::leaks::Scan;
 use mem_trace_read::memory::{Memory, Process};
 
@@ -67,6 +68,21 @@ fn dtv_of(me: &Process, tcb: u64) -> Option<u64> {
     (word(0) == tcb && word(2) == tcb && word(1) >= 16).then(|| word(1) - 16)
 }
 
+/// Adds the live tagged blocks (docs/LAYOUT.md "Block tags"), found by a scan of the
+/// process's own heap mappings: they are in no table.
+fn tagged_blocks(v: &mut ArenaVec<Live>) {
+    let key = crate::store::header::header()
+        .tag_key
+        .load(core::sync::atomic::Ordering::Relaxed);
+    if key == 0 {
+        return;
+    }
+    let regions = tags::this_process_regions();
+    tags::for_each_tagged(&Process::this(), key, &regions, &mut |b| {
+        v.push(Live::new(b.addr, b.size, b.stack))
+    });
+}
+
 /// The live blocks, sorted by address, each once.
 fn snapshot() -> Option<ArenaVec<Live>> {
     let mut v: ArenaVec<Live> = AVec::new_in(Arena);
@@ -75,6 +91,7 @@ fn snapshot() -> Option<ArenaVec<Live>> {
     let (n, _) = table::totals();
     v.try_reserve(n as usize + n as usize / 8 + 1024).ok()?;
     table::for_each_block(|b| v.push(Live::new(b.addr, b.size, b.stack)));
+    tagged_blocks(&mut v);
     v.sort_unstable_by_key(|b| b.addr);
     v.dedup_by_key(|b| b.addr);
     Some(v)

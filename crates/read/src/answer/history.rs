@@ -57,9 +57,13 @@ fn event_line(lookups: &Lookups<'_>, e: &Event) -> String {
         (EventKind::Allocation, None) => ("allocation", " (live)".to_string()),
         (EventKind::Allocation, Some(f)) => ("allocation", format!(" (freed at #{})", f.free_seq)),
     };
+    // A live tagged block has no event number.
+    let number = match e.seq {
+        crate::layout::tags::NO_SEQ => String::new(),
+        seq => format!("#{seq} "),
+    };
     format!(
-        "#{} {what} of {} by {}{state}",
-        e.seq,
+        "{number}{what} of {} by {}{state}",
         block_text(&e.block),
         thread_text(e.thread)
     ) + &thread_details(lookups, e.thread)

@@ -193,13 +193,16 @@ impl TopFacts {
     }
 }
 
-/// Live blocks now: the table's count, or under sampling the counters' estimate; and whether
+/// Live blocks now: the table's count, or under sampling or with tagged blocks the counters'
+/// sum; and whether
 /// the counts summed past 2^64 or below zero ([`checked_sum`]).
 fn live_blocks<M: Memory + ?Sized>(
     tables: &Tables<'_, M>,
     counts: &BTreeMap<u32, Counts>,
 ) -> Result<(u64, bool), AnswerError> {
-    if tables.sample_mean() == 0 {
+    // Tagged blocks are in no shard's count, and counting them means a scan of the heap:
+    // the stack counters count every block.
+    if tables.sample_mean() == 0 && tables.tag_key() == 0 {
         let totals = tables.totals()?;
         return Ok((totals.blocks, totals.wrapped));
     }

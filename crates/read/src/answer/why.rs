@@ -110,12 +110,22 @@ fn describe_match(m: &Match) -> String {
         Relation::Before => format!("{offset} before "),
     };
     format!(
-        "{:#x} is {place}{} allocated by {} (#{})",
+        "{:#x} is {place}{} allocated by {}{}",
         m.address,
         block_text(b),
         thread_text(b.thread),
-        b.seq
+        seq_text(b.seq)
     )
+}
+
+/// ` (#1234)`: the event number of an allocation; nothing for a tagged block, which has
+/// none (docs/LAYOUT.md "Block tags").
+pub(crate) fn seq_text(seq: u64) -> String {
+    if seq == crate::layout::tags::NO_SEQ {
+        String::new()
+    } else {
+        format!(" (#{seq})")
+    }
 }
 
 /// The first line for an address in a freed block, without the thread details.

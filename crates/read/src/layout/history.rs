@@ -173,8 +173,13 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
                 freed: Some(r),
             });
         }
-        // On a (corrupt) tie, the free comes first: it cannot precede its allocation.
-        events.sort_by_key(|e| core::cmp::Reverse((e.seq, e.kind == EventKind::Free)));
+        // On a (corrupt) tie, the free comes first: it cannot precede its allocation. A live
+        // tagged block has no number, and is newer than every free of its memory.
+        let order = |e: &Event| match (e.freed, e.seq) {
+            (None, super::tags::NO_SEQ) => u64::MAX,
+            (_, seq) => seq,
+        };
+        events.sort_by_key(|e| core::cmp::Reverse((order(e), e.kind == EventKind::Free)));
         Ok(events)
     }
 }

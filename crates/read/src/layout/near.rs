@@ -4,6 +4,7 @@
 //! `Tracer.find_block`, `live_blocks_containing` and `blocks` in
 //! `python/mem_trace_gdb/layout/tracer.py`, built on [`Tables::shard_blocks`].
 
+use super::tags::{self, region_of};
 use super::{Error, Tables};
 use crate::memory::Memory;
 use mem_trace_format::{shard_of, Block, LARGE_SHARD, REGION_SHIFT, SHARD_COUNT};
@@ -52,8 +53,24 @@ fn candidate_shards(addr: u64) -> Vec<usize> {
     out
 }
 
+/// Whether `m` is a better near match than `best`: closer, or as close and after its block
+/// (overflows are more common than underflows).
+fn better(m: &Match, best: Option<&Match>) -> bool {
+    match best {
+        None => true,
+        Some(b) => {
+            m.offset < b.offset
+                || (m.offset == b.offset
+                    && m.relation == Relation::After
+                    && b.relation == Relation::Before)
+        }
+    }
+}
+
 impl<M: Memory + ?Sized> Tables<'_, M> {
-    /// Every live block, shard by shard; none before the tracer has initialised.
+    /// Every live block: the table's, shard by shard, then the tagged blocks of the heap
+    /// mappings given with [`Tables::with_regions`] (none without them); none before the
+    /// tracer has initialised.
     pub fn blocks(&self) -> Result<Vec<Block>, Error> {
         if self.header().shards.is_null() {
             return Ok(Vec::new());
@@ -62,7 +79,66 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
         for i in 0..SHARD_COUNT {
             out.extend(self.shard_blocks(i)?);
         }
+        self.for_each_tagged(&mut |b| out.push(b));
         Ok(out)
+    }
+
+    /// Calls `found` with every live tagged block of the heap mappings given with
+    /// [`Tables::with_regions`]; what it read.
+    pub fn for_each_tagged(&self, found: &mut impl FnMut(Block)) -> tags::Scanned {
+        match (self.tag_key(), self.regions()) {
+            (0, _) | (_, None) => tags::Scanned::default(),
+            (key, Some(regions)) => tags::for_each_tagged(self.memory(), key, regions, found),
+        }
+    }
+
+    /// The mapping holding `addr`, as `(start, end)`; the whole address space when the
+    /// mappings were not given or none holds it (the reads then end where memory does).
+    fn bounds_of(&self, addr: u64) -> (u64, u64) {
+        self.regions()
+            .and_then(|r| region_of(r, addr))
+            .map_or((0, u64::MAX), |r| (r.start, r.end))
+    }
+
+    /// The nearest tagged block at or below `addr` within 64 KiB (docs/LAYOUT.md "Block
+    /// tags"): it holds `addr` when it contains it, else no tagged block does.
+    pub fn tagged_below(&self, addr: u64) -> Option<Block> {
+        let (floor, _) = self.bounds_of(addr);
+        tags::tagged_block_below(self.memory(), self.tag_key(), addr, floor)
+    }
+
+    /// The tagged block holding `addr`, if any.
+    pub fn tagged_containing(&self, addr: u64) -> Option<Block> {
+        self.tagged_below(addr).filter(|b| b.contains(addr))
+    }
+
+    /// Tagged blocks near `addr` that do not hold it, as matches within `max_gap`: the nearest
+    /// below (`After`) and the nearest above (`Before`).
+    fn tagged_near(&self, addr: u64, below: Option<Block>, max_gap: u64) -> Vec<Match> {
+        let mut out = Vec::new();
+        if let Some(b) = below.filter(|b| !b.contains(addr)) {
+            let end = b.addr.saturating_add(b.size);
+            if end <= addr && addr - end <= max_gap {
+                out.push(Match {
+                    address: addr,
+                    block: b,
+                    relation: Relation::After,
+                    offset: addr - end,
+                });
+            }
+        }
+        let (_, ceiling) = self.bounds_of(addr);
+        if let Some(b) =
+            tags::tagged_block_above(self.memory(), self.tag_key(), addr, max_gap, ceiling)
+        {
+            out.push(Match {
+                address: addr,
+                block: b,
+                relation: Relation::Before,
+                offset: b.addr - addr,
+            });
+        }
+        out
     }
 
     /// Every live block containing `addr`, newest allocation first. A consistent table has at
@@ -80,25 +156,50 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
             );
         }
         out.sort_by_key(|b| core::cmp::Reverse(b.seq));
+        out.extend(self.tagged_containing(addr));
         Ok(out)
     }
 
     /// The live block containing `addr`, else the nearest one within `max_gap` bytes (at most
     /// 64 KiB).
     ///
-    /// Containment needs only the three candidate shards. Only when none contains `addr` are
-    /// the (at most two) extra region shards read that may hold a small block ending or
-    /// starting within `max_gap` of it. Between a block below and one above at the same
-    /// distance, "after" wins: overflows are more common than underflows.
+    /// Containment needs only the three candidate shards, then the backward scan for a tag
+    /// (docs/LAYOUT.md "Block tags"). Only when neither holds `addr` are the (at most two)
+    /// extra region shards read that may hold a small block ending or starting within
+    /// `max_gap` of it, and the tags just above it. Between a block below and one above at
+    /// the same distance, "after" wins: overflows are more common than underflows.
     pub fn find_block(&self, addr: u64, max_gap: u64) -> Result<Option<Match>, Error> {
         let max_gap = max_gap.min(REGION_SIZE);
         if self.header().shards.is_null() {
             return Ok(None);
         }
         let inside = self.nearest(&candidate_shards(addr), addr, 0, true)?;
-        if inside.is_some() || max_gap == 0 {
+        if inside.is_some() {
             return Ok(inside);
         }
+        let below = self.tagged_below(addr);
+        if let Some(b) = below.filter(|b| b.contains(addr)) {
+            return Ok(Some(Match {
+                address: addr,
+                block: b,
+                relation: Relation::Inside,
+                offset: addr - b.addr,
+            }));
+        }
+        if max_gap == 0 {
+            return Ok(None);
+        }
+        let mut best = self.table_near(addr, max_gap)?;
+        for m in self.tagged_near(addr, below, max_gap) {
+            if better(&m, best.as_ref()) {
+                best = Some(m);
+            }
+        }
+        Ok(best)
+    }
+
+    /// The nearest table block within `max_gap` of `addr`, which no table block holds.
+    fn table_near(&self, addr: u64, max_gap: u64) -> Result<Option<Match>, Error> {
         // Small blocks ending within max_gap below addr start no lower than this, and those
         // starting within max_gap above start no higher than addr + max_gap.
         let lo = addr.saturating_sub(max_gap + REGION_SIZE) >> REGION_SHIFT;
@@ -157,17 +258,9 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
                 if dist > max_gap {
                     continue;
                 }
-                let better = match best {
-                    None => true,
-                    Some(m) => {
-                        dist < m.offset
-                            || (dist == m.offset
-                                && relation == Relation::After
-                                && m.relation == Relation::Before)
-                    }
-                };
-                if better {
-                    best = Some(found(relation, dist));
+                let m = found(relation, dist);
+                if better(&m, best.as_ref()) {
+                    best = Some(m);
                 }
             }
         }

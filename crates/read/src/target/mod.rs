@@ -24,6 +24,13 @@ mod symbols;
 pub use errors::{ptrace_scope, scope_advice, TargetError};
 pub use symbols::Symbols;
 
+/// The mappings of running process `pid`, from `/proc/PID/maps`, by start address; `None`
+/// when they cannot be read.
+pub fn process_mappings(pid: i32) -> Option<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(maps::parse(&text))
+}
+
 use crate::layout::Tables;
 use crate::memory::Memory;
 use std::path::PathBuf;
@@ -125,6 +132,13 @@ impl Target {
         };
         Tables::open(target.memory(), target.header)?;
         Ok(target)
+    }
+
+    /// Its tables: the header checked, and its mappings given for the tagged blocks'
+    /// scans ([`Tables::with_regions`]).
+    pub fn tables(&self) -> Result<Tables<'_, dyn Memory + '_>, crate::layout::Error> {
+        Ok(Tables::open(self.memory(), self.header)?
+            .with_regions(crate::layout::tags::regions(&self.mappings)))
     }
 
     /// Its memory.

@@ -385,3 +385,23 @@ fn an_unsampled_address_says_so() {
         ["0x55550100 is in no sampled block: not sampled, this process samples one allocation per ~512 KiB (MEM_TRACE_SAMPLE)"]
     );
 }
+
+/// A tagged block (docs/LAYOUT.md "Block tags") has no sequence number: the answer says
+/// nothing of one rather than "#0".
+#[test]
+fn a_tagged_block_has_no_event_number() {
+    let tagged = Block {
+        seq: crate::layout::tags::NO_SEQ,
+        ..BLOCK
+    };
+    let a = tagged.addr + 4;
+    let mut want = vec![format!(
+        "0x5555555592c4 is 4 bytes inside a 24-byte block [0x5555555592c0, 0x5555555592d8) \
+         allocated by thread 1{DEMO}"
+    )];
+    want.extend(ALLOC_FRAMES.map(String::from));
+    assert_eq!(
+        why(&facts(a, found(a, tagged, Relation::Inside, 4), vec![])),
+        want
+    );
+}
