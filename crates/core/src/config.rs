@@ -171,7 +171,7 @@ pub(crate) struct Config {
     /// `MEM_TRACE_SAMPLE_SEED`: the same samples run after run.
     pub sample_seed: Option<u64>,
     /// Small blocks' records in tags in front of them rather than in the table
-    /// (`MEM_TRACE_TAGS`). See [`Config::tags_apply`].
+    /// (`MEM_TRACE_TAGS`; on by default in profile mode). See [`Config::tags_apply`].
     pub tags: bool,
 }
 
@@ -252,6 +252,7 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
                 c.free_stacks = false;
                 c.freed = 0;
                 c.quarantine = 0;
+                c.tags = true;
             }
             _ => reject("MEM_TRACE_MODE", v, "debug or profile"),
         }
@@ -735,6 +736,7 @@ mod tests {
         assert_eq!(c.mode, Mode::Profile);
         assert!(!c.free_stacks);
         assert_eq!((c.freed, c.quarantine), (0, 0));
+        assert!(c.tags && c.tags_apply());
         // Each feature's own variable still wins, whichever order the environment lists them.
         let (c, bad) = parse(env(&[
             ("MEM_TRACE_QUARANTINE", "1M"),
@@ -744,6 +746,15 @@ mod tests {
         assert!(bad.is_empty(), "{bad:?}");
         assert!(c.free_stacks);
         assert_eq!((c.freed, c.quarantine), (0, 1 << 20));
+        // A quarantine (or free stacks) needs the table's bookkeeping: no tags.
+        assert!(c.tags && !c.tags_apply());
+        let (c, _) = parse(env(&[("MEM_TRACE_MODE", "profile"), ("MEM_TRACE_TAGS", "0")]));
+        assert!(!c.tags_apply());
+        let (c, _) = parse(env(&[("MEM_TRACE_MODE", "profile"), ("MEM_TRACE_SAMPLE", "64K")]));
+        assert!(!c.tags_apply(), "sampling keeps every sampled block in the table");
+        let (c, bad) = parse(env(&[("MEM_TRACE_TAGS", "2")]));
+        assert_eq!(bad[0].var, "MEM_TRACE_TAGS");
+        assert!(!c.tags);
         let (c, bad) = parse(env(&[
             ("MEM_TRACE_MODE", "debug"),
             ("MEM_TRACE_FREED", "0"),

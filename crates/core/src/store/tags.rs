@@ -12,7 +12,8 @@
 
 use super::header::header;
 use core::ffi::c_void;
-use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::AtomicU64;
+use core::sync::atomic::Ordering::{Relaxed, Release};
 use mem_trace_format::{pack_tag, tag_check, tag_key, unpack_tag, Block, TAG_MAX_SIZE, TAG_SIZE};
 
 /// Starts tagging blocks (`on`: the configuration allows it), with a key that is random per
@@ -60,11 +61,13 @@ pub fn room(size: usize) -> Option<usize> {
 #[inline(always)]
 pub unsafe fn write(p0: *mut c_void, size: u64, thread: u32, stack: u32) -> *mut c_void {
     let h = p0.cast::<u64>();
-    // SAFETY: forwarded contract: the first 16 bytes are the chunk's.
+    // SAFETY: forwarded contract: the first 16 bytes are the chunk's, 8-byte aligned.
     unsafe {
         let q = h.add(2);
-        h.write(tag_check(q as u64, key()));
+        // The record first, the check word last: a reader in another process (or a core
+        // taken between the two stores) that sees the check sees the record it vouches for.
         h.add(1).write(pack_tag(size, thread, stack));
+        AtomicU64::from_ptr(h).store(tag_check(q as u64, key()), Release);
         q.cast()
     }
 }
@@ -108,10 +111,11 @@ pub unsafe fn read(p: *mut c_void) -> Option<Block> {
 /// [`read`] said `p` is a tagged block, and the program gives it up now.
 #[inline(always)]
 pub unsafe fn erase(p: *mut c_void) -> *mut c_void {
-    // SAFETY: forwarded contract: the tag is the chunk's first 16 bytes.
+    // SAFETY: forwarded contract: the tag is the chunk's first 16 bytes, 8-byte aligned.
     unsafe {
         let p0 = p.cast::<u64>().sub(2);
-        p0.write(0);
+        // The check word goes first, before glibc or a new tag reuses the record.
+        AtomicU64::from_ptr(p0).store(0, Relaxed);
         p0.cast()
     }
 }
