@@ -748,10 +748,19 @@ mod tests {
         assert_eq!((c.freed, c.quarantine), (0, 1 << 20));
         // A quarantine (or free stacks) needs the table's bookkeeping: no tags.
         assert!(c.tags && !c.tags_apply());
-        let (c, _) = parse(env(&[("MEM_TRACE_MODE", "profile"), ("MEM_TRACE_TAGS", "0")]));
+        let (c, _) = parse(env(&[
+            ("MEM_TRACE_MODE", "profile"),
+            ("MEM_TRACE_TAGS", "0"),
+        ]));
         assert!(!c.tags_apply());
-        let (c, _) = parse(env(&[("MEM_TRACE_MODE", "profile"), ("MEM_TRACE_SAMPLE", "64K")]));
-        assert!(!c.tags_apply(), "sampling keeps every sampled block in the table");
+        let (c, _) = parse(env(&[
+            ("MEM_TRACE_MODE", "profile"),
+            ("MEM_TRACE_SAMPLE", "64K"),
+        ]));
+        assert!(
+            !c.tags_apply(),
+            "sampling keeps every sampled block in the table"
+        );
         let (c, bad) = parse(env(&[("MEM_TRACE_TAGS", "2")]));
         assert_eq!(bad[0].var, "MEM_TRACE_TAGS");
         assert!(!c.tags);

@@ -13,6 +13,9 @@ use mem_trace_read::layout::{Error, Tables};
 use mem_trace_read::memory::{Memory, Unreadable};
 use std::cell::Cell;
 
+/// The header's size in this layout version.
+const HEADER_SIZE: usize = core::mem::size_of::<mem_trace_format::Header>();
+
 const HEADER: u64 = 0x1000;
 const SHARDS: u64 = 0x2000;
 const STACKS: u64 = 0x10000;
@@ -42,12 +45,19 @@ impl<F: Fn(u32) -> Slot> Image<F> {
     fn new(slot: F) -> Self {
         let mut header = Vec::new();
         header.extend_from_slice(&MAGIC);
-        for w in [VERSION, 144, 24, 64, SHARD_COUNT as u32, REGION_SHIFT] {
+        for w in [
+            VERSION,
+            HEADER_SIZE as u32,
+            24,
+            64,
+            SHARD_COUNT as u32,
+            REGION_SHIFT,
+        ] {
             header.extend_from_slice(&w.to_le_bytes());
         }
         // shards, stacks, threads, freed, then the counters and reserved words.
         header.extend(words(&[SHARDS, STACKS, 0, 0]));
-        header.resize(144, 0);
+        header.resize(HEADER_SIZE, 0);
         let mut shards = vec![0u8; SHARD_COUNT * 64];
         let shard = shard_of(BLOCK >> REGION_SHIFT) * 64;
         shards[shard + 8..shard + 16].copy_from_slice(&ARRAY.to_le_bytes());

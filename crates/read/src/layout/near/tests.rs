@@ -175,9 +175,10 @@ fn blocks_and_the_live_ones_at_an_address() {
 fn an_uninitialised_header_has_no_blocks() {
     // Every table pointer 0, as before the tracer's constructor ran.
     let mut img = Image::new();
-    let h = img.map(144);
+    let size = core::mem::size_of::<mem_trace_format::Header>() as u32;
+    let h = img.map(size as usize);
     img.write(h, b"MEMTRACE");
-    for (k, v) in [VERSION, 144, 24, 64, 129, 16].iter().enumerate() {
+    for (k, v) in [VERSION, size, 24, 64, 129, 16].iter().enumerate() {
         img.write(h + 8 + 4 * k as u64, &v.to_le_bytes());
     }
     let t = Tables::open(&img, h).unwrap();
