@@ -7,8 +7,8 @@ mod common;
 
 use common::mtrace::with_entry_script;
 use common::{
-    c_fixture, c_shared_library, library, mem_trace_binary, run_with_timeout, rust_fixture,
-    Fixture, Output, GDB_TIMEOUT,
+    c_fixture, c_shared_library, library, line_of, mem_trace_binary, run_with_timeout,
+    rust_fixture, Fixture, Output, GDB_TIMEOUT,
 };
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -190,15 +190,6 @@ fn detach(fixture: &Fixture, pid: u32, label: &str) -> Output {
         out.describe()
     );
     out
-}
-
-/// The line of `// @marker` in the fixture's source.
-fn line_of(fixture: &Fixture, marker: &str) -> usize {
-    let text = std::fs::read_to_string(&fixture.src).unwrap();
-    text.lines()
-        .position(|l| l.contains(&format!("// @{marker}")))
-        .unwrap_or_else(|| panic!("no @{marker} in {}", fixture.src.display()))
-        + 1
 }
 
 /// Hex addresses replaced, for comparing two runs' output.

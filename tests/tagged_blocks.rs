@@ -15,21 +15,12 @@ use std::process::Command;
 
 use common::mtrace::{comparable_with_gdb, gdb, with_entry_script};
 use common::{
-    c_fixture, fixture_run, library, mem_trace_binary, run_with_timeout, spawn_fixture,
+    c_fixture, fixture_run, library, line_of, mem_trace_binary, run_with_timeout, spawn_fixture,
     waiting_fixture, Fixture, GdbRun, Output, RUN_TIMEOUT,
 };
 
 fn fixture() -> Fixture {
     with_entry_script(c_fixture("tagged_blocks.c", &[]))
-}
-
-/// The line of `// @marker` in the fixture's source.
-fn line_of(fixture: &Fixture, marker: &str) -> usize {
-    let text = std::fs::read_to_string(&fixture.src).unwrap();
-    text.lines()
-        .position(|l| l.contains(&format!("// @{marker}")))
-        .unwrap_or_else(|| panic!("no @{marker} in {}", fixture.src.display()))
-        + 1
 }
 
 /// `mem-trace ARGS` in the fixture's directory; asserts it succeeded.

@@ -897,6 +897,15 @@ impl GdbRun {
     }
 }
 
+/// The line of `// @marker` in the fixture's source.
+pub fn line_of(fixture: &Fixture, marker: &str) -> usize {
+    let text = std::fs::read_to_string(&fixture.src).unwrap();
+    text.lines()
+        .position(|l| l.contains(&format!("// @{marker}")))
+        .unwrap_or_else(|| panic!("no @{marker} in {}", fixture.src.display()))
+        + 1
+}
+
 /// Shell-quotes one word if it needs it.
 pub fn quote(word: impl AsRef<OsStr>) -> String {
     let s = word.as_ref().to_string_lossy();
