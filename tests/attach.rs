@@ -533,6 +533,50 @@ fn an_idle_program_blocked_in_read_is_attached_promptly_and_runs_on() {
     assert!(err.lines().all(|l| l == "read: EINTR, retried"), "{err}");
 }
 
+/// An event loop idle in `epoll_wait`: attached through the thread blocked there, and the
+/// interrupted call is restarted or seen as EINTR, which the program retries.
+#[test]
+fn an_idle_program_blocked_in_epoll_wait_is_attached_promptly_and_runs_on() {
+    let _turn = one_at_a_time();
+    let f = idle_fixture();
+    let mut cmd = plain(&f.bin);
+    cmd.arg("epoll");
+    let mut p = Running::start(cmd);
+    std::thread::sleep(Duration::from_millis(100));
+    let a = attach(&f, p.pid, "epoll-attach");
+    assert!(
+        a.stdout.contains("blocked in epoll_wait"),
+        "{}",
+        a.describe()
+    );
+    assert!(a.elapsed < Duration::from_secs(3), "took {:?}", a.elapsed);
+    let after = p.alloc();
+    let why = mem_trace(
+        &f,
+        "epoll-why",
+        &["why", &p.pid.to_string(), &format!("{after:#x}")],
+    );
+    let site = format!(
+        "idle_site at {}:{}",
+        f.src.display(),
+        line_of(&f, "idle-site")
+    );
+    assert!(
+        why.stdout.contains(&site),
+        "no {site:?} in\n{}",
+        why.describe()
+    );
+    detach(&f, p.pid, "epoll-detach");
+    p.alloc();
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+    assert!(
+        err.lines().all(|l| l.ends_with(": EINTR, retried")),
+        "{err}"
+    );
+}
+
 /// The tracer of `pid` (0: none), from /proc/PID/status.
 fn tracer_of(pid: u32) -> i32 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
