@@ -62,21 +62,13 @@ class InferiorReader:
         """None when ``n`` bytes at ``addr`` are memory the target has (or it cannot be
         told), else how many bytes it has from ``addr`` on (0: none)."""
         if self._runs is None:
-            if _is_core(self.inferior):
-                self._runs = _core_runs()
-            else:
-                connection = getattr(self.inferior, "connection", None)
-                native = connection is None or connection.type == "native"
-                self._runs = _process_runs(self.inferior.pid) if native else None
-            if self._runs is None:
-                self._runs = []
+            self._runs = self._listed(_core_runs, _process_runs) or []
         if not self._runs:
             return None
         for start, end in self._runs:
             if start <= addr < end:
                 return None if addr + n <= end else end - addr
         return 0
-
 
     def regions(self) -> List[Region]:
         """The target's mappings for the tagged blocks' scans (docs/LAYOUT.md "Block
@@ -85,14 +77,19 @@ class InferiorReader:
         does not name them, and scanning more than glibc's memory finds no more tags).
         Empty when they cannot be listed."""
         if self._regions is None:
-            if _is_core(self.inferior):
-                self._regions = _core_regions()
-            else:
-                connection = getattr(self.inferior, "connection", None)
-                native = connection is None or connection.type == "native"
-                regions = _process_regions(self.inferior.pid) if native else None
-                self._regions = regions if regions is not None else _gdb_regions()
+            regions = self._listed(_core_regions, _process_regions)
+            self._regions = regions if regions is not None else _gdb_regions()
         return self._regions
+
+    def _listed(self, from_core, from_process):
+        """``from_core()`` for a core file, ``from_process(pid)`` for a live process of this
+        machine; None for another target (a remote one), whose mappings neither can list."""
+        if _is_core(self.inferior):
+            return from_core()
+        connection = getattr(self.inferior, "connection", None)
+        if connection is None or connection.type == "native":
+            return from_process(self.inferior.pid)
+        return None
 
 
 def _process_regions(pid: int) -> Optional[List[Region]]:
@@ -140,6 +137,9 @@ def _gdb_regions() -> List[Region]:
     return sorted(out, key=lambda r: r.start)
 
 
+_CORE_SECTION = re.compile(r"(0x[0-9a-f]+)->(0x[0-9a-f]+) at 0x[0-9a-f]+: (\S+) (.*)")
+
+
 def _core_regions() -> List[Region]:
     """The core file's dumped segments; the writable ones are heap."""
     try:
@@ -168,39 +168,16 @@ def _merge(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
 
 
 def _process_runs(pid: int) -> Optional[List[Tuple[int, int]]]:
-    """The readable mappings of live process ``pid``, from /proc/PID/maps."""
-    try:
-        with open(f"/proc/{pid}/maps", encoding="ascii", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    ranges = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) >= 2 and fields[1].startswith("r") and "-" in fields[0]:
-            lo, hi = fields[0].split("-", 1)
-            try:
-                ranges.append((int(lo, 16), int(hi, 16)))
-            except ValueError:
-                continue
-    return _merge(ranges)
-
-
-_CORE_SECTION = re.compile(r"(0x[0-9a-f]+)->(0x[0-9a-f]+) at 0x[0-9a-f]+: (\S+) (.*)")
+    """The readable mappings of live process ``pid``, from /proc/PID/maps, touching ones
+    merged."""
+    regions = _process_regions(pid)
+    return None if regions is None else _merge([(r.start, r.end) for r in regions])
 
 
 def _core_runs() -> Optional[List[Tuple[int, int]]]:
     """What the selected core file holds: its ``load`` sections with contents."""
-    try:
-        text = gdb.execute("maintenance info sections", to_string=True)
-    except gdb.error:
-        return None
-    ranges = []
-    for line in text.splitlines():
-        m = _CORE_SECTION.search(line)
-        if m and m.group(3).startswith("load") and "HAS_CONTENTS" in m.group(4):
-            ranges.append((int(m.group(1), 16), int(m.group(2), 16)))
-    return _merge(ranges) if ranges else None
+    regions = _core_regions()
+    return _merge([(r.start, r.end) for r in regions]) if regions else None
 
 
 def _is_core(inferior: "gdb.Inferior") -> bool:
