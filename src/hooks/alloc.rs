@@ -421,7 +421,7 @@ unsafe fn realloc_tagged(g: &Guard, old: Block, size: usize) -> *mut c_void {
 /// the block moves to an untagged one of glibc's, unrecorded.
 ///
 /// # Safety
-/// `p` is a tagged block the program reallocates.
+/// `p` is a tagged block of `old_size` bytes (`tags::read` said so) the program reallocates.
 #[cold]
 unsafe fn realloc_tagged_uncounted(p: *mut c_void, size: usize, old_size: u64) -> *mut c_void {
     // glibc's realloc(p, 0) frees the block and returns null.
@@ -441,11 +441,8 @@ unsafe fn realloc_tagged_uncounted(p: *mut c_void, size: usize, old_size: u64) -
             )
         };
     }
-    // SAFETY: forwarded contract: the program gives `p` up.
-    if let Some(p0) = unsafe { tagged::untag_uncounted(p) } {
-        // SAFETY: the chunk of a block the program gave up.
-        unsafe { glibc::__libc_free(p0) };
-    }
+    // SAFETY: forwarded contract: the caller read `p`'s tag, and the program gives `p` up.
+    unsafe { glibc::__libc_free(tags::erase(p)) };
     q
 }
 

@@ -71,9 +71,7 @@ fn dtv_of(me: &Process, tcb: u64) -> Option<u64> {
 /// Adds the live tagged blocks (docs/LAYOUT.md "Block tags"), found by a scan of the
 /// process's own heap mappings: they are in no table.
 fn tagged_blocks(v: &mut ArenaVec<Live>) {
-    let key = crate::store::header::header()
-        .tag_key
-        .load(core::sync::atomic::Ordering::Relaxed);
+    let key = crate::store::tags::key();
     if key == 0 {
         return;
     }
