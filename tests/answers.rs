@@ -192,7 +192,10 @@ fn ask_gdb(fixture: &Fixture, pid: u32) -> FromGdb {
 /// The same answers from outside, by section name, over the process opened as the `mem-trace`
 /// command opens it (its modules, mappings and symbolizer; the header is gdb's).
 fn answers(target: &Target, gdb: &FromGdb) -> HashMap<String, Vec<String>> {
-    let tables = Tables::open(target.memory(), gdb.header).expect("the tables");
+    // As the command opens them: with the mappings, where small blocks are found by their tags.
+    let tables = Tables::open(target.memory(), gdb.header)
+        .expect("the tables")
+        .with_regions(mem_trace_read::layout::tags::regions(target.mappings()));
     let (modules, mappings) = (target.modules(), target.mappings());
     let mut symbols = Symbols::new(target);
     let mut symbolize = |pc: u64| frame::target_frames(&mut symbols, pc);

@@ -260,5 +260,32 @@ class TaggedTextTests(TagFixture):
             ', tid 4242 "prog"')
 
 
+
+class LongTagTests(unittest.TestCase):
+    def test_long_tags_give_their_sequence_numbers(self):
+        """With FLAG_TAG_SEQ (debug mode) the word at q - 24 is the block's sequence number:
+        found from inside the block, from above it, and in an enumeration, even when that
+        word is the last of the piece before."""
+        img = Image()
+        img.map_at(HEAP, HEAP_SIZE)
+        blocks = [(HEAP + 0x1020, 40, 901), (HEAP + tags.SCAN_PIECE + 16, 64, 902)]
+        for q, size, seq in blocks:
+            img.write_tag(KEY, q, size, 2, 9)
+            img.write(q - 32, struct.pack("<QQ", 0, seq))
+        b = TraceBuilder()
+        b.tag_key = KEY
+        b.flags |= 1 << 5
+        img, header, _ = b.build(img)
+        t = Tracer.open(ImageReader(img), header)
+        for q, size, seq in blocks:
+            m = t.find_block(q + size - 1, max_gap=0)
+            self.assertEqual((m.block.addr, m.block.seq), (q, seq))
+            self.assertFalse(m.block.tagged)
+        above = t.find_block(HEAP + 0x1000, max_gap=64)
+        self.assertEqual((above.block.addr, above.block.seq), (HEAP + 0x1020, 901))
+        self.assertEqual([(b.addr, b.seq) for b in t.tagged_blocks()],
+                         [(HEAP + 0x1020, 901), (HEAP + tags.SCAN_PIECE + 16, 902)])
+
+
 if __name__ == "__main__":
     unittest.main()

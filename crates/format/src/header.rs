@@ -26,6 +26,11 @@ pub const FLAG_PROFILE_MODE: u64 = 8;
 /// The tracer was started in a running process by `mem-trace attach`, not preloaded: blocks
 /// allocated before the attach are unknown to the tables.
 pub const FLAG_ATTACHED: u64 = 16;
+/// With `tag_key` not 0: tags are [`SEQ_TAG_SIZE`](crate::SEQ_TAG_SIZE) bytes and carry the
+/// block's sequence number (debug mode, whose history needs it); without: [`TAG_SIZE`](crate::TAG_SIZE)
+/// bytes, no sequence number. A reader that ignores the flag still reads every tag right,
+/// only without its sequence number.
+pub const FLAG_TAG_SEQ: u64 = 32;
 
 /// The header (160 bytes, 16-byte aligned). Fields are in `docs/LAYOUT.md` order.
 #[repr(C, align(16))]

@@ -36,7 +36,7 @@ pub use freed::{
 };
 pub use header::{
     Header, FLAG_ATTACHED, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILER, FLAG_PROFILE_MODE,
-    MAGIC, VERSION,
+    FLAG_TAG_SEQ, MAGIC, VERSION,
 };
 pub use packing::{
     pack_seq_id, pack_size_thread, unpack_seq_id, unpack_size_thread, LOW40, SIZE_BITS,
@@ -53,7 +53,7 @@ pub use table::{
     shard_of, Shard, Slot, SlotArray, LARGE_SHARD, REGION_SHARDS, REGION_SHIFT, SHARD_COUNT,
     SLOT_EMPTY, SLOT_MOVING,
 };
-pub use tag::{pack_tag, tag_check, tag_key, unpack_tag, TAG_MAX_SIZE, TAG_SIZE};
+pub use tag::{pack_tag, tag_check, tag_key, unpack_tag, SEQ_TAG_SIZE, TAG_MAX_SIZE, TAG_SIZE};
 pub use threads::{
     ThreadRecord, ThreadTable, MAX_THREAD_INDEX, THREAD_CHUNKS, THREAD_CHUNK_BITS, THREAD_EXITED,
 };

@@ -1,10 +1,14 @@
-//! Block tags (docs/LAYOUT.md "Block tags", version 6): in profile mode a small block from
-//! `malloc`, `calloc` or `realloc` is not in the live-block table. Its record is 16 bytes in
-//! front of it, in the same chunk of glibc's heap: the free that follows reads a line glibc
-//! touches anyway, where a table costs two misses per block on a large heap.
+//! Block tags (docs/LAYOUT.md "Block tags", version 6): a small block from `malloc`,
+//! `calloc` or `realloc` is not in the live-block table. Its record is 16 or 32 bytes in front
+//! of it, in the same chunk of glibc's heap: the free that follows reads a line glibc touches
+//! anyway, where a table costs two misses per block on a large heap.
 
-/// Bytes of the tag in front of a tagged block; the block itself stays 16-byte aligned.
+/// Bytes of the short tag in front of a tagged block (profile mode); the block itself stays
+/// 16-byte aligned. The check word is at `q - 16`, the record at `q - 8`, in both sizes.
 pub const TAG_SIZE: u64 = 16;
+/// Bytes of the long tag (with `FLAG_TAG_SEQ`): the short tag's two words preceded by the
+/// block's sequence number at `q - 24` and a word that is 0 at `q - 32`.
+pub const SEQ_TAG_SIZE: u64 = 32;
 /// Only blocks of fewer bytes than this are tagged (the size takes 16 bits); larger ones, and
 /// those of the aligned functions, go to the table.
 pub const TAG_MAX_SIZE: u64 = 1 << 16;

@@ -361,6 +361,15 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
             .load(core::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How the process tags its blocks: the key and whether tags carry sequence numbers.
+    pub fn tag_format(&self) -> tags::TagFormat {
+        let flags = self
+            .header
+            .flags
+            .load(core::sync::atomic::Ordering::Relaxed);
+        tags::TagFormat::new(self.tag_key(), flags)
+    }
+
     /// The header as read.
     pub fn header(&self) -> &Header {
         &self.header

@@ -75,6 +75,8 @@ FLAG_FREE_STACKS = 1 << 2
 FLAG_PROFILE_MODE = 1 << 3
 # Started in a running process by `mem-trace attach`: blocks from before it are unknown.
 FLAG_ATTACHED = 1 << 4
+# Tags are 32 bytes and carry the block's sequence number at q - 24 (debug mode).
+FLAG_TAG_SEQ = 1 << 5
 
 THREAD_EXITED = 1 << 0
 

@@ -1,8 +1,9 @@
 """Tagged blocks (docs/LAYOUT.md "Block tags", version 6): the twin of the Rust reader's
 `crates/read/src/layout/tags.rs`.
 
-A small block of a profile-mode process is in no table: the 16 bytes in front of it hold
-``q ^ tag_key`` (``q`` its address) and its size, thread and stack. A 16-byte aligned ``q``
+A small block is in no table: the 16 bytes in front of it hold ``q ^ tag_key`` (``q`` its
+address) and its size, thread and stack; with ``FLAG_TAG_SEQ`` (debug mode) the word at
+``q - 24`` is its sequence number (``seq=True`` below). A 16-byte aligned ``q``
 starts a live tagged block exactly when the word at ``q - 16`` is ``q ^ tag_key``. The key's
 top 16 bits are neither all zero nor all one, and a user-space address has none of them
 set, so a check word's last two bytes are the key's: the enumeration finds candidates with
@@ -45,10 +46,25 @@ def region_of(regions: Sequence[Region], addr: int) -> Optional[Region]:
     return None
 
 
-def block_from_tag(q: int, word: int) -> Block:
+def block_from_tag(q: int, word: int, seq: int = NO_SEQ) -> Block:
     """The block a tag at ``q - 16`` whose second word is ``word`` describes."""
-    return Block(addr=q, size=word & 0xFFFF, thread=(word >> 16) & 0xFF_FFFF, seq=NO_SEQ,
+    return Block(addr=q, size=word & 0xFFFF, thread=(word >> 16) & 0xFF_FFFF, seq=seq,
                  stack=word >> 40)
+
+
+def _seq_of(reader, q: int, before: Optional[int]) -> int:
+    """A long tag's sequence number: ``before`` (the word at ``q - 24``) when it was read with
+    the tag, else read now."""
+    if before is not None:
+        return before
+    try:
+        return int.from_bytes(bytes(reader.read(q - 24, 8)), "little")
+    except MemTraceError:
+        return NO_SEQ
+
+
+def _block(reader, q: int, word: int, before: Optional[int], seq: bool) -> Block:
+    return block_from_tag(q, word, _seq_of(reader, q, before) if seq else NO_SEQ)
 
 
 def _read_down(reader, lo: int, hi: int) -> Tuple[int, bytes]:
@@ -70,7 +86,8 @@ def _read_down(reader, lo: int, hi: int) -> Tuple[int, bytes]:
     return start, b"".join(reversed(parts))
 
 
-def tagged_below(reader, key: int, addr: int, floor: int = 0) -> Optional[Block]:
+def tagged_below(reader, key: int, addr: int, floor: int = 0, seq: bool = False
+                 ) -> Optional[Block]:
     """The nearest live tagged block starting at or below ``addr`` and at most 64 KiB
     below it, its tag at or above ``floor`` (the start of the mapping holding ``addr``).
     It holds ``addr`` when it contains it; otherwise no tagged block does."""
@@ -88,12 +105,12 @@ def tagged_below(reader, key: int, addr: int, floor: int = 0) -> Optional[Block]
     for k in range(n - 1, -1, -1):
         q = start + TAG_SIZE * (k + 1)
         if words[2 * k] == q ^ key:
-            return block_from_tag(q, words[2 * k + 1])
+            return _block(reader, q, words[2 * k + 1], words[2 * k - 1] if k else None, seq)
     return None
 
 
-def tagged_above(reader, key: int, addr: int, max_gap: int, ceiling: int = MASK64
-                 ) -> Optional[Block]:
+def tagged_above(reader, key: int, addr: int, max_gap: int, ceiling: int = MASK64,
+                 seq: bool = False) -> Optional[Block]:
     """The nearest live tagged block starting above ``addr`` and at most ``max_gap``
     bytes after it, its tag below ``ceiling`` (the end of the mapping holding ``addr``)."""
     if not key or max_gap <= 0:
@@ -110,13 +127,14 @@ def tagged_above(reader, key: int, addr: int, max_gap: int, ceiling: int = MASK6
     for k in range(len(data) // 16):
         q = lo + TAG_SIZE * (k + 1)
         if q > addr and words[2 * k] == q ^ key:
-            return block_from_tag(q, words[2 * k + 1])
+            return _block(reader, q, words[2 * k + 1], words[2 * k - 1] if k else None, seq)
     return None
 
 
-def _scan_piece(at: int, data: bytes, key: int, end: int) -> Iterator[Tuple[int, int]]:
-    """``(q, size word)`` of the tagged blocks whose tags lie in ``data`` (read at ``at``,
-    16-byte aligned) and which start before ``end``."""
+def _scan_piece(at: int, data: bytes, key: int, end: int
+                ) -> Iterator[Tuple[int, int, Optional[int]]]:
+    """``(q, size word, word at q - 24 if in data)`` of the tagged blocks whose tags lie in
+    ``data`` (read at ``at``, 16-byte aligned) and which start before ``end``."""
     top = (key >> 48).to_bytes(2, "little")
     words = memoryview(data).cast("Q")
     find = data.find
@@ -126,7 +144,7 @@ def _scan_piece(at: int, data: bytes, key: int, end: int) -> Iterator[Tuple[int,
         if not s & 15:
             q = at + s + TAG_SIZE
             if words[s >> 3] == q ^ key and q < end:
-                yield q, words[(s >> 3) + 1]
+                yield q, words[(s >> 3) + 1], words[(s >> 3) - 1] if s else None
         # On from the next place a check word's top bytes can be.
         pos = find(top, pos + ((6 - pos) & 15 or 16))
 
@@ -139,18 +157,18 @@ class Scanned:
     unreadable: int = 0
 
 
-def tagged_in(reader, key: int, start: int, end: int, scanned: Optional[Scanned] = None
-              ) -> Iterator[Block]:
+def tagged_in(reader, key: int, start: int, end: int, scanned: Optional[Scanned] = None,
+              seq: bool = False) -> Iterator[Block]:
     """Every live tagged block starting in ``[start, end)``, its tag in the same range, in
     address order; SCAN_PIECE bytes per read."""
-    for q, word in tag_words_in(reader, key, start, end, scanned):
-        yield block_from_tag(q, word)
+    for q, word, before in tag_words_in(reader, key, start, end, scanned):
+        yield _block(reader, q, word, before, seq)
 
 
 def tag_words_in(reader, key: int, start: int, end: int, scanned: Optional[Scanned] = None
-                 ) -> Iterator[Tuple[int, int]]:
-    """:func:`tagged_in` as ``(address, size word)`` pairs, for counts that need no
-    :class:`Block` (a million of them cost a second)."""
+                 ) -> Iterator[Tuple[int, int, Optional[int]]]:
+    """:func:`tagged_in` as ``(address, size word, word before the check if read)``, for
+    counts that need no :class:`Block` (a million of them cost a second)."""
     if not key:
         return
     scanned = scanned if scanned is not None else Scanned()
@@ -181,11 +199,11 @@ def tag_words_in(reader, key: int, start: int, end: int, scanned: Optional[Scann
 
 
 def tagged_blocks(reader, key: int, regions: Sequence[Region],
-                  scanned: Optional[Scanned] = None) -> Iterator[Block]:
+                  scanned: Optional[Scanned] = None, seq: bool = False) -> Iterator[Block]:
     """Every live tagged block of the heap regions."""
     for r in regions:
         if r.heap:
-            yield from tagged_in(reader, key, r.start, r.end, scanned)
+            yield from tagged_in(reader, key, r.start, r.end, scanned, seq)
 
 
 def tagged_totals(reader, key: int, regions: Sequence[Region]) -> Tuple[int, int]:
@@ -193,7 +211,7 @@ def tagged_totals(reader, key: int, regions: Sequence[Region]) -> Tuple[int, int
     blocks = size = 0
     for r in regions:
         if r.heap:
-            for _, word in tag_words_in(reader, key, r.start, r.end):
+            for _, word, _ in tag_words_in(reader, key, r.start, r.end):
                 blocks += 1
                 size += word & 0xFFFF
     return blocks, size

@@ -14,6 +14,7 @@ from .contract import (
     COUNTER_SIZE,
     COUNTER_WORDS,
     DIRECTORY_HEADER_STRUCT,
+    FLAG_TAG_SEQ,
     FIELD_BITS,
     FIELD_MASK,
     FREED_INDEX_SIZE,
@@ -371,7 +372,11 @@ class Tracer:
         """Every live tagged block of the heap mappings, in address order per mapping."""
         if self.header.tag_key:
             yield from tags.tagged_blocks(self.reader, self.header.tag_key, self.regions(),
-                                          scanned)
+                                          scanned, self._long_tags())
+
+    def _long_tags(self) -> bool:
+        """Whether tags carry sequence numbers (``FLAG_TAG_SEQ``)."""
+        return bool(self.header.flags & FLAG_TAG_SEQ)
 
     def _bounds(self, addr: int) -> Tuple[int, int]:
         """The mapping holding ``addr``; the whole address space when not known (the reads
@@ -384,7 +389,8 @@ class Tracer:
         when it contains it, else no tagged block does."""
         if not self.header.tag_key:
             return None
-        return tags.tagged_below(self.reader, self.header.tag_key, addr, self._bounds(addr)[0])
+        return tags.tagged_below(self.reader, self.header.tag_key, addr, self._bounds(addr)[0],
+                                 self._long_tags())
 
     def tagged_containing(self, addr: int) -> Optional[Block]:
         """The tagged block holding ``addr``."""
@@ -398,7 +404,7 @@ class Tracer:
         if below is not None and not _holds(below, addr) and addr - below.end <= max_gap:
             out.append(Match(addr, below, "after", addr - below.end))
         above = tags.tagged_above(self.reader, self.header.tag_key, addr, max_gap,
-                                  self._bounds(addr)[1])
+                                  self._bounds(addr)[1], self._long_tags())
         if above is not None:
             out.append(Match(addr, above, "before", above.addr - addr))
         return out

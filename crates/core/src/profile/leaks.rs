@@ -76,7 +76,11 @@ fn tagged_blocks(v: &mut ArenaVec<Live>) {
         return;
     }
     let regions = tags::this_process_regions();
-    tags::for_each_tagged(&Process::this(), key, &regions, &mut |b| {
+    let flags = crate::store::header::header()
+        .flags
+        .load(core::sync::atomic::Ordering::Relaxed);
+    let format = tags::TagFormat::new(key, flags);
+    tags::for_each_tagged(&Process::this(), format, &regions, &mut |b| {
         v.push(Live::new(b.addr, b.size, b.stack))
     });
 }

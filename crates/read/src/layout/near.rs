@@ -86,9 +86,9 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
     /// Calls `found` with every live tagged block of the heap mappings given with
     /// [`Tables::with_regions`]; what it read.
     pub fn for_each_tagged(&self, found: &mut impl FnMut(Block)) -> tags::Scanned {
-        match (self.tag_key(), self.regions()) {
-            (0, _) | (_, None) => tags::Scanned::default(),
-            (key, Some(regions)) => tags::for_each_tagged(self.memory(), key, regions, found),
+        match (self.tag_format(), self.regions()) {
+            (tags::TagFormat { key: 0, .. }, _) | (_, None) => tags::Scanned::default(),
+            (format, Some(regions)) => tags::for_each_tagged(self.memory(), format, regions, found),
         }
     }
 
@@ -104,7 +104,7 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
     /// tags"): it holds `addr` when it contains it, else no tagged block does.
     pub fn tagged_below(&self, addr: u64) -> Option<Block> {
         let (floor, _) = self.bounds_of(addr);
-        tags::tagged_block_below(self.memory(), self.tag_key(), addr, floor)
+        tags::tagged_block_below(self.memory(), self.tag_format(), addr, floor)
     }
 
     /// The tagged block holding `addr`, if any.
@@ -129,7 +129,7 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
         }
         let (_, ceiling) = self.bounds_of(addr);
         if let Some(b) =
-            tags::tagged_block_above(self.memory(), self.tag_key(), addr, max_gap, ceiling)
+            tags::tagged_block_above(self.memory(), self.tag_format(), addr, max_gap, ceiling)
         {
             out.push(Match {
                 address: addr,

@@ -1,22 +1,58 @@
-//! Tagged blocks (docs/LAYOUT.md "Block tags", version 6): small blocks of a profile-mode
-//! process carry their record in the 16 bytes in front of them instead of a table slot. A
-//! 16-byte aligned `q` starts a live tagged block exactly when the word at `q - 16` is
-//! `q ^ tag_key`; the word after it packs the size, thread and stack.
+//! Tagged blocks (docs/LAYOUT.md "Block tags", version 6): small blocks carry their record in
+//! the 16 or 32 bytes in front of them instead of a table slot. A 16-byte aligned `q` starts a
+//! live tagged block exactly when the word at `q - 16` is `q ^ tag_key`; the word after it
+//! packs the size, thread and stack, and with `FLAG_TAG_SEQ` the word at `q - 24` is the
+//! block's sequence number.
 //!
 //! The two reads the contract names, over any [`Memory`]: the tagged block holding an
 //! address (a backward scan of at most 64 KiB, stopped at the start of the mapping holding
 //! it) and every live tagged block of a set of mappings (a scan in 1 MiB pieces). They are
 //! public so that the in-process leak check reads its own tagged blocks the same way.
 //!
-//! A tagged block has no sequence number: its [`Block::seq`] is [`NO_SEQ`], which no table
-//! entry holds (the writer's counter starts at 1).
+//! A short tag has no sequence number: its block's [`Block::seq`] is [`NO_SEQ`], which no
+//! table entry holds (the writer's counter starts at 1).
 
 use crate::memory::Memory;
 use crate::target::Mapping;
-use mem_trace_format::{tag_check, unpack_tag, Block, TAG_MAX_SIZE, TAG_SIZE};
+use mem_trace_format::{tag_check, unpack_tag, Block, FLAG_TAG_SEQ, TAG_MAX_SIZE, TAG_SIZE};
 
-/// The `seq` of a tagged block, which has none.
+/// The `seq` of a block whose tag has none.
 pub const NO_SEQ: u64 = 0;
+
+/// How a process tags its blocks, from its header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TagFormat {
+    /// `tag_key`: 0 when no block is tagged.
+    pub key: u64,
+    /// Tags carry the sequence number at `q - 24` (`FLAG_TAG_SEQ`).
+    pub seq: bool,
+}
+
+impl TagFormat {
+    /// The format a header with `key` and `flags` names.
+    pub fn new(key: u64, flags: u64) -> TagFormat {
+        TagFormat {
+            key,
+            seq: flags & FLAG_TAG_SEQ != 0,
+        }
+    }
+
+    /// The block at `q` whose tag's check word matched, its record word `word`; its
+    /// sequence number is `before` (the word at `q - 24`) when the tags carry one, else read
+    /// from `mem` when `before` was not read with the rest.
+    fn block(&self, mem: &(impl Memory + ?Sized), q: u64, word: u64, before: Option<u64>) -> Block {
+        let mut b = block_from_tag(q, word);
+        if self.seq {
+            b.seq = before
+                .or_else(|| {
+                    let mut w = [0u8; 8];
+                    mem.read(q - 24, &mut w).ok().map(|_| u64::from_le_bytes(w))
+                })
+                .unwrap_or(NO_SEQ);
+        }
+        b
+    }
+}
 
 /// Bytes read at once when enumerating tagged blocks.
 pub const SCAN_PIECE: u64 = 1 << 20;
@@ -31,7 +67,7 @@ pub fn key_is_valid(key: u64) -> bool {
     !matches!(key >> 48, 0 | 0xffff)
 }
 
-/// Whether `block` was found by its tag rather than in the table (it has no sequence number).
+/// Whether `block` has no sequence number: found by a short tag rather than in the table.
 pub fn is_tagged(block: &Block) -> bool {
     block.seq == NO_SEQ
 }
@@ -117,10 +153,11 @@ fn read_down(mem: &(impl Memory + ?Sized), lo: u64, hi: u64) -> (u64, Vec<u8>) {
 /// `block.contains(addr)`; otherwise no tagged block does. `None`: no tag within reach.
 pub fn tagged_block_below(
     mem: &(impl Memory + ?Sized),
-    key: u64,
+    tags: TagFormat,
     addr: u64,
     floor: u64,
 ) -> Option<Block> {
+    let key = tags.key;
     if key == 0 {
         return None;
     }
@@ -142,7 +179,8 @@ pub fn tagged_block_below(
         .rev()
         .find_map(|(k, pair)| {
             let q = start + TAG_SIZE * (k as u64 + 1);
-            (pair[0] == tag_check(q, key)).then(|| block_from_tag(q, pair[1]))
+            let before = (2 * k).checked_sub(1).map(|i| pairs[i]);
+            (pair[0] == tag_check(q, key)).then(|| tags.block(mem, q, pair[1], before))
         })
 }
 
@@ -150,11 +188,12 @@ pub fn tagged_block_below(
 /// whose tag lies below `ceiling` (the end of the mapping holding `addr`).
 pub fn tagged_block_above(
     mem: &(impl Memory + ?Sized),
-    key: u64,
+    tags: TagFormat,
     addr: u64,
     max_gap: u64,
     ceiling: u64,
 ) -> Option<Block> {
+    let key = tags.key;
     if key == 0 || max_gap == 0 {
         return None;
     }
@@ -172,7 +211,8 @@ pub fn tagged_block_above(
     let pairs: Vec<u64> = words(&buf).collect();
     pairs.chunks_exact(2).enumerate().find_map(|(k, pair)| {
         let q = lo + TAG_SIZE * (k as u64 + 1);
-        (q > addr && pair[0] == tag_check(q, key)).then(|| block_from_tag(q, pair[1]))
+        let before = (2 * k).checked_sub(1).map(|i| pairs[i]);
+        (q > addr && pair[0] == tag_check(q, key)).then(|| tags.block(mem, q, pair[1], before))
     })
 }
 
@@ -190,13 +230,13 @@ pub struct Scanned {
 /// range), in address order, reading [`SCAN_PIECE`] bytes at a time.
 pub fn for_each_tagged_in(
     mem: &(impl Memory + ?Sized),
-    key: u64,
+    tags: TagFormat,
     start: u64,
     end: u64,
     found: &mut impl FnMut(Block),
 ) -> Scanned {
     let mut scanned = Scanned::default();
-    if key == 0 {
+    if tags.key == 0 {
         return scanned;
     }
     let start = (start + 15) & !15;
@@ -213,7 +253,7 @@ pub fn for_each_tagged_in(
         let n = SCAN_PIECE.min(end - at);
         let piece = &mut buf[..n as usize];
         if mem.read(at, piece).is_ok() {
-            scan_piece(at, piece, key, found);
+            scan_piece(mem, at, piece, tags, found);
             scanned.bytes += n;
         } else {
             // Page by page, skipping what is missing.
@@ -222,7 +262,7 @@ pub fn for_each_tagged_in(
                 let next = ((p & !(PAGE - 1)) + PAGE).min(at + n);
                 let part = &mut buf[..(next - p) as usize];
                 if mem.read(p, part).is_ok() {
-                    scan_piece(p, part, key, found);
+                    scan_piece(mem, p, part, tags, found);
                     scanned.bytes += next - p;
                 } else {
                     scanned.unreadable += next - p;
@@ -235,14 +275,22 @@ pub fn for_each_tagged_in(
     scanned
 }
 
-/// The tagged blocks whose tags lie in `bytes`, read at `at` (16-byte aligned).
-fn scan_piece(at: u64, bytes: &[u8], key: u64, found: &mut impl FnMut(Block)) {
+/// The tagged blocks whose tags lie in `bytes`, read at `at` (16-byte aligned) from `mem`.
+fn scan_piece(
+    mem: &(impl Memory + ?Sized),
+    at: u64,
+    bytes: &[u8],
+    tags: TagFormat,
+    found: &mut impl FnMut(Block),
+) {
     let mut w = words(bytes);
     let mut q = at + TAG_SIZE;
+    let mut before = None;
     while let (Some(check), Some(word)) = (w.next(), w.next()) {
-        if check == tag_check(q, key) {
-            found(block_from_tag(q, word));
+        if check == tag_check(q, tags.key) {
+            found(tags.block(mem, q, word, before));
         }
+        before = Some(word);
         q += TAG_SIZE;
     }
 }
@@ -250,13 +298,13 @@ fn scan_piece(at: u64, bytes: &[u8], key: u64, found: &mut impl FnMut(Block)) {
 /// Calls `found` with every live tagged block of the heap regions of `regions`.
 pub fn for_each_tagged(
     mem: &(impl Memory + ?Sized),
-    key: u64,
+    tags: TagFormat,
     regions: &[Region],
     found: &mut impl FnMut(Block),
 ) -> Scanned {
     let mut total = Scanned::default();
     for r in regions.iter().filter(|r| r.heap) {
-        let s = for_each_tagged_in(mem, key, r.start, r.end, found);
+        let s = for_each_tagged_in(mem, tags, r.start, r.end, found);
         total.bytes += s.bytes;
         total.unreadable += s.unreadable;
     }

@@ -235,7 +235,11 @@ fn unreadable_memory_is_counted_and_the_rest_scanned() {
     let heap = regions.iter_mut().find(|r| r.start == HEAP).unwrap();
     heap.end += SCAN_PIECE;
     let mut got = Vec::new();
-    let scanned = for_each_tagged(&built.image, KEY, &regions, &mut |b| got.push(b.addr));
+    let format = TagFormat {
+        key: KEY,
+        seq: false,
+    };
+    let scanned = for_each_tagged(&built.image, format, &regions, &mut |b| got.push(b.addr));
     assert_eq!(got, vec![HEAP + 0x100]);
     assert_eq!(scanned.unreadable, SCAN_PIECE);
 }
@@ -345,4 +349,43 @@ fn a_key_the_tracer_never_makes_is_corrupt() {
         );
     }
     assert!(key_is_valid(KEY) && key_is_valid(mem_trace_format::tag_key(0)));
+}
+
+/// With `FLAG_TAG_SEQ` (debug mode), tags are 32 bytes and carry the block's sequence number
+/// at `q - 24`: found from inside the block, from above it, and in an enumeration, even when
+/// that word is the last of the piece before.
+#[test]
+fn long_tags_give_their_sequence_numbers() {
+    let mut img = Image::new();
+    img.map_at(HEAP, HEAP_SIZE);
+    let blocks = [(HEAP + 0x1020, 40, 901), (HEAP + SCAN_PIECE + 16, 64, 902)];
+    for &(q, size, seq) in &blocks {
+        img.write_tag(KEY, q, size, 2, 9);
+        img.write_u64s(q - 32, &[0, seq]);
+    }
+    let mut b = TraceBuilder::new();
+    b.tag_key = KEY;
+    b.flags |= mem_trace_format::FLAG_TAG_SEQ;
+    let built = b.build_into(img);
+    let t = tables(&built);
+    assert_eq!(
+        t.tag_format(),
+        TagFormat {
+            key: KEY,
+            seq: true
+        }
+    );
+    for &(q, size, seq) in &blocks {
+        let m = t.find_block(q + size - 1, 0).unwrap().unwrap();
+        assert_eq!((m.block.addr, m.block.seq), (q, seq));
+        assert!(!is_tagged(&m.block));
+    }
+    let above = t.find_block(HEAP + 0x1000, 64).unwrap().unwrap();
+    assert_eq!((above.block.addr, above.block.seq), (HEAP + 0x1020, 901));
+    let mut got = Vec::new();
+    t.for_each_tagged(&mut |b| got.push((b.addr, b.seq)));
+    assert_eq!(
+        got,
+        vec![(HEAP + 0x1020, 901), (HEAP + SCAN_PIECE + 16, 902)]
+    );
 }
