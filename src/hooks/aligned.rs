@@ -135,7 +135,10 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     // A tagged block's chunk starts at its tag, which is not the program's to use.
     // SAFETY: forwarded contract.
     let (chunk, tag) = match unsafe { mem_trace_core::store::tags::read(p) } {
-        Some(_) => (mem_trace_core::store::tags::chunk(p), 16),
+        Some(_) => (
+            mem_trace_core::store::tags::chunk(p),
+            mem_trace_core::store::tags::bytes() as usize,
+        ),
         None => (p, 0),
     };
     match glibc::MALLOC_USABLE_SIZE.get() {

@@ -79,9 +79,16 @@ unsafe fn traced_malloc(size: usize, caller: Caller) -> *mut c_void {
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
     if let Some(room) = tagged::room(size) {
-        // SAFETY: glibc's malloc has no preconditions.
-        let p0 = from_glibc(&g, room, || unsafe { glibc::__libc_malloc(room) });
-        // SAFETY: a fresh chunk of `room` bytes, or null.
+        // Only a quarantine recycles, and only where frees are kept.
+        let mut p0 = match tagged::frees_kept() {
+            true => record::reuse(&g, room),
+            false => ptr::null_mut(),
+        };
+        if p0.is_null() {
+            // SAFETY: glibc's malloc has no preconditions.
+            p0 = from_glibc(&g, room, || unsafe { glibc::__libc_malloc(room) });
+        }
+        // SAFETY: a fresh or recycled chunk of `room` bytes, or null.
         return unsafe { tagged::tag(&g, p0, size) };
     }
     let mut p = record::reuse(&g, size);
@@ -192,9 +199,18 @@ unsafe fn traced_calloc(n: usize, size: usize, caller: Caller) -> *mut c_void {
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
     if let Some(room) = n.checked_mul(size).and_then(tagged::room) {
-        // SAFETY: glibc's calloc has no preconditions.
-        let p0 = from_glibc(&g, room, || unsafe { glibc::__libc_calloc(1, room) });
-        // SAFETY: a fresh chunk of `room` bytes, or null.
+        let mut p0 = match tagged::frees_kept() {
+            true => record::reuse(&g, room),
+            false => ptr::null_mut(),
+        };
+        if p0.is_null() {
+            // SAFETY: glibc's calloc has no preconditions.
+            p0 = from_glibc(&g, room, || unsafe { glibc::__libc_calloc(1, room) });
+        } else {
+            // SAFETY: a recycled chunk of at least `room` bytes, now this call's.
+            unsafe { ptr::write_bytes(p0.cast::<u8>(), 0, room) };
+        }
+        // SAFETY: a fresh or recycled chunk of `room` bytes, or null.
         return unsafe { tagged::tag(&g, p0, n * size) };
     }
     let recycled = n
@@ -259,9 +275,19 @@ unsafe fn traced_free(p: *mut c_void, caller: Caller) {
         Some(g) => {
             // SAFETY: forwarded contract.
             if let Some(block) = unsafe { tagged::untag(&g, p) } {
-                tagged::freed(&block);
-                // SAFETY: the tagged block's chunk, which the tracer no longer refers to.
-                return g.in_glibc(|| unsafe { glibc::__libc_free(tags::chunk(p)) });
+                let chunk = match tagged::frees_kept() {
+                    false => Some(tagged::freed(&block)),
+                    true => {
+                        // SAFETY: forwarded contract.
+                        let _start = unsafe { caller.start(&g) };
+                        record::free_tagged(&g, block, &Glibc)
+                    }
+                };
+                if let Some(chunk) = chunk {
+                    // SAFETY: the tagged block's chunk, which the tracer no longer refers to.
+                    g.in_glibc(|| unsafe { glibc::__libc_free(chunk) });
+                }
+                return;
             }
             // SAFETY: forwarded contract.
             let _start = unsafe { caller.start(&g) };
@@ -371,7 +397,7 @@ unsafe fn realloc_tagged(g: &Guard, old: Block, size: usize) -> *mut c_void {
     let p0 = tags::chunk(p);
     if size == 0 {
         // glibc's realloc(p, 0) frees the block and returns null.
-        tagged::freed(&old);
+        record::freed_by_realloc(g, old);
         // SAFETY: the chunk of a block the program gave up.
         g.in_glibc(|| unsafe { glibc::__libc_free(p0) });
         return core::ptr::null_mut();
@@ -382,15 +408,8 @@ unsafe fn realloc_tagged(g: &Guard, old: Block, size: usize) -> *mut c_void {
             let ask = || unsafe { glibc::__libc_realloc(p0, room) };
             match g.in_glibc(ask) {
                 q0 if q0.is_null() => q0,
-                q0 => {
-                    if q0 == p0 {
-                        tagged::resized(&old);
-                    } else {
-                        tagged::freed(&old);
-                    }
-                    // SAFETY: a chunk of `room` bytes from glibc's realloc.
-                    return unsafe { tagged::tag(g, q0, size) };
-                }
+                // SAFETY: a chunk of `room` bytes from glibc's realloc of `old`'s.
+                q0 => return unsafe { tagged::reallocated(g, &old, q0 != p0, q0, size) },
             }
         }
         // Too large for a tag: a table block of its own, the old bytes copied over.
@@ -402,10 +421,9 @@ unsafe fn realloc_tagged(g: &Guard, old: Block, size: usize) -> *mut c_void {
                 unsafe {
                     ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old.size as usize)
                 };
-                tagged::freed(&old);
                 // SAFETY: the chunk of the block just copied out.
                 g.in_glibc(|| unsafe { glibc::__libc_free(p0) });
-                record::allocated(g, q, size);
+                record::moved(g, old, q, size);
             }
             q
         }

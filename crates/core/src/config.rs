@@ -171,21 +171,21 @@ pub(crate) struct Config {
     /// `MEM_TRACE_SAMPLE_SEED`: the same samples run after run.
     pub sample_seed: Option<u64>,
     /// Small blocks' records in tags in front of them rather than in the table
-    /// (`MEM_TRACE_TAGS`; on by default in profile mode). See [`Config::tags_apply`].
+    /// (`MEM_TRACE_TAGS`; on by default). See [`Config::tags_apply`].
     pub tags: bool,
 }
 
 impl Config {
-    /// Whether blocks are tagged: asked for, and nothing needs what a tag lacks. A tag has no
-    /// sequence number and no slot for a free stack, and a held or sampled block needs the
-    /// table's bookkeeping, so the freed-block history, free stacks, the quarantine and
-    /// sampling each keep every block in the table.
+    /// Whether blocks are tagged: asked for, and not sampling (whose filter at `free` stands
+    /// for the table, and whose unsampled blocks must pass to glibc untouched).
     pub fn tags_apply(&self) -> bool {
-        self.tags
-            && self.freed == 0
-            && !self.free_stacks
-            && self.quarantine == 0
-            && self.sample == 0
+        self.tags && self.sample == 0
+    }
+
+    /// Whether tags carry the block's sequence number (32 bytes instead of 16): in debug mode,
+    /// or whenever the freed-block history is on, whose records name the allocation's.
+    pub fn tags_carry_seq(&self) -> bool {
+        self.mode == Mode::Debug || self.freed != 0
     }
 }
 
@@ -214,7 +214,7 @@ impl Default for Config {
             defer_symbols: false,
             sample: 0,
             sample_seed: None,
-            tags: false,
+            tags: true,
         }
     }
 }
@@ -252,7 +252,6 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
                 c.free_stacks = false;
                 c.freed = 0;
                 c.quarantine = 0;
-                c.tags = true;
             }
             _ => reject("MEM_TRACE_MODE", v, "debug or profile"),
         }
@@ -746,8 +745,9 @@ mod tests {
         assert!(bad.is_empty(), "{bad:?}");
         assert!(c.free_stacks);
         assert_eq!((c.freed, c.quarantine), (0, 1 << 20));
-        // A quarantine (or free stacks) needs the table's bookkeeping: no tags.
-        assert!(c.tags && !c.tags_apply());
+        // A quarantine and free stacks keep tags (which then carry no sequence number: the
+        // history is off).
+        assert!(c.tags && c.tags_apply() && !c.tags_carry_seq());
         let (c, _) = parse(env(&[
             ("MEM_TRACE_MODE", "profile"),
             ("MEM_TRACE_TAGS", "0"),
@@ -763,7 +763,10 @@ mod tests {
         );
         let (c, bad) = parse(env(&[("MEM_TRACE_TAGS", "2")]));
         assert_eq!(bad[0].var, "MEM_TRACE_TAGS");
-        assert!(!c.tags);
+        assert!(c.tags, "a bad value keeps the default");
+        // Debug mode tags too, with the sequence number its history records name.
+        let c = Config::default();
+        assert!(c.tags_apply() && c.tags_carry_seq());
         let (c, bad) = parse(env(&[
             ("MEM_TRACE_MODE", "debug"),
             ("MEM_TRACE_FREED", "0"),

@@ -23,9 +23,7 @@ use crate::store::{freed, quarantine, stacks, table, tags, threads};
 use crate::{arena, config};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use mem_trace_format::{
-    CUT_MARKER, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE, TAG_SIZE,
-};
+use mem_trace_format::{CUT_MARKER, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE};
 
 const UNINIT: u8 = 0;
 const INITIALISING: u8 = 1;
@@ -142,7 +140,11 @@ fn init() -> bool {
     // Not in a process attached to, whose blocks from before have no tag and whose hooks
     // must pass frees straight through once detached; nor for a `Traced` wrapper in the
     // program, whose allocator need not be glibc's.
-    tags::configure(c.tags_apply() && !config::attached() && !modules::tracer_in_program_set());
+    tags::configure(
+        c.tags_apply() && !config::attached() && !modules::tracer_in_program_set(),
+        c.tags_carry_seq(),
+    );
+    super::tagged::configure(c.freed != 0 || c.free_stacks || c.quarantine != 0);
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: creates a key with a destructor that only touches our own state.
     if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0 {
@@ -381,7 +383,7 @@ pub fn on_unload() {
     let mut tag_bytes = 0;
     if tags::key() != 0 {
         if let Some((now, peak)) = crate::profile::blocks() {
-            tag_bytes = TAG_SIZE * peak.saturating_sub(peak_live);
+            tag_bytes = tags::bytes() * peak.saturating_sub(peak_live);
             (live, peak_live) = (now, peak.max(peak_live));
         }
     }

@@ -28,7 +28,7 @@ use crate::sample::{self, Filter};
 use crate::state::ThreadState;
 use crate::store::freed::{self, Freed};
 use crate::store::header::header;
-use crate::store::{quarantine, stacks, table};
+use crate::store::{quarantine, stacks, table, tags};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
 use invalid::unknown_pointer;
@@ -290,15 +290,38 @@ pub fn free<R: RealAlloc>(g: &Guard, p: *mut c_void, real: &R) -> Disposition {
         Ok(block) => block,
         Err(disposition) => return disposition,
     };
+    match held(g, block.addr, block.size, real) {
+        true => Disposition::Held,
+        false => Disposition::Release,
+    }
+}
+
+/// The whole of `free` for a tagged block that [`tagged::untag`] returned, when frees are kept
+/// ([`tagged::frees_kept`]): its free counted and remembered (in the history, with its stack,
+/// when they are on), its chunk held in quarantine when one is on. Returns the chunk for the
+/// caller to give glibc now, or `None` when the quarantine holds it.
+#[inline(never)]
+pub fn free_tagged<R: RealAlloc>(g: &Guard, block: Block, real: &R) -> Option<*mut c_void> {
+    let state = g.state();
+    remember_free(state, block, free_stack_here(state), false);
+    let chunk = tags::chunk(block.addr as *mut c_void);
+    let entry = chunk as u64 | quarantine::TAGGED;
+    (!held(g, entry, block.size + tags::bytes(), real)).then_some(chunk)
+}
+
+/// Offers the quarantine a freed block (`entry`, of `size` bytes asked of glibc, see
+/// `quarantine::hold`) and gives the real allocator what the quarantine lets go meanwhile.
+/// Whether the block is held.
+fn held<R: RealAlloc>(g: &Guard, entry: u64, size: u64, real: &R) -> bool {
     let mut released = quarantine::released();
-    if !quarantine::hold(&g.state().quarantine, block.addr, block.size, &mut released) {
-        return Disposition::Release;
+    if !quarantine::hold(&g.state().quarantine, entry, size, &mut released) {
+        return false;
     }
     for &a in released.addrs() {
         // SAFETY: a block the program freed and that we held back; nobody else owns it.
         g.in_glibc(|| unsafe { real.free(a as *mut c_void) });
     }
-    Disposition::Held
+    true
 }
 
 /// [`free`] for an allocator that needs a block's layout to free it (a Rust `GlobalAlloc`),

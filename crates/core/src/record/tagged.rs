@@ -2,18 +2,35 @@
 //! `store::tags`): what the hooks do around glibc for them.
 //!
 //! A tagged block is counted as a table block is (its stack's counters, its thread's bytes,
-//! the global live bytes and peak), but it has no sequence number of its own and is never in
-//! the freed-block history: tags are on only when the history, free stacks, the quarantine and
-//! sampling are all off.
+//! the global live bytes and peak), and its free is remembered as a table block's is (history,
+//! free stack, quarantine: `record::free_tagged`). Its tag carries its sequence number only
+//! where the history needs it (`tags::configure`).
 
-use super::{not_recording, stack_here, thread_index, FREES};
+use super::{not_recording, remember_free, stack_here, thread_index, FREES};
 use crate::config;
 use crate::guard::Guard;
 use crate::profile;
 use crate::store::tags;
 use core::ffi::c_void;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicBool, Ordering};
 use mem_trace_format::Block;
+
+/// Whether a tagged block's free is remembered (the history, free stacks or the quarantine
+/// is on: debug mode) rather than only counted. Set once, at initialisation: profile mode's
+/// frees then take none of the work (a call each into the history and the quarantine was 8%
+/// more instructions on the Rust workload).
+static KEPT: AtomicBool = AtomicBool::new(false);
+
+/// Sets [`frees_kept`] (initialisation).
+pub(crate) fn configure(kept: bool) {
+    KEPT.store(kept, Ordering::Relaxed);
+}
+
+/// Whether frees of tagged blocks go through `record::free_tagged`, or only [`freed`].
+#[inline(always)]
+pub fn frees_kept() -> bool {
+    KEPT.load(Ordering::Relaxed)
+}
 
 /// Bytes to ask glibc for so that a block of `size` bytes can carry a tag, or `None` when it
 /// goes to the table: tags are off, the block is too large for one, or the tracer stopped
@@ -33,13 +50,23 @@ pub unsafe fn tag(g: &Guard, p0: *mut c_void, size: usize) -> *mut c_void {
     if p0.is_null() {
         return p0;
     }
+    let stack = stack_here(g.state());
+    // SAFETY: forwarded contract.
+    unsafe { tag_with(g, p0, size, stack) }
+}
+
+/// [`tag`] with the stack captured already.
+///
+/// # Safety
+/// `p0` is a fresh chunk of glibc's of at least `room(size)` bytes.
+#[inline(always)]
+unsafe fn tag_with(g: &Guard, p0: *mut c_void, size: usize, stack: u32) -> *mut c_void {
     let state = g.state();
-    let stack = stack_here(state);
     let thread = thread_index(state);
     let size = size as u64;
     let (seq, live) = profile::tick(size);
     // SAFETY: forwarded contract; `room` returned `Some` only for a size under the limit.
-    let q = unsafe { tags::write(p0, size, thread, stack) };
+    let q = unsafe { tags::write(p0, size, thread, stack, seq) };
     let block = Block {
         addr: q as u64,
         size,
@@ -53,7 +80,7 @@ pub unsafe fn tag(g: &Guard, p0: *mut c_void, size: usize) -> *mut c_void {
 
 /// If `p` is a tagged block: uncounts it from its stack and thread, erases its tag, and
 /// returns it. Its chunk ([`tags::chunk`]) is then the caller's to free or reallocate; the
-/// global live bytes move with the caller's [`freed`] or [`resized`].
+/// global live bytes move with the caller's `record::free_tagged` or [`reallocated`].
 ///
 /// # Safety
 /// As for `tags::read`: `p` is what the program passed to `free` or `realloc`.
@@ -67,20 +94,48 @@ pub unsafe fn untag(g: &Guard, p: *mut c_void) -> Option<Block> {
     Some(block)
 }
 
-/// Counts the free of a block [`untag`] returned (the program freed it, or `realloc` moved it
-/// or freed it): one event of the global count.
+/// Counts the free of a block [`untag`] returned when frees are not kept (see
+/// [`frees_kept`]), and returns its chunk for the caller to give glibc.
 #[inline(always)]
-pub fn freed(block: &Block) {
+pub fn freed(block: &Block) -> *mut c_void {
     if config::STATS.load(Ordering::Relaxed) {
         FREES.fetch_add(1, Ordering::Relaxed);
     }
     profile::tick(block.size.wrapping_neg());
+    tags::chunk(block.addr as *mut c_void)
 }
 
-/// Counts the end of a block [`untag`] returned that `realloc` resized where it was: the new
-/// block's own event follows, as for a table block.
-pub fn resized(block: &Block) {
-    profile::untick(block.size);
+/// Records what glibc's `realloc` did with the chunk of a tagged block `old` ([`untag`]
+/// returned it): moved it (`moved`), the old block's free remembered as `free` remembers it,
+/// or resized it where it was. Tags the new chunk `q0` and returns the block the program gets.
+/// One capture serves as the old block's free stack and the new block's allocation stack.
+///
+/// # Safety
+/// `q0` is the chunk glibc's `realloc` returned for at least `room(size)` bytes.
+#[inline(always)]
+pub unsafe fn reallocated(
+    g: &Guard,
+    old: &Block,
+    moved: bool,
+    q0: *mut c_void,
+    size: usize,
+) -> *mut c_void {
+    let state = g.state();
+    let stack = stack_here(state);
+    if moved && !frees_kept() {
+        freed(old);
+    } else if moved {
+        let free_stack = match config::FREE_STACKS.load(Ordering::Relaxed) {
+            true => stack,
+            false => 0,
+        };
+        remember_free(state, *old, free_stack, true);
+    } else {
+        // The new block's own event follows, as for a table block.
+        profile::untick(old.size);
+    }
+    // SAFETY: forwarded contract.
+    unsafe { tag_with(g, q0, size, stack) }
 }
 
 /// Puts back a block [`untag`] returned whose `realloc` failed: the program still owns it.

@@ -1,5 +1,6 @@
-//! Block tags: in profile mode, a small block's record lives in 16 bytes in front of it rather
-//! than in the table (docs/LAYOUT.md "Block tags").
+//! Block tags: a small block's record lives in 16 bytes in front of it (profile mode), or 32
+//! with its sequence number (debug mode), rather than in the table (docs/LAYOUT.md "Block
+//! tags").
 //!
 //! Why: on a large heap, the table's slot for a block is a random line of a large array, and
 //! both the insert and the remove miss on it: two misses per block that glibc's own work on the
@@ -7,19 +8,75 @@
 //! small blocks"). The tag is in the chunk glibc hands out and reads back at `free`: its line
 //! is the one glibc touches anyway.
 //!
-//! The key is set once, before the tracer is ready, and never changes, so that a tag written
-//! under it is read under it: a free of a tagged block must always find its tag.
+//! The key and the tags' size are set once, before the tracer is ready, and never change, so
+//! that a tag written under them is read under them: a free of a tagged block must always find
+//! its tag.
 
 use super::header::header;
 use core::ffi::c_void;
 use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::{Relaxed, Release};
-use mem_trace_format::{pack_tag, tag_check, tag_key, unpack_tag, Block, TAG_MAX_SIZE, TAG_SIZE};
+use mem_trace_format::{
+    pack_tag, tag_check, tag_key, unpack_tag, Block, FLAG_TAG_SEQ, SEQ_TAG_SIZE, TAG_MAX_SIZE,
+    TAG_SIZE,
+};
+
+/// Bytes of each tag: 0 (no tags), [`TAG_SIZE`] or [`SEQ_TAG_SIZE`].
+static BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// log2 of the bytes of address space one bit of [`GRANULES`] stands for (1 MiB).
+const GRANULE_SHIFT: u32 = 20;
+/// One bit per MiB of the 47-bit user address space: set once a tag was written there. A
+/// pointer given to `free` in memory where no tag ever was is no tagged block, and its tag is
+/// then not read: a wild pointer into unmapped memory must be reported, not fault in the
+/// check (the table build reported it; glibc alone faults). 16 MiB of zeroed static memory, of
+/// which only the words of the heap's 64 MiB spans are ever touched.
+static GRANULES: [AtomicU64; 1 << (47 - GRANULE_SHIFT - 6)] =
+    [const { AtomicU64::new(0) }; 1 << (47 - GRANULE_SHIFT - 6)];
+
+/// The word and bit of [`GRANULES`] for `addr`, if it is a user-space address.
+#[inline(always)]
+fn granule(addr: u64) -> Option<(&'static AtomicU64, u64)> {
+    let g = addr >> GRANULE_SHIFT;
+    let word = GRANULES.get((g >> 6) as usize)?;
+    Some((word, 1 << (g & 63)))
+}
+
+/// Notes that a tag is written at `addr`, a block's from glibc (so a user-space address: the
+/// index needs no bounds check, which each `malloc` would pay). The word is shared by every
+/// block of 64 MiB, so it is written only the first time.
+#[inline(always)]
+fn mark(addr: u64) {
+    let g = addr >> GRANULE_SHIFT;
+    let word = &GRANULES[(g >> 6) as usize % GRANULES.len()];
+    let bit = 1 << (g & 63);
+    if word.load(Relaxed) & bit == 0 {
+        word.fetch_or(bit, Relaxed);
+    }
+}
+
+/// Whether a tag may have been written at `addr`.
+#[inline(always)]
+fn marked(addr: u64) -> bool {
+    granule(addr).is_some_and(|(word, bit)| word.load(Relaxed) & bit != 0)
+}
 
 /// Starts tagging blocks (`on`: the configuration allows it), with a key that is random per
-/// process. Called once, while the tracer initialises, before any block is recorded.
-pub(crate) fn configure(on: bool) {
+/// process; `seq`: tags carry the block's sequence number (32 bytes instead of 16). Called
+/// once, while the tracer initialises, before any block is recorded.
+pub(crate) fn configure(on: bool, seq: bool) {
     let key = if on { tag_key(seed()) } else { 0 };
+    let bytes = match (on, seq) {
+        (false, _) => 0,
+        (true, false) => TAG_SIZE,
+        (true, true) => SEQ_TAG_SIZE,
+    };
+    BYTES.store(bytes, Relaxed);
+    if bytes == SEQ_TAG_SIZE {
+        header().flags.fetch_or(FLAG_TAG_SEQ, Relaxed);
+    } else {
+        header().flags.fetch_and(!FLAG_TAG_SEQ, Relaxed);
+    }
     header().tag_key.store(key, Relaxed);
 }
 
@@ -45,29 +102,42 @@ pub fn key() -> u64 {
     header().tag_key.load(Relaxed)
 }
 
+/// Bytes of each tag in front of its block: 0 when no block is tagged.
+#[inline(always)]
+pub fn bytes() -> u64 {
+    BYTES.load(Relaxed)
+}
+
 /// Bytes to ask glibc for so that a block of `size` bytes can carry a tag, or `None` when
 /// it goes to the table (tags off, or too large for one).
 #[inline(always)]
 pub fn room(size: usize) -> Option<usize> {
-    (key() != 0 && (size as u64) < TAG_MAX_SIZE).then_some(size + TAG_SIZE as usize)
+    let bytes = bytes();
+    (bytes != 0 && (size as u64) < TAG_MAX_SIZE).then_some(size + bytes as usize)
 }
 
-/// Writes the tag of a block of `size` bytes at the start of the chunk `p0` glibc returned,
-/// and returns the block's address, `TAG_SIZE` bytes in.
+/// Writes the tag of a block of `size` bytes (sequence number `seq`, kept only by long tags)
+/// at the start of the chunk `p0` glibc returned, and returns the block's address, [`bytes`]
+/// in.
 ///
 /// # Safety
-/// `p0` is a 16-byte aligned chunk of at least `size + TAG_SIZE` bytes, the caller's alone;
-/// `size` < `TAG_MAX_SIZE`.
+/// Tags are on; `p0` is a 16-byte aligned chunk of at least `size + bytes()` bytes, the
+/// caller's alone; `size` < `TAG_MAX_SIZE`.
 #[inline(always)]
-pub unsafe fn write(p0: *mut c_void, size: u64, thread: u32, stack: u32) -> *mut c_void {
-    let h = p0.cast::<u64>();
-    // SAFETY: forwarded contract: the first 16 bytes are the chunk's, 8-byte aligned.
+pub unsafe fn write(p0: *mut c_void, size: u64, thread: u32, stack: u32, seq: u64) -> *mut c_void {
+    let bytes = bytes();
+    // SAFETY: forwarded contract: the first `bytes` bytes are the chunk's, 8-byte aligned.
     unsafe {
-        let q = h.add(2);
+        let q = p0.cast::<u8>().add(bytes as usize).cast::<u64>();
+        if bytes == SEQ_TAG_SIZE {
+            q.sub(4).write(0);
+            q.sub(3).write(seq);
+        }
+        mark(q.sub(2) as u64);
         // The record first, the check word last: a reader in another process (or a core
         // taken between the two stores) that sees the check sees the record it vouches for.
-        h.add(1).write(pack_tag(size, thread, stack));
-        AtomicU64::from_ptr(h).store(tag_check(q as u64, key()), Release);
+        q.sub(1).write(pack_tag(size, thread, stack));
+        AtomicU64::from_ptr(q.sub(2)).store(tag_check(q as u64, key()), Release);
         q.cast()
     }
 }
@@ -77,29 +147,41 @@ pub unsafe fn write(p0: *mut c_void, size: u64, thread: u32, stack: u32) -> *mut
 ///
 /// # Safety
 /// `p` is a pointer the program passes to `free`, `realloc` or `malloc_usable_size`: a block
-/// of glibc's (whose 16 bytes before it are its chunk's header, so readable), or a bad
-/// pointer that glibc itself would read the header of. A 16-byte aligned address of a mapped
-/// page whose previous page is unmapped is read only where glibc would fault too.
+/// of glibc's, or a bad pointer. The 16 bytes before `p` are read only in memory where tags
+/// were written (a wild pointer elsewhere is no tagged block), and through the kernel when
+/// `p` starts a page (whose previous page may be unmapped). What is left is a bad pointer into
+/// memory glibc gave back to the system after tags were written there, which glibc alone
+/// would fault on too.
 #[inline(always)]
 pub unsafe fn read(p: *mut c_void) -> Option<Block> {
     let key = key();
     let q = p as u64;
-    if key == 0 || !q.is_multiple_of(16) || q < TAG_SIZE {
+    if key == 0 || !q.is_multiple_of(16) || q < TAG_SIZE || !marked(q - 16) {
         return None;
     }
     let h = p.cast::<u64>();
-    // SAFETY: forwarded contract.
-    let check = unsafe { h.sub(2).read() };
+    let check = match q & 4095 {
+        0 => read_word(q - 16)?,
+        // SAFETY: the same page as `p`, which the program passes as a block of its: mapped,
+        // or glibc would fault reading its chunk header there too.
+        _ => unsafe { h.sub(2).read() },
+    };
     if check != tag_check(q, key) {
         return None;
     }
     // SAFETY: as above; the tag's second word is in the same 16 bytes.
     let (size, thread, stack) = unpack_tag(unsafe { h.sub(1).read() });
+    let seq = match bytes() {
+        // SAFETY: the check word vouched for a long tag, whose sequence number is in the
+        // block's own chunk.
+        SEQ_TAG_SIZE => unsafe { h.sub(3).read() },
+        _ => 0,
+    };
     Some(Block {
         addr: q,
         size,
         thread,
-        seq: 0,
+        seq,
         stack,
     })
 }
@@ -111,13 +193,13 @@ pub unsafe fn read(p: *mut c_void) -> Option<Block> {
 /// [`read`] said `p` is a tagged block, and the program gives it up now.
 #[inline(always)]
 pub unsafe fn erase(p: *mut c_void) -> *mut c_void {
-    // SAFETY: forwarded contract: the tag is the chunk's first 16 bytes, 8-byte aligned.
+    // SAFETY: forwarded contract: the check word is 16 bytes before the block, in its chunk,
+    // 8-byte aligned.
     unsafe {
-        let p0 = p.cast::<u64>().sub(2);
         // The check word goes first, before glibc or a new tag reuses the record.
-        AtomicU64::from_ptr(p0).store(0, Relaxed);
-        p0.cast()
+        AtomicU64::from_ptr(p.cast::<u64>().sub(2)).store(0, Relaxed);
     }
+    chunk(p)
 }
 
 /// Puts back the tag [`erase`] erased, for a `realloc` that failed and left the block as it was.
@@ -126,13 +208,13 @@ pub unsafe fn erase(p: *mut c_void) -> *mut c_void {
 /// `p0` is the chunk of `block`, which was tagged and is still the program's.
 pub unsafe fn restore(p0: *mut c_void, block: &Block) {
     // SAFETY: forwarded contract.
-    unsafe { write(p0, block.size, block.thread, block.stack) };
+    unsafe { write(p0, block.size, block.thread, block.stack, block.seq) };
 }
 
 /// The chunk in front of the tagged block `p`.
 #[inline(always)]
 pub fn chunk(p: *mut c_void) -> *mut c_void {
-    (p as u64 - TAG_SIZE) as *mut c_void
+    (p as u64 - bytes()) as *mut c_void
 }
 
 /// The live tagged block that holds `addr`, for `print_trace` and the reports of bad frees.
@@ -166,11 +248,16 @@ pub fn nearest_at_or_below(addr: u64) -> Option<Block> {
             let q = s + TAG_SIZE;
             if page[i] == tag_check(q, key) {
                 let (size, thread, stack) = unpack_tag(page[i + 1]);
+                let seq = match bytes() {
+                    SEQ_TAG_SIZE if i > 0 => page[i - 1],
+                    SEQ_TAG_SIZE => read_word(s - 8).unwrap_or(0),
+                    _ => 0,
+                };
                 return Some(Block {
                     addr: q,
                     size,
                     thread,
-                    seq: 0,
+                    seq,
                     stack,
                 });
             }
@@ -184,6 +271,14 @@ pub fn nearest_at_or_below(addr: u64) -> Option<Block> {
         }
         s = base - 16;
     }
+}
+
+/// The word of this process's memory at `addr`, if mapped.
+#[cold]
+#[inline(never)]
+fn read_word(addr: u64) -> Option<u64> {
+    let mut w = [0u64; 1];
+    read_self(addr, &mut w).then_some(w[0])
 }
 
 /// Copies this process's memory at `addr` into `buf`, all of it or nothing.
@@ -203,8 +298,19 @@ fn read_self(addr: u64, buf: &mut [u64]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::sync::{Mutex, MutexGuard};
+
+    /// Tests set the process's one key and tag size: one at a time.
+    static CONFIG: Mutex<()> = Mutex::new(());
+
+    /// Tags on (long ones with `seq`) until the result is dropped; other tests wait.
+    pub(crate) fn tags_on(seq: bool) -> MutexGuard<'static, ()> {
+        let lock = CONFIG.lock().unwrap_or_else(|e| e.into_inner());
+        configure(true, seq);
+        lock
+    }
 
     /// Three pages after an inaccessible one: a tag scan that runs off the start must stop
     /// there, not fault.
@@ -245,12 +351,12 @@ mod tests {
 
     fn tag_at(pages: &Pages, chunk: usize, size: u64) -> u64 {
         // SAFETY: 16 bytes at a 16-byte aligned offset of the accessible pages.
-        unsafe { write(pages.at(chunk), size, 3, 77) as u64 }
+        unsafe { write(pages.at(chunk), size, 3, 77, 9) as u64 }
     }
 
     #[test]
     fn a_tagged_block_is_found_from_each_of_its_bytes_only() {
-        configure(true);
+        let _on = tags_on(false);
         let pages = Pages::new();
         let q = tag_at(&pages, 4000, 100);
         for a in [q, q + 1, q + 99] {
@@ -272,7 +378,7 @@ mod tests {
 
     #[test]
     fn a_copied_tag_is_no_tag() {
-        configure(true);
+        let _on = tags_on(false);
         let pages = Pages::new();
         let q = tag_at(&pages, 32, 64);
         let copy = pages.at(1024).cast::<u64>();
@@ -286,7 +392,7 @@ mod tests {
 
     #[test]
     fn the_largest_tagged_block_is_found_from_its_end_across_pages() {
-        configure(true);
+        let _on = tags_on(false);
         // A block that starts in a mapping of its own and ends 64 KiB - 1 bytes later.
         let len = 17 * 4096;
         // SAFETY: a fresh anonymous mapping.
@@ -303,7 +409,7 @@ mod tests {
         assert_ne!(p, libc::MAP_FAILED);
         let size = TAG_MAX_SIZE - 1;
         // SAFETY: the mapping's first 16 bytes, the block's `size` after them.
-        let q = unsafe { write(p, size, 1, 5) } as u64;
+        let q = unsafe { write(p, size, 1, 5, 0) } as u64;
         assert_eq!(find_containing(q + size - 1).map(|b| b.size), Some(size));
         assert!(find_containing(q + size).is_none());
         // SAFETY: the mapping made above.
@@ -312,7 +418,7 @@ mod tests {
 
     #[test]
     fn a_scan_stops_at_an_unmapped_page() {
-        configure(true);
+        let _on = tags_on(false);
         let pages = Pages::new();
         // Nothing tagged: the scan from the first accessible bytes reaches the inaccessible
         // page before it and stops there.
@@ -324,8 +430,29 @@ mod tests {
     fn no_key_no_tags() {
         assert_eq!(tag_key(0) >> 48, 0x5a5a);
         // `room` follows the key: a block under the limit gets 16 more bytes, only with one.
-        configure(true);
+        let _on = tags_on(false);
         assert_eq!(room(100), Some(116));
         assert_eq!(room(TAG_MAX_SIZE as usize), None);
+    }
+
+    #[test]
+    fn long_tags_carry_the_sequence_number_even_across_a_page() {
+        let _on = tags_on(true);
+        let pages = Pages::new();
+        assert_eq!(room(100), Some(132));
+        // A chunk whose tag's check word starts the second page: its sequence number is the
+        // first page's last word, read apart from the page scanned.
+        for at in [64, 4096 - 16] {
+            // SAFETY: 32 bytes at a 16-byte aligned offset of the accessible pages.
+            let q = unsafe { write(pages.at(at), 40, 2, 7, 123_456_789_012) } as u64;
+            assert_eq!(q, pages.at(at + 32) as u64);
+            // SAFETY: the block tagged just above.
+            let read_back = unsafe { read(q as *mut c_void) };
+            for b in [find_containing(q + 39), read_back] {
+                let b = b.expect("found");
+                assert_eq!((b.addr, b.size, b.seq), (q, 40, 123_456_789_012));
+            }
+            assert_eq!(chunk(q as *mut c_void), pages.at(at));
+        }
     }
 }

@@ -23,6 +23,10 @@
 //! every thread's FIFO and lists so the caller can hand the blocks back and try again, and
 //! when the tracer's own memory runs out, [`stop`] makes every later free go straight to glibc.
 //!
+//! A held entry is the pointer glibc gets back: a table block's own address, or a tagged
+//! block's chunk, marked [`TAGGED`] (its tag in front of it is part of the chunk), so that a
+//! recycled chunk serves a tagged `malloc` and an untagged one alike.
+//!
 //! Membership ("is this block held?") is only asked for pointers that are not live blocks —
 //! double and invalid frees, rare in any program — so it is a scan of every thread's FIFO and
 //! lists rather than a set kept up to date on every free.
@@ -38,6 +42,17 @@ use core::cell::Cell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use ring::Ring;
+
+/// The mark of a held entry that is a tagged block's chunk (chunks are 16-byte aligned).
+pub(crate) const TAGGED: u64 = 1;
+
+/// The block address the program knew for the held entry `e`.
+fn block_of(e: u64) -> u64 {
+    match e & TAGGED {
+        0 => e,
+        _ => (e & !TAGGED) + super::tags::bytes(),
+    }
+}
 
 /// Largest glibc chunk kept for reuse; larger blocks go back to glibc when pushed out.
 const REUSE_MAX: u64 = 4096;
@@ -143,6 +158,7 @@ impl Recycled {
             // still missing when the insert came: python3's dicts spent 15% of the run there,
             // and 8% less time in all with this.)
             Some(&next) => {
+                let next = next & !TAGGED;
                 crate::store::table::prefetch(next, class_bytes(k));
                 crate::prefetch::line(next as *const u8);
             }
@@ -152,11 +168,13 @@ impl Recycled {
         }
         self.bytes -= class_bytes(k);
         self.used.insert(k);
-        Some(a)
+        Some(a & !TAGGED)
     }
 
     fn contains(&self, addr: u64) -> bool {
-        self.lists.iter().any(|l| l.iter().any(|a| a == addr))
+        self.lists
+            .iter()
+            .any(|l| l.iter().any(|a| block_of(a) == addr))
     }
 
     /// Blocks kept, all classes.
@@ -237,15 +255,15 @@ pub(crate) struct Released {
 }
 
 impl Released {
-    /// The released block starts.
+    /// The released blocks, as pointers to give glibc (a tagged block's chunk).
     pub(crate) fn addrs(&self) -> &[u64] {
         // SAFETY: the first `n` entries were written by `hold`; `MaybeUninit<u64>` has the
         // layout of `u64`.
         unsafe { core::slice::from_raw_parts(self.addrs.as_ptr().cast(), self.n) }
     }
 
-    fn push(&mut self, addr: u64) {
-        self.addrs[self.n] = MaybeUninit::new(addr);
+    fn push(&mut self, entry: u64) {
+        self.addrs[self.n] = MaybeUninit::new(entry & !TAGGED);
         self.n += 1;
     }
 
@@ -344,9 +362,10 @@ fn adopt_or_make() -> Option<&'static Quarantine> {
     Some(q)
 }
 
-/// Holds a block this thread freed. Returns `false` if it was not taken (quarantine off, the
-/// block is larger than the thread's share, the thread is exiting): the caller frees it at
-/// once. `released` gets blocks pushed out that are not kept for reuse (at most 32 per call:
+/// Holds a block this thread freed: `addr`, the pointer glibc gets back (marked [`TAGGED`] for
+/// a tagged block's chunk), of `size` bytes asked of glibc. Returns `false` if it was not
+/// taken (quarantine off, the block is larger than the thread's share, the thread is
+/// exiting): the caller frees it at once. `released` gets blocks pushed out that are not kept for reuse (at most 32 per call:
 /// a big block may push out more on later calls, which keeps each free's work bounded).
 pub(crate) fn hold(local: &Local, addr: u64, size: u64, released: &mut Released) -> bool {
     released.n = 0;
@@ -385,7 +404,7 @@ pub(crate) fn hold(local: &Local, addr: u64, size: u64, released: &mut Released)
     // (python3: one miss per free, ~15% of the run), so start loading it now. (Its end, which
     // glibc's `free` also reads, measured no better once most blocks were recycled.)
     if let Some(&(a, _)) = q.fifo.get(PREFETCH_AHEAD) {
-        crate::prefetch::line(a.wrapping_sub(8) as *const u8);
+        crate::prefetch::line((a & !TAGGED).wrapping_sub(8) as *const u8);
     }
     // And the FIFO's own entries, further ahead: the ring is larger than the cache (python3:
     // 80,000 entries), so the entry read just above was cold too.
@@ -423,8 +442,8 @@ const FIFO_AHEAD: usize = PREFETCH_AHEAD + 16;
 /// Granularity of `HISTORY.quarantined_bytes` per thread.
 const PUBLISH_STEP: u64 = 64 << 10;
 
-/// A block of `size` bytes out of this thread's recycling lists, or null: a block freed at
-/// least a quarantine ago whose glibc chunk fits `size` exactly as a fresh one would.
+/// A block of `size` bytes out of this thread's recycling lists, or null: a chunk freed at
+/// least a quarantine ago that fits `size` exactly as a fresh one of glibc's would.
 #[inline]
 pub(crate) fn reuse(local: &Local, size: usize) -> *mut core::ffi::c_void {
     let (Some(q), Some(k)) = (current(local), class_of(chunk_of(size as u64))) else {
@@ -513,7 +532,7 @@ pub(crate) fn contains(addr: u64) -> bool {
     let all = ALL.lock();
     all.iter().any(|l| {
         let q = l.held.lock();
-        q.fifo.iter().any(|(a, _)| a == addr) || q.recycled.contains(addr)
+        q.fifo.iter().any(|(a, _)| block_of(a) == addr) || q.recycled.contains(addr)
     })
 }
 
@@ -673,6 +692,43 @@ mod tests {
                 !hold(state, 0x40, 101, &mut r),
                 "larger than the whole quarantine"
             );
+        });
+    }
+
+    #[test]
+    fn a_tagged_blocks_chunk_is_held_and_given_back_and_recycled_as_a_chunk() {
+        let _tags = crate::store::tags::tests::tags_on(true);
+        held_here(100, false, |state| {
+            let mut r = released();
+            // A 16-byte block with a 32-byte tag: a 48-byte chunk at 0x1000.
+            assert!(hold(state, 0x1000 | TAGGED, 48, &mut r));
+            assert!(contains(0x1020), "the program's block is held");
+            assert!(!contains(0x1000), "the chunk is no block of the program's");
+            assert!(hold(state, 0x2000, 40, &mut r));
+            assert!(hold(state, 0x3000, 40, &mut r));
+            assert!(r.addrs().is_empty());
+            assert!(contains(0x1020), "kept for reuse, still held");
+            assert_eq!(reuse(state, 48) as u64, 0x1000, "the chunk, unmarked");
+            assert!(!contains(0x1020));
+        });
+        held_here(10_000, false, |state| {
+            let mut r = released();
+            // Too large for a recycling list: pushed out, glibc gets the chunk.
+            assert!(hold(state, 0x4000 | TAGGED, 5000, &mut r));
+            assert!(hold(state, 0x8000, 5000, &mut r));
+            assert_eq!(r.addrs(), &[0x4000]);
+            assert!(hold(state, 0x6000 | TAGGED, 16, &mut r));
+            let (mut at, mut out) = (Drain::default(), released());
+            let mut drained = std::vec::Vec::new();
+            loop {
+                let more = drain(&mut at, &mut out);
+                drained.extend_from_slice(out.addrs());
+                if !more {
+                    break;
+                }
+            }
+            drained.sort_unstable();
+            assert_eq!(drained, [0x6000, 0x8000], "drained as chunks");
         });
     }
 
