@@ -122,7 +122,9 @@ struct Answers {
 }
 
 fn answers(target: &Target, known: u64) -> Answers {
-    let tables = Tables::open(target.memory(), target.header())
+    // As the command opens them: with the mappings, where small blocks are found by their tags.
+    let tables = target
+        .tables()
         .unwrap_or_else(|e| panic!("{}: {e}", target.name()));
     let totals = tables.totals().unwrap();
     let block = tables

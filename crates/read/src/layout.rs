@@ -473,7 +473,9 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
     }
 
     /// The live block that contains `addr`, reading only the shards it can be in: its region's,
-    /// the region before's, and the large-block shard.
+    /// the region before's, and the large-block shard; then, if none holds it, the tagged
+    /// block that does (docs/LAYOUT.md "Block tags"; found only when the mappings were given,
+    /// [`Tables::with_regions`], or its tag is within reach of the memory that can be read).
     ///
     /// A running process may rewrite a slot while `process_vm_readv` copies its three words
     /// (they are not copied at once), so the copy could join one block's address to another's
@@ -484,6 +486,7 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
     pub fn find_containing(&self, addr: u64) -> Result<Option<Block>, Error> {
         for _ in 0..FIND_TRIES {
             match self.find_containing_once(addr)? {
+                Found::Stable(None) => return Ok(self.tagged_containing(addr)),
                 Found::Stable(block) => return Ok(block),
                 Found::Changing => continue,
             }
