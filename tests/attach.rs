@@ -943,3 +943,277 @@ fn the_command_line_refuses_a_pid_that_is_not_there() {
         out.describe()
     );
 }
+
+fn locked_fixture() -> Fixture {
+    c_fixture("attach_locked.c", &["-pthread"])
+}
+
+/// Waits until the main thread of `pid` is blocked in `write(2, ...)`: inside
+/// `malloc_stats`, the main arena's mutex held, once it said "stats: stderr full".
+fn blocked_writing_stderr(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let syscall =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")).unwrap_or_default();
+        if syscall.starts_with("1 0x2 ") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not blocked writing to stderr: {syscall}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Reads the rest of the program's stderr on a thread: its text at the end.
+fn drain_stderr(p: &mut Running) -> std::thread::JoinHandle<String> {
+    let mut stderr = p.child.stderr.take().expect("piped stderr");
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// Whether the tracer's library is mapped in `pid`.
+fn library_mapped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap()
+        .contains("libmem_trace")
+}
+
+/// Where libc.so.6's first mapping starts in `maps`.
+fn libc_base(maps: &str) -> u64 {
+    maps.lines()
+        .find(|l| l.ends_with("/libc.so.6") && l.split_whitespace().nth(2) == Some("00000000"))
+        .and_then(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+        .expect("libc.so.6 mapped")
+}
+
+/// The first bytes of libc's `malloc` and `free` in `pid`, with this process's (the same
+/// file, never patched here): equal unless an `int3` was left there.
+fn allocator_entries(pid: u32) -> Vec<(u8, u8)> {
+    use std::os::unix::fs::FileExt;
+    let own_base = libc_base(&std::fs::read_to_string("/proc/self/maps").unwrap());
+    let base = libc_base(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap());
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    [c"malloc", c"free"]
+        .iter()
+        .map(|name| {
+            // SAFETY: dlsym with a NUL-terminated name.
+            let own = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
+            // SAFETY: the first byte of a function of libc's, mapped.
+            let own_byte = unsafe { *(own as *const u8) };
+            let mut b = [0u8];
+            mem.read_exact_at(&mut b, own - own_base + base).unwrap();
+            (b[0], own_byte)
+        })
+        .collect()
+}
+
+/// No `int3` left at libc's `malloc` or `free` in `pid`.
+fn no_breakpoint_left(pid: u32) {
+    for (theirs, ours) in allocator_entries(pid) {
+        assert_ne!(
+            theirs, 0xcc,
+            "an int3 was left in process {pid}'s allocator"
+        );
+        assert_eq!(theirs, ours, "process {pid}'s allocator code changed");
+    }
+}
+
+/// The locked fixture through "stats": `blocked` runs while malloc_stats is blocked on the
+/// full stderr, then stderr is drained and `after` runs once malloc_stats has returned;
+/// then one "alloc", and the end: stdout and status.
+fn locked_run<T>(
+    f: &Fixture,
+    blocked: impl FnOnce(&mut Running) -> T,
+    after: impl FnOnce(&mut Running, T),
+) -> (Vec<String>, std::process::ExitStatus) {
+    let mut p = Running::start(plain(&f.bin));
+    p.send("stats");
+    assert_eq!(p.line(), "stats: stderr full");
+    blocked_writing_stderr(p.pid);
+    let state = blocked(&mut p);
+    let stderr = drain_stderr(&mut p);
+    assert_eq!(p.line(), "stats: done");
+    after(&mut p, state);
+    p.alloc();
+    let (out, _, status) = p.finish(None);
+    let err = stderr.join().unwrap();
+    assert!(
+        err.contains("Arena 0:\n") && err.contains("Total (incl. mmap):\n"),
+        "malloc_stats did not finish: {}",
+        err.trim_start_matches('.')
+    );
+    (out, status)
+}
+
+/// A thread inside `malloc_stats`, blocked writing to a full stderr with the main arena's
+/// mutex held, for as long as the test keeps the pipe full: the attach loads nothing while
+/// it waits (the library is not mapped), says whom it waits for, and completes once the
+/// test reads the pipe; the worker's allocations are then traced, and the program prints
+/// and exits as without the attach.
+#[test]
+fn a_thread_held_inside_malloc_stats_is_waited_for_and_the_attach_completes_after() {
+    let _turn = one_at_a_time();
+    let f = locked_fixture();
+    let (plain_out, plain_status) = locked_run(&f, |_| {}, |_, ()| {});
+    assert!(plain_status.success(), "{plain_status}");
+
+    let waiting = |p: &mut Running| {
+        let mut cmd = Command::new(mem_trace_binary());
+        cmd.args(["attach", &p.pid.to_string()])
+            .env("MEM_TRACE_LIB", library())
+            .env("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "60000")
+            .env_remove("LD_PRELOAD")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut attacher = cmd.spawn().expect("start mem-trace attach");
+        let mut err = BufReader::new(attacher.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        // glibc 2.36's malloc_stats writes with cancellation off: __write_nocancel.
+        let (who, rest) = line.split_once(" (in ").unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(
+            who,
+            format!("mem-trace: thread {} is inside malloc_stats", p.pid)
+        );
+        assert!(
+            rest.split_once(')')
+                .is_some_and(|(f, rest)| f.contains("write")
+                    && rest.starts_with(
+                        ", holding a lock of glibc's allocator that loading the \
+                     tracer needs: waiting up to 60 s"
+                    )),
+            "{line}"
+        );
+        // Held there as long as the pipe stays full: nothing is loaded meanwhile.
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!library_mapped(p.pid), "loaded while the lock was held");
+            assert!(attacher.try_wait().unwrap().is_none(), "gave up waiting");
+        }
+        blocked_writing_stderr(p.pid);
+        (attacher, err)
+    };
+    let attached = |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>)| {
+        let status = attacher.wait().unwrap();
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(attacher.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        assert!(status.success(), "{status}: {stdout}{rest}");
+        assert!(
+            stdout.starts_with(&format!("mem-trace: attached to process {} (", p.pid)),
+            "{stdout}"
+        );
+        assert!(rest.is_empty(), "{rest}");
+        // The worker's blocks, allocated after the attach, are named.
+        std::thread::sleep(Duration::from_millis(200));
+        let top = mem_trace(&f, "locked-top", &["top", &p.pid.to_string()]);
+        let site = format!(
+            "worker_site at {}:{}",
+            f.src.display(),
+            line_of(&f, "worker-site")
+        );
+        assert!(
+            top.stdout.contains(&site),
+            "no {site:?} in\n{}",
+            top.describe()
+        );
+        detach(&f, p.pid, "locked-detach");
+    };
+    let (out, status) = locked_run(&f, waiting, attached);
+    assert!(status.success(), "{status}");
+    assert_eq!(masked(&out), masked(&plain_out));
+    assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
+}
+
+/// The same thread held inside malloc_stats past the attach's wait: refused with one line
+/// naming it and where it is, the process let go untouched (no breakpoint left in its
+/// allocator, nothing loaded, still blocked where it was), and once the pipe is read it
+/// goes on, and can be attached to then.
+#[test]
+fn a_thread_held_inside_malloc_stats_past_the_wait_is_refused_and_left_untouched() {
+    let _turn = one_at_a_time();
+    let f = locked_fixture();
+    let (plain_out, plain_status) = locked_run(&f, |_| {}, |_, ()| {});
+    assert!(plain_status.success(), "{plain_status}");
+
+    let refused = |p: &mut Running| {
+        let pid = p.pid.to_string();
+        let vars = [("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "1000")];
+        let out = mem_trace_env(&f, "locked-refused", &["attach", &pid], &vars);
+        assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+        assert!(out.stdout.is_empty(), "{}", out.describe());
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{}", out.describe());
+        assert!(lines[0].contains("waiting up to 1 s"), "{}", out.describe());
+        let (who, rest) = lines[1]
+            .split_once(" (in ")
+            .unwrap_or_else(|| panic!("{}", lines[1]));
+        assert_eq!(
+            who,
+            format!("mem-trace: process {pid}: thread {pid} stayed inside malloc_stats")
+        );
+        assert!(
+            rest.split_once(')')
+                .is_some_and(|(f, rest)| f.contains("write")
+                    && rest.starts_with(
+                        " for 1 s, holding a lock of glibc's allocator that loading the tracer \
+                     needs: nothing was loaded and the process runs on as it was"
+                    )),
+            "{}",
+            out.describe()
+        );
+        assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+        assert_eq!(tracer_of(p.pid), 0, "left traced");
+        no_breakpoint_left(p.pid);
+        assert!(!library_mapped(p.pid));
+        // Still where it was, the mutex held.
+        blocked_writing_stderr(p.pid);
+    };
+    // The mutex the abandoned mallinfo2 waited for works: main_site allocates from the
+    // main arena, on this attach's thread or the program's.
+    let attached_later = |p: &mut Running, ()| {
+        attach(&f, p.pid, "locked-later");
+        detach(&f, p.pid, "locked-later-detach");
+    };
+    let (out, status) = locked_run(&f, refused, attached_later);
+    assert!(status.success(), "{status}");
+    assert_eq!(masked(&out), masked(&plain_out));
+    assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
+}
+
+/// A process of root's that made itself non-dumpable, attached to by root (whom the kernel
+/// lets trace it, and whose /proc files it owns anyway): the process itself is asked, and
+/// the attach refused with one line; it runs on as it would have, nothing left in it.
+#[test]
+fn a_root_process_that_made_itself_undumpable_is_refused_and_runs_on() {
+    let _turn = one_at_a_time();
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test runs as root");
+    let f = idle_fixture();
+    let mut unattached = Running::start(plain(&f.bin));
+    unattached.alloc();
+    let (plain_out, _, plain_status) = unattached.finish(None);
+    assert!(plain_status.success());
+
+    let mut cmd = plain(&f.bin);
+    cmd.arg("undumpable");
+    let mut p = Running::start(cmd);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap();
+    assert!(status.contains("Uid:\t0\t0\t0\t0"), "{status}");
+    refused(&f, p.pid, "root-undumpable", "is not dumpable");
+    assert_eq!(tracer_of(p.pid), 0, "left traced");
+    no_breakpoint_left(p.pid);
+    assert!(!library_mapped(p.pid));
+    p.alloc();
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(masked(&out), masked(&plain_out));
+    // Its read, interrupted for the question, was restarted or retried.
+    assert!(err.lines().all(|l| l == "read: EINTR, retried"), "{err}");
+}
