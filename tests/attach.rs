@@ -1023,15 +1023,18 @@ fn no_breakpoint_left(pid: u32) {
     }
 }
 
-/// The locked fixture through "stats": `blocked` runs while malloc_stats is blocked on the
-/// full stderr, then stderr is drained and `after` runs once malloc_stats has returned;
-/// then one "alloc", and the end: stdout and status.
+/// The locked fixture (given `mode`, if any) through "stats": `blocked` runs while
+/// malloc_stats is blocked on the full stderr, then stderr is drained and `after` runs once
+/// malloc_stats has returned; then the end: stdout and status.
 fn locked_run<T>(
     f: &Fixture,
+    mode: Option<&str>,
     blocked: impl FnOnce(&mut Running) -> T,
     after: impl FnOnce(&mut Running, T),
 ) -> (Vec<String>, std::process::ExitStatus) {
-    let mut p = Running::start(plain(&f.bin));
+    let mut cmd = plain(&f.bin);
+    cmd.args(mode);
+    let mut p = Running::start(cmd);
     p.send("stats");
     assert_eq!(p.line(), "stats: stderr full");
     blocked_writing_stderr(p.pid);
@@ -1039,7 +1042,6 @@ fn locked_run<T>(
     let stderr = drain_stderr(&mut p);
     assert_eq!(p.line(), "stats: done");
     after(&mut p, state);
-    p.alloc();
     let (out, _, status) = p.finish(None);
     let err = stderr.join().unwrap();
     assert!(
@@ -1050,141 +1052,159 @@ fn locked_run<T>(
     (out, status)
 }
 
+/// The fixture's modes: the thread the attach chooses has its own arena, or allocates from
+/// the main arena, whose mutex malloc_stats holds (its dlopen would wait for it).
+const LOCKED_MODES: [Option<&str>; 2] = [None, Some("one-arena")];
+
+/// `line` says that thread `pid` is inside malloc_stats, in a write function, and then `rest`.
+fn names_malloc_stats(line: &str, head: &str, rest: &str) {
+    // glibc 2.36's malloc_stats writes with cancellation off: __write_nocancel.
+    let (who, after) = line.split_once(" (in ").unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(who, head, "{line}");
+    assert!(
+        after
+            .split_once(')')
+            .is_some_and(|(f, after)| f.contains("write") && after.starts_with(rest)),
+        "{line}"
+    );
+}
+
 /// A thread inside `malloc_stats`, blocked writing to a full stderr with the main arena's
 /// mutex held, for as long as the test keeps the pipe full: the attach loads nothing while
 /// it waits (the library is not mapped), says whom it waits for, and completes once the
-/// test reads the pipe; the worker's allocations are then traced, and the program prints
-/// and exits as without the attach.
+/// test reads the pipe; a block allocated after is named by `mem-trace top`, and the program
+/// prints and exits as without the attach. Both modes of the fixture.
 #[test]
 fn a_thread_held_inside_malloc_stats_is_waited_for_and_the_attach_completes_after() {
     let _turn = one_at_a_time();
     let f = locked_fixture();
-    let (plain_out, plain_status) = locked_run(&f, |_| {}, |_, ()| {});
-    assert!(plain_status.success(), "{plain_status}");
+    for mode in LOCKED_MODES {
+        let label = mode.unwrap_or("arenas");
+        let (plain_out, plain_status) = locked_run(
+            &f,
+            mode,
+            |_| {},
+            |p, ()| {
+                p.alloc();
+            },
+        );
+        assert!(plain_status.success(), "{plain_status}");
 
-    let waiting = |p: &mut Running| {
-        let mut cmd = Command::new(mem_trace_binary());
-        cmd.args(["attach", &p.pid.to_string()])
-            .env("MEM_TRACE_LIB", library())
-            .env("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "60000")
-            .env_remove("LD_PRELOAD")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut attacher = cmd.spawn().expect("start mem-trace attach");
-        let mut err = BufReader::new(attacher.stderr.take().unwrap());
-        let mut line = String::new();
-        err.read_line(&mut line).unwrap();
-        // glibc 2.36's malloc_stats writes with cancellation off: __write_nocancel.
-        let (who, rest) = line.split_once(" (in ").unwrap_or_else(|| panic!("{line}"));
-        assert_eq!(
-            who,
-            format!("mem-trace: thread {} is inside malloc_stats", p.pid)
-        );
-        assert!(
-            rest.split_once(')')
-                .is_some_and(|(f, rest)| f.contains("write")
-                    && rest.starts_with(
-                        ", holding a lock of glibc's allocator that loading the \
-                     tracer needs: waiting up to 60 s"
-                    )),
-            "{line}"
-        );
-        // Held there as long as the pipe stays full: nothing is loaded meanwhile.
-        for _ in 0..5 {
-            std::thread::sleep(Duration::from_millis(100));
-            assert!(!library_mapped(p.pid), "loaded while the lock was held");
-            assert!(attacher.try_wait().unwrap().is_none(), "gave up waiting");
-        }
-        blocked_writing_stderr(p.pid);
-        (attacher, err)
-    };
-    let attached = |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>)| {
-        let status = attacher.wait().unwrap();
-        let mut stdout = String::new();
-        std::io::Read::read_to_string(attacher.stdout.as_mut().unwrap(), &mut stdout).unwrap();
-        let mut rest = String::new();
-        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
-        assert!(status.success(), "{status}: {stdout}{rest}");
-        assert!(
-            stdout.starts_with(&format!("mem-trace: attached to process {} (", p.pid)),
-            "{stdout}"
-        );
-        assert!(rest.is_empty(), "{rest}");
-        // The worker's blocks, allocated after the attach, are named.
-        std::thread::sleep(Duration::from_millis(200));
-        let top = mem_trace(&f, "locked-top", &["top", &p.pid.to_string()]);
-        let site = format!(
-            "worker_site at {}:{}",
-            f.src.display(),
-            line_of(&f, "worker-site")
-        );
-        assert!(
-            top.stdout.contains(&site),
-            "no {site:?} in\n{}",
-            top.describe()
-        );
-        detach(&f, p.pid, "locked-detach");
-    };
-    let (out, status) = locked_run(&f, waiting, attached);
-    assert!(status.success(), "{status}");
-    assert_eq!(masked(&out), masked(&plain_out));
-    assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
+        let waiting = |p: &mut Running| {
+            let mut cmd = Command::new(mem_trace_binary());
+            cmd.args(["attach", &p.pid.to_string()])
+                .env("MEM_TRACE_LIB", library())
+                .env("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "60000")
+                .env_remove("LD_PRELOAD")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut attacher = cmd.spawn().expect("start mem-trace attach");
+            let mut err = BufReader::new(attacher.stderr.take().unwrap());
+            let mut line = String::new();
+            err.read_line(&mut line).unwrap();
+            names_malloc_stats(
+                &line,
+                &format!("mem-trace: thread {} is inside malloc_stats", p.pid),
+                ", holding a lock of glibc's allocator that loading the tracer needs: waiting \
+                 up to 60 s",
+            );
+            // Held there as long as the pipe stays full: nothing is loaded meanwhile.
+            for _ in 0..5 {
+                std::thread::sleep(Duration::from_millis(100));
+                assert!(
+                    !library_mapped(p.pid),
+                    "{label}: loaded while the lock was held"
+                );
+                assert!(attacher.try_wait().unwrap().is_none(), "{label}: gave up");
+            }
+            blocked_writing_stderr(p.pid);
+            (attacher, err)
+        };
+        let attached = |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>)| {
+            let status = attacher.wait().unwrap();
+            let mut stdout = String::new();
+            std::io::Read::read_to_string(attacher.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+            let mut rest = String::new();
+            std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+            assert!(status.success(), "{label}: {status}: {stdout}{rest}");
+            assert!(
+                stdout.starts_with(&format!("mem-trace: attached to process {} (", p.pid)),
+                "{stdout}"
+            );
+            assert!(rest.is_empty(), "{rest}");
+            p.alloc();
+            let top = mem_trace(&f, &format!("{label}-top"), &["top", &p.pid.to_string()]);
+            let site = format!(
+                "main_site at {}:{}",
+                f.src.display(),
+                line_of(&f, "main-site")
+            );
+            assert!(
+                top.stdout.contains(&site),
+                "{label}: no {site:?} in\n{}",
+                top.describe()
+            );
+            detach(&f, p.pid, &format!("{label}-detach"));
+        };
+        let (out, status) = locked_run(&f, mode, waiting, attached);
+        assert!(status.success(), "{label}: {status}");
+        assert_eq!(masked(&out), masked(&plain_out), "{label}");
+        assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
+    }
 }
 
 /// The same thread held inside malloc_stats past the attach's wait: refused with one line
 /// naming it and where it is, the process let go untouched (no breakpoint left in its
-/// allocator, nothing loaded, still blocked where it was), and once the pipe is read it
-/// goes on, and can be attached to then.
+/// allocator, nothing loaded, still blocked where it was); once the pipe is read it goes
+/// on, and can be attached to then (the mutex the abandoned wait was queued on works).
 #[test]
 fn a_thread_held_inside_malloc_stats_past_the_wait_is_refused_and_left_untouched() {
     let _turn = one_at_a_time();
     let f = locked_fixture();
-    let (plain_out, plain_status) = locked_run(&f, |_| {}, |_, ()| {});
-    assert!(plain_status.success(), "{plain_status}");
+    for mode in LOCKED_MODES {
+        let label = mode.unwrap_or("arenas");
+        let (plain_out, plain_status) = locked_run(
+            &f,
+            mode,
+            |_| {},
+            |p, ()| {
+                p.alloc();
+            },
+        );
+        assert!(plain_status.success(), "{plain_status}");
 
-    let refused = |p: &mut Running| {
-        let pid = p.pid.to_string();
-        let vars = [("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "1000")];
-        let out = mem_trace_env(&f, "locked-refused", &["attach", &pid], &vars);
-        assert_eq!(out.status.code(), Some(1), "{}", out.describe());
-        assert!(out.stdout.is_empty(), "{}", out.describe());
-        let lines: Vec<&str> = out.stderr.lines().collect();
-        assert_eq!(lines.len(), 2, "{}", out.describe());
-        assert!(lines[0].contains("waiting up to 1 s"), "{}", out.describe());
-        let (who, rest) = lines[1]
-            .split_once(" (in ")
-            .unwrap_or_else(|| panic!("{}", lines[1]));
-        assert_eq!(
-            who,
-            format!("mem-trace: process {pid}: thread {pid} stayed inside malloc_stats")
-        );
-        assert!(
-            rest.split_once(')')
-                .is_some_and(|(f, rest)| f.contains("write")
-                    && rest.starts_with(
-                        " for 1 s, holding a lock of glibc's allocator that loading the tracer \
-                     needs: nothing was loaded and the process runs on as it was"
-                    )),
-            "{}",
-            out.describe()
-        );
-        assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
-        assert_eq!(tracer_of(p.pid), 0, "left traced");
-        no_breakpoint_left(p.pid);
-        assert!(!library_mapped(p.pid));
-        // Still where it was, the mutex held.
-        blocked_writing_stderr(p.pid);
-    };
-    // The mutex the abandoned mallinfo2 waited for works: main_site allocates from the
-    // main arena, on this attach's thread or the program's.
-    let attached_later = |p: &mut Running, ()| {
-        attach(&f, p.pid, "locked-later");
-        detach(&f, p.pid, "locked-later-detach");
-    };
-    let (out, status) = locked_run(&f, refused, attached_later);
-    assert!(status.success(), "{status}");
-    assert_eq!(masked(&out), masked(&plain_out));
-    assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
+        let refused = |p: &mut Running| {
+            let pid = p.pid.to_string();
+            let vars = [("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "1000")];
+            let out = mem_trace_env(&f, &format!("{label}-refused"), &["attach", &pid], &vars);
+            assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+            assert!(out.stdout.is_empty(), "{}", out.describe());
+            let lines: Vec<&str> = out.stderr.lines().collect();
+            assert_eq!(lines.len(), 2, "{}", out.describe());
+            assert!(lines[0].contains("waiting up to 1 s"), "{}", out.describe());
+            names_malloc_stats(
+                lines[1],
+                &format!("mem-trace: process {pid}: thread {pid} stayed inside malloc_stats"),
+                " for 1 s, holding a lock of glibc's allocator that loading the tracer needs: \
+                 nothing was loaded and the process runs on as it was",
+            );
+            assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+            assert_eq!(tracer_of(p.pid), 0, "{label}: left traced");
+            no_breakpoint_left(p.pid);
+            assert!(!library_mapped(p.pid));
+            // Still where it was, the mutex held.
+            blocked_writing_stderr(p.pid);
+        };
+        let attached_later = |p: &mut Running, ()| {
+            attach(&f, p.pid, &format!("{label}-later"));
+            p.alloc();
+            detach(&f, p.pid, &format!("{label}-later-detach"));
+        };
+        let (out, status) = locked_run(&f, mode, refused, attached_later);
+        assert!(status.success(), "{label}: {status}");
+        assert_eq!(masked(&out), masked(&plain_out), "{label}");
+        assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
+    }
 }
 
 /// A process of root's that made itself non-dumpable, attached to by root (whom the kernel
