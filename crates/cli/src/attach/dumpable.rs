@@ -35,22 +35,11 @@ pub fn is_dumpable(threads: &mut Threads, mem: &Memory, prctl: u64) -> Result<bo
         };
         let got = call::start(threads, mem, tid, &regs, prctl, None, &[PR_GET_DUMPABLE])
             .and_then(|()| call::wait(threads, tid, prctl, Instant::now() + LIMIT));
-        let value = match got {
-            Ok(Some(v)) => v,
-            Ok(None) => {
-                return Err(format!(
-                    "prctl did not return within {LIMIT:?} in thread {tid}"
-                ))
-            }
-            Err(e) => return Err(e),
-        };
-        ptrace::set_regs(tid, &regs)
-            .and_then(|()| ptrace::set_fpregs(tid, &fpregs))
-            .map_err(|e| format!("cannot restore thread {tid}'s registers: {e}"))?;
-        threads.clear_pending(tid);
-        threads
-            .resume(tid, true)
-            .map_err(|e| format!("cannot resume thread {tid}: {e}"))?;
+        // On every path: a thread left on the call's registers would run on from address 0.
+        let restored = put_back(threads, tid, &regs, &fpregs);
+        let value =
+            got?.ok_or_else(|| format!("prctl did not return within {LIMIT:?} in thread {tid}"))?;
+        restored?;
         super::inject::debug(format_args!("PR_GET_DUMPABLE in thread {tid}: {value}"));
         // The wrapper returns an int.
         return Ok(!NOT_DUMPABLE.contains(&(value as u32 as i32)));
@@ -58,8 +47,9 @@ pub fn is_dumpable(threads: &mut Threads, mem: &Memory, prctl: u64) -> Result<bo
     Err(format!("no thread of process {pid} could be stopped"))
 }
 
-/// `tid` stopped by an interrupt, its registers; `None` if it exited. A signal that stops it
-/// first is delivered, and the interrupt, still pending, stops it after.
+/// `tid` stopped by an interrupt, its registers; `None` if it exited or did not stop (a
+/// zombie main thread), for another thread to be asked. A signal that stops it first is
+/// delivered, and the interrupt, still pending, stops it after.
 fn stop(
     threads: &mut Threads,
     tid: i32,
@@ -67,13 +57,10 @@ fn stop(
     threads.interrupt(tid);
     let deadline = Instant::now() + LIMIT;
     loop {
-        let stop = threads
-            .wait_for(tid, deadline)
-            .map_err(|e| format!("while stopping thread {tid}: {e}"))?;
-        match stop {
-            Stop::Interrupted => break,
-            Stop::Exited => return Ok(None),
-            Stop::Signal(_) | Stop::Breakpoint(_) | Stop::Stepped => threads
+        match threads.wait_for(tid, deadline) {
+            Ok(Stop::Interrupted) => break,
+            Ok(Stop::Exited) | Err(_) => return Ok(None),
+            Ok(Stop::Signal(_) | Stop::Breakpoint(_) | Stop::Stepped) => threads
                 .resume(tid, false)
                 .map_err(|e| format!("cannot resume thread {tid}: {e}"))?,
         }
@@ -81,4 +68,34 @@ fn stop(
     let regs = ptrace::regs(tid).map_err(|e| format!("thread {tid}'s registers: {e}"))?;
     let fpregs = ptrace::fpregs(tid).map_err(|e| format!("thread {tid}'s registers: {e}"))?;
     Ok(Some((regs, fpregs)))
+}
+
+/// Puts `tid`'s registers back and lets it run: stopped first if the call still runs. A stop
+/// the call ended in (its `SIGSEGV`) is forgotten; a signal of the program's it stopped for
+/// on the way is delivered.
+fn put_back(
+    threads: &mut Threads,
+    tid: i32,
+    regs: &libc::user_regs_struct,
+    fpregs: &libc::user_fpregs_struct,
+) -> Result<(), String> {
+    if threads.is_stopped(tid) {
+        threads.clear_pending(tid);
+    } else {
+        threads.interrupt(tid);
+        let deadline = Instant::now() + LIMIT;
+        while !threads.is_stopped(tid) {
+            match threads.wait_for(tid, deadline) {
+                Ok(Stop::Exited) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("cannot stop thread {tid}: {e}")),
+            }
+        }
+    }
+    ptrace::set_regs(tid, regs)
+        .and_then(|()| ptrace::set_fpregs(tid, fpregs))
+        .map_err(|e| format!("cannot restore thread {tid}'s registers: {e}"))?;
+    threads
+        .resume(tid, false)
+        .map_err(|e| format!("cannot resume thread {tid}: {e}"))
 }

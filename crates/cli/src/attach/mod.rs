@@ -14,7 +14,8 @@
 //! - `supervise`: the command split in two before it touches the process, so that killing
 //!   either half does not leave a breakpoint in its allocator.
 //!
-//! An attach: the checks; every thread seized; one stopped at a safe point; there,
+//! An attach: the checks; every thread seized; the process asked whether it is dumpable; one
+//! thread stopped at a safe point, and held there until no thread holds an arena's lock; there,
 //! `dlopen(LIBRARY, RTLD_NOW)` (glibc >= 2.34 exports it from libc.so.6; not
 //! `RTLD_GLOBAL`, and not `dlmopen`, whose new namespace would bring a second libc and heap)
 //! and `mem_trace_attach(SETTINGS)`, which starts the tracer and redirects the malloc family
