@@ -1207,6 +1207,61 @@ fn a_thread_held_inside_malloc_stats_past_the_wait_is_refused_and_left_untouched
     }
 }
 
+/// Ctrl-C while the attach waits for the thread inside malloc_stats: the command ends by its
+/// SIGINT, the process is let go untouched, and runs on as without the attach.
+#[test]
+fn ctrl_c_while_waiting_for_the_allocators_lock_leaves_the_process_untouched() {
+    let _turn = one_at_a_time();
+    let f = locked_fixture();
+    for mode in LOCKED_MODES {
+        let label = mode.unwrap_or("arenas");
+        let (plain_out, plain_status) = locked_run(
+            &f,
+            mode,
+            |_| {},
+            |p, ()| {
+                p.alloc();
+            },
+        );
+        assert!(plain_status.success(), "{plain_status}");
+
+        let interrupted = |p: &mut Running| {
+            let mut cmd = Command::new(mem_trace_binary());
+            cmd.args(["attach", &p.pid.to_string()])
+                .env("MEM_TRACE_LIB", library())
+                .env("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "60000")
+                .env_remove("LD_PRELOAD")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut attacher = cmd.spawn().expect("start mem-trace attach");
+            let mut err = BufReader::new(attacher.stderr.take().unwrap());
+            let mut line = String::new();
+            err.read_line(&mut line).unwrap();
+            assert!(line.contains("waiting up to 60 s"), "{label}: {line}");
+            // SAFETY: kill with a pid of our own child.
+            unsafe { libc::kill(attacher.id() as i32, libc::SIGINT) };
+            let status = attacher.wait().unwrap();
+            let mut rest = String::new();
+            std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                status.signal(),
+                Some(libc::SIGINT),
+                "{label}: {status}: {rest}"
+            );
+            untraced(p.pid);
+            no_breakpoint_left(p.pid);
+            assert!(!library_mapped(p.pid));
+            blocked_writing_stderr(p.pid);
+        };
+        let (out, status) = locked_run(&f, mode, interrupted, |p, ()| {
+            p.alloc();
+        });
+        assert!(status.success(), "{label}: {status}");
+        assert_eq!(masked(&out), masked(&plain_out), "{label}");
+    }
+}
+
 /// A process of root's that made itself non-dumpable, attached to by root (whom the kernel
 /// lets trace it, and whose /proc files it owns anyway): the process itself is asked, and
 /// the attach refused with one line; it runs on as it would have, nothing left in it.
