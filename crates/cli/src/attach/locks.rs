@@ -228,3 +228,57 @@ fn caller_in(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A function range no real code of this process is at.
+    const FAKE: (u64, u64) = (0x1234_5678_9000, 0x1234_5678_9100);
+
+    fn fake() -> Vec<(String, u64, u64)> {
+        vec![("malloc_stats".to_string(), FAKE.0, FAKE.1)]
+    }
+
+    /// Registers with rip nowhere and rsp at `stack`.
+    fn at(stack: &[u64]) -> libc::user_regs_struct {
+        // SAFETY: an all-zero register set is a valid value.
+        let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        r.rsp = stack.as_ptr() as u64;
+        r
+    }
+
+    #[test]
+    fn a_return_address_up_the_stack_names_its_function() {
+        let mem = Memory::open(std::process::id() as i32).unwrap();
+        let mut stack = vec![0u64; 1024];
+        stack[300] = FAKE.0 + 0x42;
+        assert_eq!(
+            caller_in(&mem, &at(&stack), &fake()).as_deref(),
+            Some("malloc_stats")
+        );
+        // The function's own first byte is no return address into it.
+        stack[300] = FAKE.0;
+        assert_eq!(caller_in(&mem, &at(&stack), &fake()), None);
+        // rip inside the function names it without a look at the stack.
+        let mut r = at(&stack);
+        r.rip = FAKE.0;
+        assert_eq!(
+            caller_in(&mem, &r, &fake()).as_deref(),
+            Some("malloc_stats")
+        );
+    }
+
+    #[test]
+    fn the_alias_without_underscores_is_the_name() {
+        let functions = vec![
+            ("__libc_write".to_string(), 0x10, 0x20),
+            ("write".to_string(), 0x10, 0x20),
+            ("__write".to_string(), 0x10, 0x20),
+            ("__write_nocancel".to_string(), 0x30, 0x40),
+        ];
+        assert_eq!(function_at(&functions, 0x15), Some("write"));
+        assert_eq!(function_at(&functions, 0x30), Some("__write_nocancel"));
+        assert_eq!(function_at(&functions, 0x20), None);
+    }
+}
