@@ -943,3 +943,352 @@ fn the_command_line_refuses_a_pid_that_is_not_there() {
         out.describe()
     );
 }
+
+fn locked_fixture() -> Fixture {
+    c_fixture("attach_locked.c", &["-pthread"])
+}
+
+/// Waits until the main thread of `pid` is blocked in `write(2, ...)`: inside
+/// `malloc_stats`, the main arena's mutex held, once it said "stats: stderr full".
+fn blocked_writing_stderr(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let syscall =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")).unwrap_or_default();
+        if syscall.starts_with("1 0x2 ") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not blocked writing to stderr: {syscall}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Reads the rest of the program's stderr on a thread: its text at the end.
+fn drain_stderr(p: &mut Running) -> std::thread::JoinHandle<String> {
+    let mut stderr = p.child.stderr.take().expect("piped stderr");
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// Whether the tracer's library is mapped in `pid`.
+fn library_mapped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap()
+        .contains("libmem_trace")
+}
+
+/// Where libc.so.6's first mapping starts in `maps`.
+fn libc_base(maps: &str) -> u64 {
+    maps.lines()
+        .find(|l| l.ends_with("/libc.so.6") && l.split_whitespace().nth(2) == Some("00000000"))
+        .and_then(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+        .expect("libc.so.6 mapped")
+}
+
+/// The first bytes of libc's `malloc` and `free` in `pid`, with this process's (the same
+/// file, never patched here): equal unless an `int3` was left there.
+fn allocator_entries(pid: u32) -> Vec<(u8, u8)> {
+    use std::os::unix::fs::FileExt;
+    let own_base = libc_base(&std::fs::read_to_string("/proc/self/maps").unwrap());
+    let base = libc_base(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap());
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    [c"malloc", c"free"]
+        .iter()
+        .map(|name| {
+            // SAFETY: dlsym with a NUL-terminated name.
+            let own = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
+            // SAFETY: the first byte of a function of libc's, mapped.
+            let own_byte = unsafe { *(own as *const u8) };
+            let mut b = [0u8];
+            mem.read_exact_at(&mut b, own - own_base + base).unwrap();
+            (b[0], own_byte)
+        })
+        .collect()
+}
+
+/// No `int3` left at libc's `malloc` or `free` in `pid`.
+fn no_breakpoint_left(pid: u32) {
+    for (theirs, ours) in allocator_entries(pid) {
+        assert_ne!(
+            theirs, 0xcc,
+            "an int3 was left in process {pid}'s allocator"
+        );
+        assert_eq!(theirs, ours, "process {pid}'s allocator code changed");
+    }
+}
+
+/// The locked fixture (given `mode`, if any) through "stats": `blocked` runs while
+/// malloc_stats is blocked on the full stderr, then stderr is drained and `after` runs once
+/// malloc_stats has returned; then the end: stdout and status.
+fn locked_run<T>(
+    f: &Fixture,
+    mode: Option<&str>,
+    blocked: impl FnOnce(&mut Running) -> T,
+    after: impl FnOnce(&mut Running, T),
+) -> (Vec<String>, std::process::ExitStatus) {
+    let mut cmd = plain(&f.bin);
+    cmd.args(mode);
+    let mut p = Running::start(cmd);
+    p.send("stats");
+    assert_eq!(p.line(), "stats: stderr full");
+    blocked_writing_stderr(p.pid);
+    let state = blocked(&mut p);
+    let stderr = drain_stderr(&mut p);
+    assert_eq!(p.line(), "stats: done");
+    after(&mut p, state);
+    let (out, _, status) = p.finish(None);
+    let err = stderr.join().unwrap();
+    assert!(
+        err.contains("Arena 0:\n") && err.contains("Total (incl. mmap):\n"),
+        "malloc_stats did not finish: {}",
+        err.trim_start_matches('.')
+    );
+    (out, status)
+}
+
+/// The fixture's modes: the thread the attach chooses has its own arena, or allocates from
+/// the main arena, whose mutex malloc_stats holds (its dlopen would wait for it).
+const LOCKED_MODES: [Option<&str>; 2] = [None, Some("one-arena")];
+
+/// `line` says that thread `pid` is inside malloc_stats, in a write function, and then `rest`.
+fn names_malloc_stats(line: &str, head: &str, rest: &str) {
+    // glibc 2.36's malloc_stats writes with cancellation off: __write_nocancel.
+    let (who, after) = line.split_once(" (in ").unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(who, head, "{line}");
+    assert!(
+        after
+            .split_once(')')
+            .is_some_and(|(f, after)| f.contains("write") && after.starts_with(rest)),
+        "{line}"
+    );
+}
+
+/// A thread inside `malloc_stats`, blocked writing to a full stderr with the main arena's
+/// mutex held, for as long as the test keeps the pipe full: the attach loads nothing while
+/// it waits (the library is not mapped), says whom it waits for, and completes once the
+/// test reads the pipe; a block allocated after is named by `mem-trace top`, and the program
+/// prints and exits as without the attach. Both modes of the fixture.
+#[test]
+fn a_thread_held_inside_malloc_stats_is_waited_for_and_the_attach_completes_after() {
+    let _turn = one_at_a_time();
+    let f = locked_fixture();
+    for mode in LOCKED_MODES {
+        let label = mode.unwrap_or("arenas");
+        let (plain_out, plain_status) = locked_run(
+            &f,
+            mode,
+            |_| {},
+            |p, ()| {
+                p.alloc();
+            },
+        );
+        assert!(plain_status.success(), "{plain_status}");
+
+        let waiting = |p: &mut Running| {
+            let mut cmd = Command::new(mem_trace_binary());
+            cmd.args(["attach", &p.pid.to_string()])
+                .env("MEM_TRACE_LIB", library())
+                .env("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "60000")
+                .env_remove("LD_PRELOAD")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut attacher = cmd.spawn().expect("start mem-trace attach");
+            let mut err = BufReader::new(attacher.stderr.take().unwrap());
+            let mut line = String::new();
+            err.read_line(&mut line).unwrap();
+            names_malloc_stats(
+                &line,
+                &format!("mem-trace: thread {} is inside malloc_stats", p.pid),
+                ", holding a lock of glibc's allocator that loading the tracer needs: waiting \
+                 up to 60 s",
+            );
+            // Held there as long as the pipe stays full: nothing is loaded meanwhile.
+            for _ in 0..5 {
+                std::thread::sleep(Duration::from_millis(100));
+                assert!(
+                    !library_mapped(p.pid),
+                    "{label}: loaded while the lock was held"
+                );
+                assert!(attacher.try_wait().unwrap().is_none(), "{label}: gave up");
+            }
+            blocked_writing_stderr(p.pid);
+            (attacher, err)
+        };
+        let attached = |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>)| {
+            let status = attacher.wait().unwrap();
+            let mut stdout = String::new();
+            std::io::Read::read_to_string(attacher.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+            let mut rest = String::new();
+            std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+            assert!(status.success(), "{label}: {status}: {stdout}{rest}");
+            assert!(
+                stdout.starts_with(&format!("mem-trace: attached to process {} (", p.pid)),
+                "{stdout}"
+            );
+            assert!(rest.is_empty(), "{rest}");
+            p.alloc();
+            let top = mem_trace(&f, &format!("{label}-top"), &["top", &p.pid.to_string()]);
+            let site = format!(
+                "main_site at {}:{}",
+                f.src.display(),
+                line_of(&f, "main-site")
+            );
+            assert!(
+                top.stdout.contains(&site),
+                "{label}: no {site:?} in\n{}",
+                top.describe()
+            );
+            detach(&f, p.pid, &format!("{label}-detach"));
+        };
+        let (out, status) = locked_run(&f, mode, waiting, attached);
+        assert!(status.success(), "{label}: {status}");
+        assert_eq!(masked(&out), masked(&plain_out), "{label}");
+        assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
+    }
+}
+
+/// The same thread held inside malloc_stats past the attach's wait: refused with one line
+/// naming it and where it is, the process let go untouched (no breakpoint left in its
+/// allocator, nothing loaded, still blocked where it was); once the pipe is read it goes
+/// on, and can be attached to then (the mutex the abandoned wait was queued on works).
+#[test]
+fn a_thread_held_inside_malloc_stats_past_the_wait_is_refused_and_left_untouched() {
+    let _turn = one_at_a_time();
+    let f = locked_fixture();
+    for mode in LOCKED_MODES {
+        let label = mode.unwrap_or("arenas");
+        let (plain_out, plain_status) = locked_run(
+            &f,
+            mode,
+            |_| {},
+            |p, ()| {
+                p.alloc();
+            },
+        );
+        assert!(plain_status.success(), "{plain_status}");
+
+        let refused = |p: &mut Running| {
+            let pid = p.pid.to_string();
+            let vars = [("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "1000")];
+            let out = mem_trace_env(&f, &format!("{label}-refused"), &["attach", &pid], &vars);
+            assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+            assert!(out.stdout.is_empty(), "{}", out.describe());
+            let lines: Vec<&str> = out.stderr.lines().collect();
+            assert_eq!(lines.len(), 2, "{}", out.describe());
+            assert!(lines[0].contains("waiting up to 1 s"), "{}", out.describe());
+            names_malloc_stats(
+                lines[1],
+                &format!("mem-trace: process {pid}: thread {pid} stayed inside malloc_stats"),
+                " for 1 s, holding a lock of glibc's allocator that loading the tracer needs: \
+                 nothing was loaded and the process runs on as it was",
+            );
+            assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+            assert_eq!(tracer_of(p.pid), 0, "{label}: left traced");
+            no_breakpoint_left(p.pid);
+            assert!(!library_mapped(p.pid));
+            // Still where it was, the mutex held.
+            blocked_writing_stderr(p.pid);
+        };
+        let attached_later = |p: &mut Running, ()| {
+            attach(&f, p.pid, &format!("{label}-later"));
+            p.alloc();
+            detach(&f, p.pid, &format!("{label}-later-detach"));
+        };
+        let (out, status) = locked_run(&f, mode, refused, attached_later);
+        assert!(status.success(), "{label}: {status}");
+        assert_eq!(masked(&out), masked(&plain_out), "{label}");
+        assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
+    }
+}
+
+/// Ctrl-C while the attach waits for the thread inside malloc_stats: the command ends by its
+/// SIGINT, the process is let go untouched, and runs on as without the attach.
+#[test]
+fn ctrl_c_while_waiting_for_the_allocators_lock_leaves_the_process_untouched() {
+    let _turn = one_at_a_time();
+    let f = locked_fixture();
+    for mode in LOCKED_MODES {
+        let label = mode.unwrap_or("arenas");
+        let (plain_out, plain_status) = locked_run(
+            &f,
+            mode,
+            |_| {},
+            |p, ()| {
+                p.alloc();
+            },
+        );
+        assert!(plain_status.success(), "{plain_status}");
+
+        let interrupted = |p: &mut Running| {
+            let mut cmd = Command::new(mem_trace_binary());
+            cmd.args(["attach", &p.pid.to_string()])
+                .env("MEM_TRACE_LIB", library())
+                .env("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "60000")
+                .env_remove("LD_PRELOAD")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut attacher = cmd.spawn().expect("start mem-trace attach");
+            let mut err = BufReader::new(attacher.stderr.take().unwrap());
+            let mut line = String::new();
+            err.read_line(&mut line).unwrap();
+            assert!(line.contains("waiting up to 60 s"), "{label}: {line}");
+            // SAFETY: kill with a pid of our own child.
+            unsafe { libc::kill(attacher.id() as i32, libc::SIGINT) };
+            let status = attacher.wait().unwrap();
+            let mut rest = String::new();
+            std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(
+                status.signal(),
+                Some(libc::SIGINT),
+                "{label}: {status}: {rest}"
+            );
+            untraced(p.pid);
+            no_breakpoint_left(p.pid);
+            assert!(!library_mapped(p.pid));
+            blocked_writing_stderr(p.pid);
+        };
+        let (out, status) = locked_run(&f, mode, interrupted, |p, ()| {
+            p.alloc();
+        });
+        assert!(status.success(), "{label}: {status}");
+        assert_eq!(masked(&out), masked(&plain_out), "{label}");
+    }
+}
+
+/// A process of root's that made itself non-dumpable, attached to by root (whom the kernel
+/// lets trace it, and whose /proc files it owns anyway): the process itself is asked, and
+/// the attach refused with one line; it runs on as it would have, nothing left in it.
+#[test]
+fn a_root_process_that_made_itself_undumpable_is_refused_and_runs_on() {
+    let _turn = one_at_a_time();
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test runs as root");
+    let f = idle_fixture();
+    let mut unattached = Running::start(plain(&f.bin));
+    unattached.alloc();
+    let (plain_out, _, plain_status) = unattached.finish(None);
+    assert!(plain_status.success());
+
+    let mut cmd = plain(&f.bin);
+    cmd.arg("undumpable");
+    let mut p = Running::start(cmd);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap();
+    assert!(status.contains("Uid:\t0\t0\t0\t0"), "{status}");
+    refused(&f, p.pid, "root-undumpable", "is not dumpable");
+    assert_eq!(tracer_of(p.pid), 0, "left traced");
+    no_breakpoint_left(p.pid);
+    assert!(!library_mapped(p.pid));
+    p.alloc();
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(masked(&out), masked(&plain_out));
+    // Its read, interrupted for the question, was restarted or retried.
+    assert!(err.lines().all(|l| l == "read: EINTR, retried"), "{err}");
+}

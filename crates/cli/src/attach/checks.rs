@@ -146,6 +146,14 @@ pub fn refusal(
     None
 }
 
+/// The refusal of a process that is not dumpable (seen here as a non-root process whose
+/// /proc files are root's, or answered by the process itself, `dumpable`).
+pub fn not_dumpable(pid: i32) -> String {
+    format!(
+        "process {pid} is not dumpable (it called prctl(PR_SET_DUMPABLE, 0), or changed credentials): it asked not to be inspected, and mem-trace does not attach to it"
+    )
+}
+
 /// Whether `pid` descends from this process.
 fn descends_from_me(pid: i32) -> bool {
     let me = std::process::id() as i32;
@@ -194,9 +202,7 @@ pub fn inspect(pid: i32) -> Result<Target, Error> {
         .map(|m| m.uid())
         .unwrap_or(0);
     if owner == 0 && s.uids.get(1).is_some_and(|&u| u != 0) {
-        return Err(Error::new(format!(
-            "process {pid} is not dumpable (it called prctl(PR_SET_DUMPABLE, 0), or changed credentials): it asked not to be inspected, and mem-trace does not attach to it"
-        )));
+        return Err(Error::new(not_dumpable(pid)));
     }
     let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
     if ns("self") != ns(&pid.to_string()) {

@@ -142,6 +142,32 @@ impl Image {
     }
 }
 
+impl Image {
+    /// The exported functions `[start, end)` in the target, by name (aliases each listed).
+    pub fn functions(&self) -> Vec<(String, u64, u64)> {
+        let Ok(elf) = parse(&self.data, &self.path) else {
+            return Vec::new();
+        };
+        elf.dynamic_symbols()
+            .filter(|s| s.is_definition() && s.kind() == object::SymbolKind::Text && s.size() > 0)
+            .filter_map(|s| {
+                let start = self.bias.wrapping_add(s.address());
+                Some((s.name().ok()?.to_string(), start, start + s.size()))
+            })
+            .collect()
+    }
+}
+
+/// The name of the function of `functions` that `addr` is in, the alias with the fewest
+/// leading underscores (`write`, not `__write` or `__libc_write`).
+pub fn function_at(functions: &[(String, u64, u64)], addr: u64) -> Option<&str> {
+    functions
+        .iter()
+        .filter(|&&(_, lo, hi)| (lo..hi).contains(&addr))
+        .min_by_key(|(name, _, _)| (name.len() - name.trim_start_matches('_').len(), name.len()))
+        .map(|(name, _, _)| name.as_str())
+}
+
 fn parse<'d>(data: &'d [u8], path: &Path) -> io::Result<ElfFile64<'d, Endianness>> {
     ElfFile64::parse(data).map_err(|e| {
         io::Error::new(
@@ -186,5 +212,8 @@ mod tests {
         let malloc = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) } as u64;
         assert_eq!(image.symbol("malloc").unwrap(), malloc);
         assert!(image.symbol("no_such_function_here").is_err());
+        let functions = image.functions();
+        assert_eq!(function_at(&functions, malloc + 1), Some("malloc"));
+        assert_ne!(function_at(&functions, malloc - 1), Some("malloc"));
     }
 }

@@ -2,23 +2,24 @@
 //! (gdb 13 cannot finish an inferior call on this machine's CPUs by itself, and the
 //! anchors' gdb-driven attaches are where their crashes came from).
 //!
-//! A call moves the thread's stack pointer below the red zone, writes its argument string
-//! there, pushes a return address of 0 and sets rip to the function: when the function
-//! returns, the thread faults at address 0, which ends the call (that `SIGSEGV` is never
-//! delivered). `orig_rax` is set to -1 so that the kernel does not restart the system call
-//! the thread was interrupted in into the call. [`Session::finish`] puts every register back
-//! and lets every thread go; dropping a session does the same, so that no failure leaves the
-//! target stopped, with a breakpoint in it, or on the wrong registers.
+//! A session seizes every thread, asks the target whether it is dumpable (`dumpable`),
+//! stops one thread at a safe point (`safepoint`), and waits until no other thread holds a
+//! lock of the allocator (`locks`); then the calls (`call`). [`Session::finish`] puts every
+//! register back and lets every thread go; dropping a session does the same, so that no
+//! failure leaves the target stopped, with a breakpoint in it, or on the wrong registers.
 
+use super::call;
+use super::checks;
+use super::image::{Image, Module};
 use super::memory::Memory;
 use super::ptrace::{self, Stop, Threads};
 use super::safepoint::{self, Breakpoints, SafePoint};
+use super::{dumpable, locks};
+use crate::error::Error;
 use std::time::{Duration, Instant};
 
 /// How long one injected call may take (a cold `dlopen` reads the library from disk).
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
-/// Below the stack pointer, the x86-64 ABI's red zone, which a leaf function may be using.
-const RED_ZONE: u64 = 128;
 
 /// The target, every thread traced, one stopped at a safe point.
 pub struct Session {
@@ -30,40 +31,65 @@ pub struct Session {
 }
 
 impl Session {
-    /// Traces every thread of `pid` and stops one at a safe point (`safepoint`): `malloc`
-    /// and `free` are libc's entries, `unsafe_callers` libc's and ld.so's mappings.
+    /// Traces every thread of `pid`, refuses a process that is not dumpable when
+    /// `refuse_undumpable`, stops one thread at a safe point (`safepoint`) and waits until no
+    /// thread holds an arena's lock (`locks`). `malloc` and `free` are libc's entries,
+    /// `unsafe_callers` libc's and ld.so's mappings (and the library's, when loaded).
     pub fn begin(
         pid: i32,
-        malloc: u64,
-        free: u64,
-        unsafe_callers: &[&super::image::Module],
-    ) -> Result<Session, String> {
+        libc: &Image,
+        (malloc, free): (u64, u64),
+        unsafe_callers: &[&Module],
+        refuse_undumpable: bool,
+    ) -> Result<Session, Error> {
+        let fail = |e: String| Error::new(format!("process {pid}: {e}"));
         let mut threads = Threads::seize(pid).map_err(|e| match e.raw_os_error() {
-            Some(libc::EPERM) => format!(
+            Some(libc::EPERM) => Error::new(format!(
                 "not allowed to trace process {pid} ({e}): attaching needs the rights a \
                  debugger needs"
-            ),
-            _ => format!("cannot trace process {pid}: {e}"),
+            )),
+            _ => Error::new(format!("cannot trace process {pid}: {e}")),
         })?;
-        let mem = Memory::open(pid).map_err(|e| format!("cannot open /proc/{pid}/mem: {e}"))?;
+        let mem = Memory::open(pid)
+            .map_err(|e| Error::new(format!("cannot open /proc/{pid}/mem: {e}")))?;
+        if refuse_undumpable {
+            let prctl = libc.symbol("prctl").map_err(|e| fail(e.to_string()))?;
+            if !dumpable::is_dumpable(&mut threads, &mem, prctl).map_err(fail)? {
+                return Err(Error::new(checks::not_dumpable(pid)));
+            }
+        }
         let mut bps = Breakpoints::new(&mem, &[malloc, free])
-            .map_err(|e| format!("cannot read libc's code in process {pid}: {e}"))?;
+            .map_err(|e| Error::new(format!("cannot read libc's code in process {pid}: {e}")))?;
         threads.set_traps(&bps.addrs());
         let point = match safepoint::choose(&mut threads, &mem, &mut bps, unsafe_callers) {
             Ok(p) => p,
             Err(e) => {
                 bps.remove(&mem);
                 threads.release();
-                return Err(e);
+                return Err(fail(e));
             }
         };
-        Ok(Session {
+        let mut session = Session {
             threads,
             mem,
             bps,
             point,
             finished: false,
-        })
+        };
+        // Before glibc 2.33 there is no mallinfo2, and no dlopen in libc to call either.
+        if let Some(mallinfo2) = libc.defined("mallinfo2") {
+            let functions = libc.functions();
+            // On failure the session, dropped, puts the registers back and lets go.
+            locks::wait_unlocked(
+                &mut session.threads,
+                &session.mem,
+                &session.point,
+                mallinfo2,
+                &functions,
+            )
+            .map_err(fail)?;
+        }
+        Ok(session)
     }
 
     /// Where the chosen thread was stopped.
@@ -75,96 +101,14 @@ impl Session {
     /// argument when given, then `args`; its return value (rax).
     pub fn call(&mut self, func: u64, data: Option<&[u8]>, args: &[u64]) -> Result<u64, String> {
         let tid = self.point.tid;
-        let mut r = self.point.regs;
-        let mut sp = r.rsp - RED_ZONE;
-        let mut list = Vec::new();
-        if let Some(data) = data {
-            let mut bytes = data.to_vec();
-            bytes.push(0);
-            sp = (sp - bytes.len() as u64) & !15;
-            self.mem
-                .write(sp, &bytes)
-                .map_err(|e| format!("cannot write to thread {tid}'s stack: {e}"))?;
-            list.push(sp);
-        }
-        list.extend_from_slice(args);
-        // 16-byte aligned at the call, as the ABI requires; then the return address.
-        sp = (sp & !15) - 16 - 8;
-        self.mem
-            .write(sp, &0u64.to_le_bytes())
-            .map_err(|e| format!("cannot write to thread {tid}'s stack: {e}"))?;
-        r.rsp = sp;
-        r.rip = func;
-        r.rax = 0;
-        r.orig_rax = u64::MAX;
-        let regs = [
-            &mut r.rdi, &mut r.rsi, &mut r.rdx, &mut r.rcx, &mut r.r8, &mut r.r9,
-        ];
-        for (reg, &v) in regs.into_iter().zip(&list) {
-            *reg = v;
-        }
-        ptrace::set_regs(tid, &r)
-            .map_err(|e| format!("cannot set thread {tid}'s registers: {e}"))?;
-        self.threads
-            .resume(tid, true)
-            .map_err(|e| format!("cannot resume thread {tid}: {e}"))?;
-        self.wait_return(func)
-    }
-
-    /// Waits for the call to return to address 0, passing the program's signals on.
-    fn wait_return(&mut self, func: u64) -> Result<u64, String> {
-        let tid = self.point.tid;
-        let deadline = Instant::now() + CALL_TIMEOUT;
-        loop {
-            let next = self
-                .threads
-                .wait(deadline)
-                .map_err(|e| format!("while waiting for the call to {func:#x}: {e}"))?;
-            let Some((t, stop)) = next else {
-                return Err(format!(
-                    "the call to {func:#x} in thread {tid} did not return within {} s",
-                    CALL_TIMEOUT.as_secs()
-                ));
-            };
-            match stop {
-                Stop::Exited if t == tid => {
-                    return Err(format!("thread {tid} exited during the call to {func:#x}"))
-                }
-                Stop::Exited => {}
-                Stop::Signal(libc::SIGSEGV) if t == tid => {
-                    let r = ptrace::regs(tid).map_err(|e| e.to_string())?;
-                    debug(format_args!(
-                        "call {func:#x} ended: rip {:#x} rax {:#x}",
-                        r.rip, r.rax
-                    ));
-                    if r.rip == 0 {
-                        self.threads.clear_pending(tid);
-                        return Ok(r.rax);
-                    }
-                    // SAFETY: an all-zero siginfo_t is a valid buffer for PTRACE_GETSIGINFO.
-                    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-                    // SAFETY: PTRACE_GETSIGINFO writes one siginfo_t.
-                    unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid, 0usize, &mut info) };
-                    // SAFETY: a SIGSEGV's siginfo carries a fault address.
-                    let addr = unsafe { info.si_addr() } as u64;
-                    return Err(format!(
-                        "the call to {func:#x} faulted at {:#x} (address {addr:#x}, code {}, \
-                         stack pointer {:#x}) in thread {tid}; the process was put back as it \
-                         was",
-                        r.rip, info.si_code, r.rsp
-                    ));
-                }
-                // A thread that hit a breakpoint before it was removed, rewound.
-                Stop::Breakpoint(_) => self.resume(t, true)?,
-                Stop::Signal(_) | Stop::Interrupted | Stop::Stepped => self.resume(t, false)?,
-            }
-        }
-    }
-
-    fn resume(&mut self, tid: i32, suppress: bool) -> Result<(), String> {
-        self.threads
-            .resume(tid, suppress)
-            .map_err(|e| format!("cannot resume thread {tid}: {e}"))
+        let regs = self.point.regs;
+        call::start(&mut self.threads, &self.mem, tid, &regs, func, data, args)?;
+        call::wait(&mut self.threads, tid, func, Instant::now() + CALL_TIMEOUT)?.ok_or_else(|| {
+            format!(
+                "the call to {func:#x} in thread {tid} did not return within {} s",
+                CALL_TIMEOUT.as_secs()
+            )
+        })
     }
 
     /// A NUL-terminated string of the target's, up to 4 KiB.

@@ -7,20 +7,27 @@
 //! - `ptrace`: every thread traced, the waits, and letting them all go;
 //! - `safepoint`: the thread and moment where a call cannot wait on the allocator's or the
 //!   loader's locks;
+//! - `dumpable`: whether the process asked not to be inspected, asked of it;
+//! - `locks`: the wait until no thread holds a lock of the allocator;
+//! - `call`: one function called on a stopped thread;
 //! - `inject`: calling `dlopen` and the library's entry points on that thread;
 //! - `supervise`: the command split in two before it touches the process, so that killing
 //!   either half does not leave a breakpoint in its allocator.
 //!
-//! An attach: the checks; every thread seized; one stopped at a safe point; there,
+//! An attach: the checks; every thread seized; the process asked whether it is dumpable; one
+//! thread stopped at a safe point, and held there until no thread holds an arena's lock; there,
 //! `dlopen(LIBRARY, RTLD_NOW)` (glibc >= 2.34 exports it from libc.so.6; not
 //! `RTLD_GLOBAL`, and not `dlmopen`, whose new namespace would bring a second libc and heap)
 //! and `mem_trace_attach(SETTINGS)`, which starts the tracer and redirects the malloc family
 //! by rewriting GOT entries (src/attach); the thread's registers put back; every thread let
 //! go. A detach calls `mem_trace_detach()` the same way.
 
+mod call;
 mod checks;
+mod dumpable;
 mod image;
 mod inject;
+mod locks;
 mod memory;
 mod ptrace;
 mod safepoint;
@@ -57,7 +64,7 @@ pub fn attach(a: &AttachArgs) -> Result<()> {
         None => crate::run::library::find()?,
     };
     let settings = settings(a);
-    let mut session = begin(pid, &target)?;
+    let mut session = begin(pid, &target, true)?;
     let place = session.place().to_string();
     let libc = Image::read(pid, &target.libc).map_err(|e| Error::new(e.to_string()))?;
     let dlopen = libc.symbol("dlopen").map_err(|_| {
@@ -119,7 +126,8 @@ pub fn detach(a: &DetachArgs) -> Result<()> {
         }
     };
     let entry = entry_point(pid, &path, "mem_trace_detach")?;
-    let mut session = begin(pid, &target)?;
+    // A detach takes our hooks out of a process that became non-dumpable since.
+    let mut session = begin(pid, &target, false)?;
     let rc = session.call(entry, None, &[]);
     session.finish().map_err(Error::new)?;
     let rc = rc.map_err(Error::new)? as i64;
@@ -133,8 +141,9 @@ pub fn detach(a: &DetachArgs) -> Result<()> {
 }
 
 /// Forks (the parent waits for the child and ends as it does, `supervise`); in the child,
-/// seizes the process and stops a thread at a safe point.
-fn begin(pid: i32, target: &Target) -> Result<Session> {
+/// seizes the process (refusing it if it is not dumpable, when `refuse_undumpable`) and
+/// stops a thread at a safe point.
+fn begin(pid: i32, target: &Target, refuse_undumpable: bool) -> Result<Session> {
     let libc = Image::read(pid, &target.libc).map_err(|e| Error::new(e.to_string()))?;
     let malloc = libc
         .symbol("malloc")
@@ -146,8 +155,13 @@ fn begin(pid: i32, target: &Target) -> Result<Session> {
     let mut unsafe_callers = vec![&target.libc];
     unsafe_callers.extend(target.ld.as_ref());
     unsafe_callers.extend(target.ours.as_ref().map(|(m, _)| m));
-    Session::begin(pid, malloc, free, &unsafe_callers)
-        .map_err(|e| Error::new(format!("process {pid}: {e}")))
+    Session::begin(
+        pid,
+        &libc,
+        (malloc, free),
+        &unsafe_callers,
+        refuse_undumpable,
+    )
 }
 
 /// Where the library's exported `name` is in the process, the library mapped from `path`.

@@ -197,7 +197,7 @@ const BLOCKING: [(u64, &str); 19] = [
 ];
 
 /// The kernel's "interrupted, restart me" results, and `EINTR`.
-fn interrupted(rax: u64) -> bool {
+pub fn interrupted(rax: u64) -> bool {
     matches!(rax as i64, -4 | -512 | -513 | -514 | -516)
 }
 
