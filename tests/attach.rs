@@ -11,7 +11,7 @@ use common::{
     rust_fixture, Fixture, Output, GDB_TIMEOUT,
 };
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
@@ -1056,6 +1056,53 @@ fn locked_run<T>(
 /// the main arena, whose mutex malloc_stats holds (its dlopen would wait for it).
 const LOCKED_MODES: [Option<&str>; 2] = [None, Some("one-arena")];
 
+/// [`locked_run`] in each of [`LOCKED_MODES`] (labelled), checked against the same run
+/// without `blocked` and `after` (one allocation after the lock, as they make): the program
+/// prints the same and exits successfully. Returns each mode's output.
+fn locked_like_plain<T>(
+    f: &Fixture,
+    blocked: impl Fn(&mut Running, &str) -> T,
+    after: impl Fn(&mut Running, T, &str),
+) -> Vec<Vec<String>> {
+    LOCKED_MODES
+        .iter()
+        .map(|&mode| {
+            let label = mode.unwrap_or("arenas");
+            let (plain_out, plain_status) = locked_run(
+                f,
+                mode,
+                |_| {},
+                |p, ()| {
+                    p.alloc();
+                },
+            );
+            assert!(plain_status.success(), "{plain_status}");
+            let (out, status) =
+                locked_run(f, mode, |p| blocked(p, label), |p, t| after(p, t, label));
+            assert!(status.success(), "{label}: {status}");
+            assert_eq!(masked(&out), masked(&plain_out), "{label}");
+            out
+        })
+        .collect()
+}
+
+/// `mem-trace attach PID` started with a minute to wait for the allocator's lock, and the
+/// first line it wrote to stderr (that it waits): the command, its stderr, that line.
+fn waiting_attacher(pid: u32) -> (Child, BufReader<ChildStderr>, String) {
+    let mut cmd = Command::new(mem_trace_binary());
+    cmd.args(["attach", &pid.to_string()])
+        .env("MEM_TRACE_LIB", library())
+        .env("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "60000")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut attacher = cmd.spawn().expect("start mem-trace attach");
+    let mut err = BufReader::new(attacher.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    (attacher, err, line)
+}
+
 /// `line` says that thread `pid` is inside malloc_stats, in a write function, and then `rest`.
 fn names_malloc_stats(line: &str, head: &str, rest: &str) {
     // glibc 2.36's malloc_stats writes with cancellation off: __write_nocancel.
@@ -1078,49 +1125,28 @@ fn names_malloc_stats(line: &str, head: &str, rest: &str) {
 fn a_thread_held_inside_malloc_stats_is_waited_for_and_the_attach_completes_after() {
     let _turn = one_at_a_time();
     let f = locked_fixture();
-    for mode in LOCKED_MODES {
-        let label = mode.unwrap_or("arenas");
-        let (plain_out, plain_status) = locked_run(
-            &f,
-            mode,
-            |_| {},
-            |p, ()| {
-                p.alloc();
-            },
+    let waiting = |p: &mut Running, label: &str| {
+        let (mut attacher, err, line) = waiting_attacher(p.pid);
+        names_malloc_stats(
+            &line,
+            &format!("mem-trace: thread {} is inside malloc_stats", p.pid),
+            ", holding a lock of glibc's allocator that loading the tracer needs: waiting \
+             up to 60 s",
         );
-        assert!(plain_status.success(), "{plain_status}");
-
-        let waiting = |p: &mut Running| {
-            let mut cmd = Command::new(mem_trace_binary());
-            cmd.args(["attach", &p.pid.to_string()])
-                .env("MEM_TRACE_LIB", library())
-                .env("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "60000")
-                .env_remove("LD_PRELOAD")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let mut attacher = cmd.spawn().expect("start mem-trace attach");
-            let mut err = BufReader::new(attacher.stderr.take().unwrap());
-            let mut line = String::new();
-            err.read_line(&mut line).unwrap();
-            names_malloc_stats(
-                &line,
-                &format!("mem-trace: thread {} is inside malloc_stats", p.pid),
-                ", holding a lock of glibc's allocator that loading the tracer needs: waiting \
-                 up to 60 s",
+        // Held there as long as the pipe stays full: nothing is loaded meanwhile.
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                !library_mapped(p.pid),
+                "{label}: loaded while the lock was held"
             );
-            // Held there as long as the pipe stays full: nothing is loaded meanwhile.
-            for _ in 0..5 {
-                std::thread::sleep(Duration::from_millis(100));
-                assert!(
-                    !library_mapped(p.pid),
-                    "{label}: loaded while the lock was held"
-                );
-                assert!(attacher.try_wait().unwrap().is_none(), "{label}: gave up");
-            }
-            blocked_writing_stderr(p.pid);
-            (attacher, err)
-        };
-        let attached = |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>)| {
+            assert!(attacher.try_wait().unwrap().is_none(), "{label}: gave up");
+        }
+        blocked_writing_stderr(p.pid);
+        (attacher, err)
+    };
+    let attached =
+        |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>), label: &str| {
             let status = attacher.wait().unwrap();
             let mut stdout = String::new();
             std::io::Read::read_to_string(attacher.stdout.as_mut().unwrap(), &mut stdout).unwrap();
@@ -1146,9 +1172,7 @@ fn a_thread_held_inside_malloc_stats_is_waited_for_and_the_attach_completes_afte
             );
             detach(&f, p.pid, &format!("{label}-detach"));
         };
-        let (out, status) = locked_run(&f, mode, waiting, attached);
-        assert!(status.success(), "{label}: {status}");
-        assert_eq!(masked(&out), masked(&plain_out), "{label}");
+    for out in locked_like_plain(&f, waiting, attached) {
         assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
     }
 }
@@ -1161,48 +1185,34 @@ fn a_thread_held_inside_malloc_stats_is_waited_for_and_the_attach_completes_afte
 fn a_thread_held_inside_malloc_stats_past_the_wait_is_refused_and_left_untouched() {
     let _turn = one_at_a_time();
     let f = locked_fixture();
-    for mode in LOCKED_MODES {
-        let label = mode.unwrap_or("arenas");
-        let (plain_out, plain_status) = locked_run(
-            &f,
-            mode,
-            |_| {},
-            |p, ()| {
-                p.alloc();
-            },
+    let refused = |p: &mut Running, label: &str| {
+        let pid = p.pid.to_string();
+        let vars = [("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "1000")];
+        let out = mem_trace_env(&f, &format!("{label}-refused"), &["attach", &pid], &vars);
+        assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+        assert!(out.stdout.is_empty(), "{}", out.describe());
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{}", out.describe());
+        assert!(lines[0].contains("waiting up to 1 s"), "{}", out.describe());
+        names_malloc_stats(
+            lines[1],
+            &format!("mem-trace: process {pid}: thread {pid} stayed inside malloc_stats"),
+            " for 1 s, holding a lock of glibc's allocator that loading the tracer needs: \
+             nothing was loaded and the process runs on as it was",
         );
-        assert!(plain_status.success(), "{plain_status}");
-
-        let refused = |p: &mut Running| {
-            let pid = p.pid.to_string();
-            let vars = [("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "1000")];
-            let out = mem_trace_env(&f, &format!("{label}-refused"), &["attach", &pid], &vars);
-            assert_eq!(out.status.code(), Some(1), "{}", out.describe());
-            assert!(out.stdout.is_empty(), "{}", out.describe());
-            let lines: Vec<&str> = out.stderr.lines().collect();
-            assert_eq!(lines.len(), 2, "{}", out.describe());
-            assert!(lines[0].contains("waiting up to 1 s"), "{}", out.describe());
-            names_malloc_stats(
-                lines[1],
-                &format!("mem-trace: process {pid}: thread {pid} stayed inside malloc_stats"),
-                " for 1 s, holding a lock of glibc's allocator that loading the tracer needs: \
-                 nothing was loaded and the process runs on as it was",
-            );
-            assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
-            assert_eq!(tracer_of(p.pid), 0, "{label}: left traced");
-            no_breakpoint_left(p.pid);
-            assert!(!library_mapped(p.pid));
-            // Still where it was, the mutex held.
-            blocked_writing_stderr(p.pid);
-        };
-        let attached_later = |p: &mut Running, ()| {
-            attach(&f, p.pid, &format!("{label}-later"));
-            p.alloc();
-            detach(&f, p.pid, &format!("{label}-later-detach"));
-        };
-        let (out, status) = locked_run(&f, mode, refused, attached_later);
-        assert!(status.success(), "{label}: {status}");
-        assert_eq!(masked(&out), masked(&plain_out), "{label}");
+        assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+        assert_eq!(tracer_of(p.pid), 0, "{label}: left traced");
+        no_breakpoint_left(p.pid);
+        assert!(!library_mapped(p.pid));
+        // Still where it was, the mutex held.
+        blocked_writing_stderr(p.pid);
+    };
+    let attached_later = |p: &mut Running, (), label: &str| {
+        attach(&f, p.pid, &format!("{label}-later"));
+        p.alloc();
+        detach(&f, p.pid, &format!("{label}-later-detach"));
+    };
+    for out in locked_like_plain(&f, refused, attached_later) {
         assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
     }
 }
@@ -1213,53 +1223,28 @@ fn a_thread_held_inside_malloc_stats_past_the_wait_is_refused_and_left_untouched
 fn ctrl_c_while_waiting_for_the_allocators_lock_leaves_the_process_untouched() {
     let _turn = one_at_a_time();
     let f = locked_fixture();
-    for mode in LOCKED_MODES {
-        let label = mode.unwrap_or("arenas");
-        let (plain_out, plain_status) = locked_run(
-            &f,
-            mode,
-            |_| {},
-            |p, ()| {
-                p.alloc();
-            },
+    let interrupted = |p: &mut Running, label: &str| {
+        let (mut attacher, mut err, line) = waiting_attacher(p.pid);
+        assert!(line.contains("waiting up to 60 s"), "{label}: {line}");
+        // SAFETY: kill with a pid of our own child.
+        unsafe { libc::kill(attacher.id() as i32, libc::SIGINT) };
+        let status = attacher.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGINT),
+            "{label}: {status}: {rest}"
         );
-        assert!(plain_status.success(), "{plain_status}");
-
-        let interrupted = |p: &mut Running| {
-            let mut cmd = Command::new(mem_trace_binary());
-            cmd.args(["attach", &p.pid.to_string()])
-                .env("MEM_TRACE_LIB", library())
-                .env("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "60000")
-                .env_remove("LD_PRELOAD")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let mut attacher = cmd.spawn().expect("start mem-trace attach");
-            let mut err = BufReader::new(attacher.stderr.take().unwrap());
-            let mut line = String::new();
-            err.read_line(&mut line).unwrap();
-            assert!(line.contains("waiting up to 60 s"), "{label}: {line}");
-            // SAFETY: kill with a pid of our own child.
-            unsafe { libc::kill(attacher.id() as i32, libc::SIGINT) };
-            let status = attacher.wait().unwrap();
-            let mut rest = String::new();
-            std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
-            use std::os::unix::process::ExitStatusExt;
-            assert_eq!(
-                status.signal(),
-                Some(libc::SIGINT),
-                "{label}: {status}: {rest}"
-            );
-            untraced(p.pid);
-            no_breakpoint_left(p.pid);
-            assert!(!library_mapped(p.pid));
-            blocked_writing_stderr(p.pid);
-        };
-        let (out, status) = locked_run(&f, mode, interrupted, |p, ()| {
-            p.alloc();
-        });
-        assert!(status.success(), "{label}: {status}");
-        assert_eq!(masked(&out), masked(&plain_out), "{label}");
-    }
+        untraced(p.pid);
+        no_breakpoint_left(p.pid);
+        assert!(!library_mapped(p.pid));
+        blocked_writing_stderr(p.pid);
+    };
+    locked_like_plain(&f, interrupted, |p, (), _| {
+        p.alloc();
+    });
 }
 
 /// A process of root's that made itself non-dumpable, attached to by root (whom the kernel
