@@ -1,7 +1,9 @@
 //! `mem-trace attach PID` and `mem-trace detach PID` on real processes started without the
 //! tracer: a busy multi-threaded program (lazy binding), an idle one blocked in `read`, a
 //! full-RELRO BIND_NOW Rust program; the readers and gdb's `mtrace-why` on what they allocate
-//! afterwards; detach and attach again; and each refusal that can be provoked here.
+//! afterwards; detach and attach again; and each refusal that can be provoked here (stopped,
+//! attached or preloaded already, another malloc, static, strict seccomp, another mount
+//! namespace, not dumpable).
 
 mod common;
 
@@ -892,6 +894,31 @@ fn refusals_are_one_line_and_leave_the_target_running() {
     let s = c_fixture("attach_static.c", &["-static"]);
     let p = Running::start(plain(&s.bin));
     refused(&s, p.pid, "static", "a statically linked program");
+    assert!(p.finish(None).2.success());
+
+    // Strict seccomp: no system call but read, write and exit could run the tracer.
+    let mut cmd = plain(&f.bin);
+    cmd.arg("seccomp");
+    let p = Running::start(cmd);
+    refused(
+        &f,
+        p.pid,
+        "seccomp",
+        "runs under strict seccomp (Seccomp: 1)",
+    );
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"), "{out:?}");
+
+    // Another mount namespace, where the library's path may not exist (root may make one).
+    // `unshare` execs the program in its own process: the pid is the program's.
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private"])
+        .arg(&f.bin)
+        .env_remove("LD_PRELOAD");
+    let mut p = Running::start(cmd);
+    refused(&f, p.pid, "mount-ns", "runs in another mount namespace");
+    p.alloc();
     assert!(p.finish(None).2.success());
 }
 
