@@ -3,7 +3,7 @@
 //! full-RELRO BIND_NOW Rust program; the readers and gdb's `mtrace-why` on what they allocate
 //! afterwards; detach and attach again; and each refusal that can be provoked here (stopped,
 //! attached or preloaded already, another malloc, static, strict seccomp, another mount
-//! namespace, not dumpable).
+//! namespace where the library is not the same file, not dumpable).
 
 mod common;
 
@@ -910,14 +910,33 @@ fn refusals_are_one_line_and_leave_the_target_running() {
     assert!(status.success(), "{status}: {err}");
     assert_eq!(out.last().map(String::as_str), Some("bye"), "{out:?}");
 
-    // Another mount namespace, where the library's path may not exist (root may make one).
-    // `unshare` execs the program in its own process: the pid is the program's.
-    let mut cmd = Command::new("unshare");
-    cmd.args(["--mount", "--propagation", "private"])
-        .arg(&f.bin)
-        .env_remove("LD_PRELOAD");
-    let mut p = Running::start(cmd);
-    refused(&f, p.pid, "mount-ns", "runs in another mount namespace");
+    // Another mount namespace (root may make one; `unshare` and `sh -c exec` exec the program
+    // in their own process, so the pid is the program's). Where the library's path names the
+    // same file there, it is attached to; where a tmpfs hides the library's directory, refused.
+    let in_namespace = |hide: Option<&std::path::Path>| {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(match hide {
+                Some(dir) => format!("mount -t tmpfs none '{}' && exec \"$0\"", dir.display()),
+                None => "exec \"$0\"".to_string(),
+            })
+            .arg(&f.bin)
+            .env_remove("LD_PRELOAD");
+        Running::start(cmd)
+    };
+    let mut p = in_namespace(None);
+    attach(&f, p.pid, "mount-ns-same-library");
+    p.alloc();
+    detach(&f, p.pid, "mount-ns-detach");
+    assert!(p.finish(None).2.success());
+    let lib = library();
+    let mut p = in_namespace(lib.parent());
+    refused(
+        &f,
+        p.pid,
+        "mount-ns-hidden",
+        "runs in another mount namespace",
+    );
     p.alloc();
     assert!(p.finish(None).2.success());
 }

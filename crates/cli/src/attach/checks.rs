@@ -179,6 +179,27 @@ const OTHER_MALLOCS: [&str; 5] = [
     "libsnmalloc",
 ];
 
+/// Whether the process can load `library` by its path: in our mount namespace, or in
+/// another (a container) where that path names the very same file (seen through
+/// `/proc/PID/root`, device and inode alike). A detach needs no such check: the library is
+/// mapped in the process already.
+pub fn library_reachable(pid: i32, library: &std::path::Path) -> Result<(), Error> {
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
+    if ns("self") == ns(&pid.to_string()) {
+        return Ok(());
+    }
+    let theirs = std::path::Path::new(&format!("/proc/{pid}/root"))
+        .join(library.strip_prefix("/").unwrap_or(library));
+    let id = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    match (id(library), id(&theirs)) {
+        (Some(ours), Some(there)) if ours == there => Ok(()),
+        _ => Err(Error::new(format!(
+            "process {pid} runs in another mount namespace (a container?) where {} is not this library; run mem-trace inside its namespace (`nsenter -t {pid} -m -p`), with the library at a path it can reach",
+            library.display()
+        ))),
+    }
+}
+
 /// Checks `pid` for an attach or a detach (see the module documentation).
 pub fn inspect(pid: i32) -> Result<Target, Error> {
     let s = status(pid)?;
@@ -203,12 +224,6 @@ pub fn inspect(pid: i32) -> Result<Target, Error> {
         .unwrap_or(0);
     if owner == 0 && s.uids.get(1).is_some_and(|&u| u != 0) {
         return Err(Error::new(not_dumpable(pid)));
-    }
-    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
-    if ns("self") != ns(&pid.to_string()) {
-        return Err(Error::new(format!(
-            "process {pid} runs in another mount namespace (a container?): the library's path may not exist there; run mem-trace inside its namespace (`nsenter -t {pid} -m -p`)"
-        )));
     }
     let modules = image::modules(pid)
         .map_err(|e| Error::new(format!("cannot read /proc/{pid}/maps: {e}")))?;

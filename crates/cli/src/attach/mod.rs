@@ -63,6 +63,7 @@ pub fn attach(a: &AttachArgs) -> Result<()> {
         Some((m, _)) => m.path.clone(),
         None => crate::run::library::find()?,
     };
+    checks::library_reachable(pid, std::path::Path::new(&library))?;
     let settings = settings(a);
     let mut session = begin(pid, &target, true)?;
     let place = session.place().to_string();
