@@ -475,3 +475,39 @@ fn a_process_that_may_not_be_read_gets_one_note() {
     // Far below the command's 10 s limit: refused at once, not waited out.
     assert!(out.elapsed < Duration::from_secs(8), "{:?}", out.elapsed);
 }
+
+/// The profiles' readers are children the program cannot see, as the flame graphs' renderers
+/// are: `run_modes quiet-children` counts `SIGCHLD` and polls `waitpid(-1)` while periodic
+/// reports every 0.2 s get their profiles (and graphs), and sees nothing; a child of its own,
+/// the control, is seen both ways.
+#[test]
+fn the_profiles_readers_are_unseen_by_the_program() {
+    let fixture = c_fixture("run_modes.c", &[]);
+    common::mem_trace_binary();
+    let dir = fixture.dir.join("unseen-readers");
+    let mut cmd = beside_reports(&fixture.bin, &dir, common::profiler_library());
+    cmd.args(["quiet-children", "1200"])
+        .env("MEM_TRACE_PROFILE_INTERVAL", "0.2");
+    let out = common::run_with_timeout(
+        cmd,
+        &fixture.dir.join("unseen-readers"),
+        false,
+        None,
+        Duration::from_secs(120),
+        "run_modes quiet-children under MEM_TRACE_OUT",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        out.stdout,
+        "sigchld 0 reaped 0\ncontrol: sigchld 1 reaped 1\n",
+        "{}",
+        out.describe()
+    );
+    assert!(!out.stderr.contains("mem-trace: no "), "{}", out.describe());
+    let periodic = reports_of(&dir, "(periodic)");
+    let profiles = periodic
+        .iter()
+        .filter(|t| t.with_extension("pb.gz").exists())
+        .count();
+    assert!(profiles >= 3, "{periodic:?}\n{}", out.describe());
+}
