@@ -266,8 +266,8 @@ fn reports_of(dir: &Path, kind: &str) -> Vec<std::path::PathBuf> {
 
 /// With `MEM_TRACE_OUT` alone, each report the library writes gets the process's pprof
 /// profile beside it (`X.pb.gz`), made by the `mem-trace` binary beside the library reading the
-/// process: the periodic ones while the program goes on, the exit report's before the
-/// process is gone. `go tool pprof` finds the fixture's sites and sizes in them; the program's
+/// process: the periodic and snapshot ones while the program goes on, the exit report's
+/// before the process is gone. `go tool pprof` finds the fixture's sites and sizes in them; the program's
 /// output is its own and nothing is said on stderr.
 #[test]
 fn out_dir_alone_gets_a_profile_beside_each_report() {
@@ -302,6 +302,28 @@ fn out_dir_alone_gets_a_profile_beside_each_report() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    // A snapshot report (the default signal, SIGUSR2) gets its profile too.
+    // SAFETY: a signal to our own child, by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
+    let snapshot = loop {
+        let done = reports_of(&dir, "(snapshot)")
+            .into_iter()
+            .map(|t| t.with_extension("pb.gz"))
+            .find(|p| p.exists());
+        if let Some(p) = done {
+            break p;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "no snapshot profile: {:?}\n{}",
+                common::files_ending(&dir, ""),
+                common::read_text(&stderr_path)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     for _ in 0..2 {
         writeln!(stdin).unwrap();
         line.clear();
@@ -365,6 +387,12 @@ fn out_dir_alone_gets_a_profile_beside_each_report() {
             && flat(&rows, "site_more") == 0
     });
     assert!(sites_seen, "{with_profile:?}");
+    let text = go_pprof(
+        &fixture,
+        "beside.snapshot",
+        &["-top", "-unit=B", snapshot.to_str().unwrap()],
+    );
+    assert_eq!(flat(&top(&text), "site_live"), 3 * MIB, "{text}");
     // No temporary file of the command's left behind.
     let tmp = common::files_ending(&dir, ".tmp");
     assert!(tmp.is_empty(), "{tmp:?}");
