@@ -242,3 +242,300 @@ fn a_hold_with_nobody_listening_does_not_wait() {
     let held = common::files_ending(&dir, ".held");
     assert!(held.is_empty(), "{held:?}");
 }
+
+/// `program` preloaded with `library` (the profiler build), in an empty environment but for
+/// its reports in `dir` (`MEM_TRACE_OUT` alone, without `run`), made afresh.
+fn beside_reports(program: &Path, dir: &Path, library: &Path) -> std::process::Command {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let mut cmd = std::process::Command::new(program);
+    cmd.env_clear()
+        .env("LD_PRELOAD", library)
+        .env("MEM_TRACE_OUT", dir)
+        .current_dir(dir);
+    cmd
+}
+
+/// The reports in `dir` whose text contains `kind` (`(periodic)`, `(at exit)`).
+fn reports_of(dir: &Path, kind: &str) -> Vec<std::path::PathBuf> {
+    common::files_ending(dir, ".txt")
+        .into_iter()
+        .filter(|t| common::read_text(t).contains(kind))
+        .collect()
+}
+
+/// With `MEM_TRACE_OUT` alone, each report the library writes gets the process's pprof
+/// profile beside it (`X.pb.gz`), made by the `mem-trace` binary beside the library reading the
+/// process: the periodic and snapshot ones while the program goes on, the exit report's
+/// before the process is gone. `go tool pprof` finds the fixture's sites and sizes in them; the program's
+/// output is its own and nothing is said on stderr.
+#[test]
+fn out_dir_alone_gets_a_profile_beside_each_report() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let fixture = c_fixture("pprof_sites.c", &["-pthread"]);
+    common::mem_trace_binary();
+    let dir = fixture.dir.join("beside");
+    let stderr_path = fixture.dir.join("beside.stderr");
+    let mut cmd = beside_reports(&fixture.bin, &dir, common::profiler_library());
+    cmd.env("MEM_TRACE_PROFILE_INTERVAL", "0.2")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.starts_with("ready pid="), "{line:?}");
+    // Periodic profiles of the program as it waits: two, so that one began after `ready`.
+    let started = std::time::Instant::now();
+    while common::files_ending(&dir, ".pb.gz").len() < 2 {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "no periodic profiles in 60 s: {:?}\n{}",
+                common::files_ending(&dir, ""),
+                common::read_text(&stderr_path)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A snapshot report (the default signal, SIGUSR2) gets its profile too.
+    // SAFETY: a signal to our own child, by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
+    let snapshot = loop {
+        let done = reports_of(&dir, "(snapshot)")
+            .into_iter()
+            .map(|t| t.with_extension("pb.gz"))
+            .find(|p| p.exists());
+        if let Some(p) = done {
+            break p;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "no snapshot profile: {:?}\n{}",
+                common::files_ending(&dir, ""),
+                common::read_text(&stderr_path)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for _ in 0..2 {
+        writeln!(stdin).unwrap();
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line, "ok\n");
+    }
+    drop(stdin);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let stderr = common::read_text(&stderr_path);
+    assert!(status.success(), "{status:?}\n{stderr}");
+    assert_eq!(rest, "", "{stderr}");
+    assert!(!stderr.contains("mem-trace: no "), "{stderr}");
+
+    let exit = reports_of(&dir, "(at exit)");
+    assert_eq!(exit.len(), 1, "{:?}", common::files_ending(&dir, ""));
+    let profile = exit[0].with_extension("pb.gz");
+    let file = profile.to_str().unwrap();
+    let inuse = go_pprof(&fixture, "beside.exit.inuse", &["-top", "-unit=B", file]);
+    assert!(inuse.contains("Type: inuse_space"), "{inuse}");
+    let rows = top(&inuse);
+    assert_eq!(flat(&rows, "site_live"), 3 * MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_worker"), 2 * MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_more"), MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_freed"), 0, "{inuse}");
+    let alloc = go_pprof(
+        &fixture,
+        "beside.exit.alloc",
+        &["-top", "-unit=B", "-sample_index=alloc_space", file],
+    );
+    assert_eq!(flat(&top(&alloc), "site_freed"), MIB, "{alloc}");
+
+    // Every periodic report but one cut short by the exit has its profile; the last before
+    // the answers holds what `ready` said was there, and no `site_more` yet.
+    let periodic = reports_of(&dir, "(periodic)");
+    let with_profile: Vec<_> = periodic
+        .iter()
+        .map(|t| t.with_extension("pb.gz"))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(
+        with_profile.len() >= 2 && with_profile.len() + 1 >= periodic.len(),
+        "{periodic:?}\n{with_profile:?}"
+    );
+    let sites_seen = with_profile.iter().any(|p| {
+        let text = go_pprof(
+            &fixture,
+            &format!(
+                "beside.{}",
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace(".pb.gz", "")
+            ),
+            &["-top", "-unit=B", p.to_str().unwrap()],
+        );
+        let rows = top(&text);
+        flat(&rows, "site_live") == 3 * MIB
+            && flat(&rows, "site_worker") == 2 * MIB
+            && flat(&rows, "site_more") == 0
+    });
+    assert!(sites_seen, "{with_profile:?}");
+    let text = go_pprof(
+        &fixture,
+        "beside.snapshot",
+        &["-top", "-unit=B", snapshot.to_str().unwrap()],
+    );
+    assert_eq!(flat(&top(&text), "site_live"), 3 * MIB, "{text}");
+    // No temporary file of the command's left behind.
+    let tmp = common::files_ending(&dir, ".tmp");
+    assert!(tmp.is_empty(), "{tmp:?}");
+}
+
+/// A library whose directory has no `mem-trace` binary: the program's output and status are
+/// its own, and one note on stderr says that the flame graphs can still be drawn and that the
+/// profiles are lost.
+#[test]
+fn without_the_binary_the_profiles_are_lost_with_one_note() {
+    let fixture = c_fixture("pprof_sites.c", &["-pthread"]);
+    let lib_dir = fixture.dir.join("lib-alone");
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    let lib = lib_dir.join("libmem_trace.so");
+    let _ = std::fs::remove_file(&lib);
+    std::fs::copy(common::profiler_library(), &lib).unwrap();
+    let input = fixture.dir.join("one-line");
+    std::fs::write(&input, "a\n").unwrap();
+    let dir = fixture.dir.join("alone");
+    let mut cmd = beside_reports(&fixture.bin, &dir, &lib);
+    cmd.env("MEM_TRACE_PROFILE_INTERVAL", "0.2");
+    let out = common::run_with_timeout(
+        cmd,
+        &fixture.dir.join("alone"),
+        false,
+        Some(&input),
+        Duration::from_secs(120),
+        "pprof_sites without the binary",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let pid = out
+        .stdout
+        .strip_prefix("ready pid=")
+        .and_then(|s| s.strip_suffix("\nok\n"))
+        .unwrap_or_else(|| panic!("{}", out.describe()));
+    assert!(pid.parse::<u32>().is_ok(), "{}", out.describe());
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.describe());
+    assert!(
+        out.stderr.starts_with(&format!(
+            "mem-trace: no flame graphs and no pprof profiles: {}/mem-trace is not there",
+            lib_dir.display()
+        )) && out.stderr.contains(
+            "the pprof profiles are lost: `mem-trace pprof PID` reads only a running process"
+        ),
+        "{}",
+        out.describe()
+    );
+    assert!(common::files_ending(&dir, ".pb.gz").is_empty());
+    assert!(!common::files_ending(&dir, ".folded").is_empty());
+}
+
+/// A process its reader may not read (a program its user cannot read is not dumpable, so
+/// `process_vm_readv` is refused to that user): one note on stderr with the reader's reason,
+/// no profile, no more tries, and the program's output, status and time its own. The flame
+/// graphs, drawn from files, are still drawn.
+#[test]
+fn a_process_that_may_not_be_read_gets_one_note() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let fixture = c_fixture("pprof_sites.c", &["-pthread"]);
+    common::mem_trace_binary();
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test runs the program as another user: run the tests as root (.ci/run does)"
+    );
+    let nobody = 65534;
+    let unreadable = fixture.dir.join("pprof_sites_unreadable");
+    let _ = std::fs::remove_file(&unreadable);
+    std::fs::copy(&fixture.bin, &unreadable).unwrap();
+    std::fs::set_permissions(&unreadable, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let input = fixture.dir.join("one-line");
+    std::fs::write(&input, "a\n").unwrap();
+    let dir = fixture.dir.join("unreadable");
+    let mut cmd = beside_reports(&unreadable, &dir, common::profiler_library());
+    std::os::unix::fs::chown(&dir, Some(nobody), Some(nobody)).unwrap();
+    cmd.uid(nobody).gid(nobody);
+    let logs = fixture.dir.join("unreadable-logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let out = common::run_with_timeout(
+        cmd,
+        &logs.join("run"),
+        false,
+        Some(&input),
+        Duration::from_secs(120),
+        "pprof_sites as nobody",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.starts_with("ready pid=") && out.stdout.ends_with("\nok\n"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.describe());
+    assert!(
+        out.stderr.starts_with("mem-trace: no pprof profile ")
+            && out.stderr.contains("not allowed to read process")
+            && out
+                .stderr
+                .trim_end()
+                .ends_with("; no more pprof profiles from this process"),
+        "{}",
+        out.describe()
+    );
+    assert!(common::files_ending(&dir, ".pb.gz").is_empty());
+    assert_eq!(common::files_ending(&dir, ".svg").len(), 1);
+    // Far below the command's 10 s limit: refused at once, not waited out.
+    assert!(out.elapsed < Duration::from_secs(8), "{:?}", out.elapsed);
+}
+
+/// The profiles' readers are children the program cannot see, as the flame graphs' renderers
+/// are: `run_modes quiet-children` counts `SIGCHLD` and polls `waitpid(-1)` while periodic
+/// reports every 0.2 s get their profiles (and graphs), and sees nothing; a child of its own,
+/// the control, is seen both ways.
+#[test]
+fn the_profiles_readers_are_unseen_by_the_program() {
+    let fixture = c_fixture("run_modes.c", &[]);
+    common::mem_trace_binary();
+    let dir = fixture.dir.join("unseen-readers");
+    let mut cmd = beside_reports(&fixture.bin, &dir, common::profiler_library());
+    cmd.args(["quiet-children", "1200"])
+        .env("MEM_TRACE_PROFILE_INTERVAL", "0.2");
+    let out = common::run_with_timeout(
+        cmd,
+        &fixture.dir.join("unseen-readers"),
+        false,
+        None,
+        Duration::from_secs(120),
+        "run_modes quiet-children under MEM_TRACE_OUT",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        out.stdout,
+        "sigchld 0 reaped 0\ncontrol: sigchld 1 reaped 1\n",
+        "{}",
+        out.describe()
+    );
+    assert!(!out.stderr.contains("mem-trace: no "), "{}", out.describe());
+    let periodic = reports_of(&dir, "(periodic)");
+    let profiles = periodic
+        .iter()
+        .filter(|t| t.with_extension("pb.gz").exists())
+        .count();
+    assert!(profiles >= 3, "{periodic:?}\n{}", out.describe());
+}

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub fn command(args: &FlamegraphArgs) -> Result<()> {
     if let Some(from) = &args.from_folded {
         // The profiler's reports start us with every signal blocked (crates/core/src/profile/
-        // svg.rs): a renderer must still stop on SIGTERM and SIGINT.
+        // unseen.rs): a renderer must still stop on SIGTERM and SIGINT.
         unblock_signals();
         let folded = fs::read_to_string(from)
             .map_err(|e| Error::new(format!("cannot read {}: {e}", from.display())))?;
@@ -164,7 +164,9 @@ pub fn write_new(path: &Path, bytes: &[u8]) -> bool {
         .is_ok()
 }
 
-fn unblock_signals() {
+/// Empties the signal mask: the profiler's reports start the binary with every signal blocked
+/// (crates/core/src/profile/unseen.rs), and it must still stop on SIGTERM and SIGINT.
+pub(crate) fn unblock_signals() {
     // SAFETY: an empty set, filled by sigemptyset before use.
     unsafe {
         let mut none: libc::sigset_t = core::mem::zeroed();

@@ -409,6 +409,8 @@ pub fn of_target(target: &Target) -> Result<Vec<u8>> {
 
 /// `mem-trace pprof TARGET -o FILE`.
 pub fn command(args: &PprofArgs) -> Result<()> {
+    // Run by the profiler's reports (`X.pb.gz` beside each) with every signal blocked.
+    crate::flamegraph::unblock_signals();
     let target = args.target.open()?;
     let progress = crate::progress::Progress::start("reading and symbolizing the stacks");
     let bytes = of_target(&target);

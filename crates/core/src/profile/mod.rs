@@ -21,7 +21,10 @@
 //! - `deferred`: under `mem-trace run`, the head of an exit or final report whose frames `run`
 //!   symbolizes after the program has ended (return addresses only are written in process);
 //! - `svg`: a report's flame graph, drawn by the `mem-trace` binary beside the library from the
-//!   report's folded stacks (`X.folded` beside `X.txt`), in a child the program cannot see;
+//!   report's folded stacks (`X.folded` beside `X.txt`);
+//! - `pprof`: the process's pprof profile beside a report (`X.pb.gz`), written by that binary
+//!   reading the process (without `mem-trace run`);
+//! - `unseen`: that binary run in a child the program cannot see;
 //! - `reporter`: the profiler thread that writes the periodic and snapshot reports;
 //! - `signal`: the snapshot signal's handler, which only wakes that thread;
 //! - `requests`: the FIFO on which `mem-trace run` asks for a final report.
@@ -39,6 +42,7 @@ mod hold;
 mod leaks;
 mod output;
 pub mod peaks;
+mod pprof;
 mod rank;
 mod report;
 mod reporter;
@@ -46,6 +50,7 @@ mod requests;
 pub(crate) mod roots;
 mod signal;
 mod svg;
+mod unseen;
 
 use crate::state::ThreadState;
 use mem_trace_format::Block;

@@ -9,7 +9,9 @@
 //! With `MEM_TRACE_OUT`, the report's ranking is also written as folded stacks, `X.folded`
 //! beside the report's `X.txt` (one line a stack, its value the ranking's count, symbolized
 //! once for both files, and a last `[N other stacks]` line for what the ranking left out, so
-//! that the graph keeps the scale of the whole), and drawn as `X.svg` (`svg`).
+//! that the graph keeps the scale of the whole), and drawn as `X.svg` (`svg`); without
+//! `mem-trace run`, the process's pprof profile (every stack) goes beside them as `X.pb.gz`
+//! (`pprof`).
 //!
 //! At the end (the exit and final reports), a program that freed (nearly) everything leaves
 //! an empty graph of what is live: when what is live is under a tenth of the global peak, the
@@ -30,6 +32,7 @@ use crate::out::Out;
 use crate::profile::counters::{Counts, PROFILE};
 use crate::profile::leaks::{self, ArenaVec, Total};
 use crate::profile::output;
+use crate::profile::pprof;
 use crate::profile::rank::{self, positive, Ranked};
 use crate::profile::svg;
 use crate::report::frames::{Printing, StackWriter};
@@ -209,6 +212,9 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
         if !deferred {
             flame_graph(&path, graph_by, graph_by != by, kind, n);
         }
+    }
+    if let Some(report) = &path {
+        pprof::beside(report);
     }
 }
 
