@@ -203,7 +203,10 @@ fn out_dir_gets_numbered_files_and_never_clobbers() {
     fs::create_dir_all(&dir).unwrap();
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
-        .arg(r#"echo mine > "$1/mem-trace.$$.1.txt" && exec "$2" sleep 1200"#)
+        // Two seconds for two periodic reports: each also makes its pprof profile (the binary
+        // is beside the library), a read of the process that takes ~150 ms, more on a
+        // loaded machine, before the reporter's next interval starts.
+        .arg(r#"echo mine > "$1/mem-trace.$$.1.txt" && exec "$2" sleep 2000"#)
         .arg("sh")
         .arg(&dir)
         .arg(&f.bin)
