@@ -1333,7 +1333,8 @@ fn loader_fixture() -> (Fixture, Fixture) {
 }
 
 /// Waits until the main thread of `pid` is blocked in `read(0, ...)`: in the library's
-/// constructor, inside `dlopen` with the loader's lock held, once it said "ctor: waiting".
+/// constructor, inside `dlopen` with the loader's lock held, once it said "ctor: waiting"
+/// (or in the callback of `dl_iterate_phdr`, once it said "phdr: waiting").
 fn blocked_reading_stdin(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -1350,26 +1351,37 @@ fn blocked_reading_stdin(pid: u32) {
     }
 }
 
-/// The loader fixture through "load": `blocked` runs while the constructor is blocked, then
-/// the constructor is given its line and `after` runs once `dlopen` has returned; then the
-/// end: stdout, with the program's success checked.
+/// How the loader fixture holds a lock of the loader: the command, the line it prints once
+/// blocked, the lines after it is given its line.
+type Hold = (&'static str, &'static str, &'static [&'static str]);
+
+/// Inside `dlopen`, in a constructor: `dl_load_lock` held.
+const IN_DLOPEN: Hold = ("load", "ctor: waiting", &["ctor: done", "loaded"]);
+/// Inside `dl_iterate_phdr`, in its callback: `dl_load_write_lock` held.
+const IN_PHDR: Hold = ("phdr", "phdr: waiting", &["phdr: done"]);
+
+/// The loader fixture through `hold`: `blocked` runs while it is blocked, then it is given
+/// its line and `after` runs once it has returned; then the end: stdout, with the program's
+/// success checked.
 fn loader_run<T>(
     (f, lib): &(Fixture, Fixture),
+    (command, waiting, done): Hold,
     blocked: impl FnOnce(&mut Running) -> T,
     after: impl FnOnce(&mut Running, T),
 ) -> Vec<String> {
     let mut cmd = plain(&f.bin);
     cmd.arg(&lib.bin);
     let mut p = Running::start(cmd);
-    p.send("load");
-    assert_eq!(p.line(), "ctor: waiting");
+    p.send(command);
+    assert_eq!(p.line(), waiting);
     blocked_reading_stdin(p.pid);
     let state = blocked(&mut p);
     // Still there, the lock held, whatever `blocked` did.
     blocked_reading_stdin(p.pid);
     p.send("go");
-    assert_eq!(p.line(), "ctor: done");
-    assert_eq!(p.line(), "loaded");
+    for &line in done {
+        assert_eq!(p.line(), line);
+    }
     after(&mut p, state);
     let (out, err, status) = p.finish(None);
     assert!(status.success(), "{status}: {err}");
@@ -1381,17 +1393,19 @@ fn loader_run<T>(
 /// allocation after the load, as they make): the program prints the same.
 fn loader_like_plain<T>(
     f: &(Fixture, Fixture),
+    hold: Hold,
     blocked: impl FnOnce(&mut Running) -> T,
     after: impl FnOnce(&mut Running, T),
 ) {
     let plain_out = loader_run(
         f,
+        hold,
         |_| {},
         |p, ()| {
             p.alloc();
         },
     );
-    let out = loader_run(f, blocked, after);
+    let out = loader_run(f, hold, blocked, after);
     assert_eq!(masked(&out), masked(&plain_out));
     assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
 }
@@ -1449,7 +1463,7 @@ fn a_thread_held_inside_dlopen_is_waited_for_and_the_attach_completes_after() {
         );
         detach(&f.0, p.pid, "loader-detach");
     };
-    loader_like_plain(&f, waiting, attached);
+    loader_like_plain(&f, IN_DLOPEN, waiting, attached);
 }
 
 /// The same thread held inside dlopen past the attach's wait: refused with one line naming
@@ -1494,5 +1508,44 @@ fn a_thread_held_inside_dlopen_past_the_wait_is_refused_and_left_untouched() {
         p.alloc();
         detach(&f.0, p.pid, "loader-later-detach");
     };
-    loader_like_plain(&f, refused, attached_later);
+    loader_like_plain(&f, IN_DLOPEN, refused, attached_later);
+}
+
+/// A thread inside a `dl_iterate_phdr` callback, blocked reading stdin with the loader's list
+/// lock held (which `dlopen` takes with the loader's lock held, and `dladdr` does not):
+/// waited for the same way, nothing loaded meanwhile, and the attach completes once the
+/// callback has its line; the program prints and exits as without the attach.
+#[test]
+fn a_thread_held_inside_dl_iterate_phdr_is_waited_for_and_the_attach_completes_after() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let waiting = |p: &mut Running| {
+        let (mut attacher, err, line) = waiting_attacher(p.pid);
+        assert_eq!(
+            line.trim_end(),
+            format!(
+                "mem-trace: thread {} is inside dl_iterate_phdr (in read), holding the \
+                 loader's list lock that loading the tracer needs: waiting up to 60 s for it \
+                 to leave",
+                p.pid
+            )
+        );
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!library_mapped(p.pid), "loaded while the lock was held");
+            assert!(attacher.try_wait().unwrap().is_none(), "gave up");
+        }
+        (attacher, err)
+    };
+    let attached = |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>)| {
+        let status = attacher.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        assert!(status.success(), "{status}: {rest}");
+        assert!(rest.is_empty(), "{rest}");
+        assert!(library_mapped(p.pid));
+        p.alloc();
+        detach(&f.0, p.pid, "phdr-detach");
+    };
+    loader_like_plain(&f, IN_PHDR, waiting, attached);
 }

@@ -82,10 +82,14 @@ impl Session {
         let buffer = [0; 80];
         // Before glibc 2.33 there is no mallinfo2, and before 2.34 no dladdr in libc: no
         // dlopen in libc to call either.
+        let getpid = [libc.defined("getpid").unwrap_or(0), 0];
         let probes = [
             libc.defined("mallinfo2")
                 .map(|f| locks::allocator(f, &buffer)),
             libc.defined("dladdr").map(locks::loader),
+            libc.defined("dl_iterate_phdr")
+                .filter(|_| getpid[0] != 0)
+                .map(|f| locks::loader_list(f, &getpid)),
         ];
         for probe in probes.iter().flatten() {
             // On failure the session, dropped, puts the registers back and lets go.

@@ -40,8 +40,8 @@ pub struct Probe<'a> {
     pub name: &'static str,
     /// Its address in the target.
     pub func: u64,
-    /// Bytes copied to the thread's stack and passed first (see `call::start`).
-    pub data: &'a [u8],
+    /// Bytes copied to the thread's stack and passed first (see `call::start`), if any.
+    pub data: Option<&'a [u8]>,
     /// The arguments after that.
     pub args: &'a [u64],
     /// The lock in words: "the loader's lock".
@@ -74,8 +74,8 @@ const ALLOCATOR: [&str; 16] = [
 ];
 
 /// libc's exported functions (glibc 2.34 moved them from libdl) that run with the loader's
-/// `dl_load_lock` held, or inside whose callbacks a thread keeps `dlopen` waiting
-/// (`dl_iterate_phdr` holds `dl_load_write_lock`, which `dlopen` takes under
+/// `dl_load_lock` held, or inside whose callbacks a thread keeps `dlopen` waiting with it
+/// held (`dl_iterate_phdr` holds `dl_load_write_lock`, which `dlopen` takes under
 /// `dl_load_lock`).
 const LOADER: [&str; 9] = [
     "dlopen",
@@ -96,7 +96,7 @@ pub fn allocator(mallinfo2: u64, buffer: &[u8; 80]) -> Probe<'_> {
     Probe {
         name: "mallinfo2",
         func: mallinfo2,
-        data: buffer,
+        data: Some(buffer),
         args: &[],
         lock: "a lock of glibc's allocator",
         inside: "the allocator",
@@ -112,11 +112,28 @@ pub fn loader(dladdr: u64) -> Probe<'static> {
     Probe {
         name: "dladdr",
         func: dladdr,
-        data: &[0; 8],
+        data: Some(&[0; 8]),
         args: &[0],
         lock: "the loader's lock",
         inside: "the loader",
         holders: &LOADER,
+    }
+}
+
+/// The loader's list lock: glibc 2.36's `dl_iterate_phdr` holds `dl_load_write_lock`
+/// while it calls its callback for each loaded object, and `dlopen` takes that lock, under
+/// `dl_load_lock`, to add the new object to the list; `dladdr` does not take it. The
+/// callback is `getpid`, which ignores its arguments and returns non-zero: the walk stops
+/// at the first object.
+pub fn loader_list(dl_iterate_phdr: u64, getpid: &[u64; 2]) -> Probe<'_> {
+    Probe {
+        name: "dl_iterate_phdr",
+        func: dl_iterate_phdr,
+        data: None,
+        args: getpid,
+        lock: "the loader's list lock",
+        inside: "the loader",
+        holders: &["dl_iterate_phdr"],
     }
 }
 
@@ -138,15 +155,7 @@ pub fn wait_unlocked(
         .and_then(|v| v.parse().ok())
         .map_or(LOCK_WAIT, Duration::from_millis);
     let started = Instant::now();
-    call::start(
-        threads,
-        mem,
-        tid,
-        &point.regs,
-        func,
-        Some(probe.data),
-        probe.args,
-    )?;
+    call::start(threads, mem, tid, &point.regs, func, probe.data, probe.args)?;
     if call::wait(threads, tid, func, started + QUIET)?.is_some() {
         return Ok(());
     }
