@@ -1323,3 +1323,229 @@ fn a_root_process_that_made_itself_undumpable_is_refused_and_runs_on() {
     // Its read, interrupted for the question, was restarted or retried.
     assert!(err.lines().all(|l| l == "read: EINTR, retried"), "{err}");
 }
+
+/// The loader fixture and the library it loads, whose constructor blocks.
+fn loader_fixture() -> (Fixture, Fixture) {
+    (
+        c_fixture("attach_loader.c", &["-pthread"]),
+        c_shared_library("attach_loader_lib.c"),
+    )
+}
+
+/// Waits until the main thread of `pid` is blocked in `read(0, ...)`: in the library's
+/// constructor, inside `dlopen` with the loader's lock held, once it said "ctor: waiting"
+/// (or in the callback of `dl_iterate_phdr`, once it said "phdr: waiting").
+fn blocked_reading_stdin(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let syscall =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")).unwrap_or_default();
+        if syscall.starts_with("0 0x0 ") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not blocked reading stdin: {syscall}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// How the loader fixture holds a lock of the loader: the command, the line it prints once
+/// blocked, the lines after it is given its line.
+type Hold = (&'static str, &'static str, &'static [&'static str]);
+
+/// Inside `dlopen`, in a constructor: `dl_load_lock` held.
+const IN_DLOPEN: Hold = ("load", "ctor: waiting", &["ctor: done", "loaded"]);
+/// Inside `dl_iterate_phdr`, in its callback: `dl_load_write_lock` held.
+const IN_PHDR: Hold = ("phdr", "phdr: waiting", &["phdr: done"]);
+
+/// The loader fixture through `hold`: `blocked` runs while it is blocked, then it is given
+/// its line and `after` runs once it has returned; then the end: stdout, with the program's
+/// success checked.
+fn loader_run<T>(
+    (f, lib): &(Fixture, Fixture),
+    (command, waiting, done): Hold,
+    blocked: impl FnOnce(&mut Running) -> T,
+    after: impl FnOnce(&mut Running, T),
+) -> Vec<String> {
+    let mut cmd = plain(&f.bin);
+    cmd.arg(&lib.bin);
+    let mut p = Running::start(cmd);
+    p.send(command);
+    assert_eq!(p.line(), waiting);
+    blocked_reading_stdin(p.pid);
+    let state = blocked(&mut p);
+    // Still there, the lock held, whatever `blocked` did.
+    blocked_reading_stdin(p.pid);
+    p.send("go");
+    for &line in done {
+        assert_eq!(p.line(), line);
+    }
+    after(&mut p, state);
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert!(err.is_empty(), "{err}");
+    out
+}
+
+/// [`loader_run`] checked against the same run without `blocked` and `after` (one
+/// allocation after the load, as they make): the program prints the same.
+fn loader_like_plain<T>(
+    f: &(Fixture, Fixture),
+    hold: Hold,
+    blocked: impl FnOnce(&mut Running) -> T,
+    after: impl FnOnce(&mut Running, T),
+) {
+    let plain_out = loader_run(
+        f,
+        hold,
+        |_| {},
+        |p, ()| {
+            p.alloc();
+        },
+    );
+    let out = loader_run(f, hold, blocked, after);
+    assert_eq!(masked(&out), masked(&plain_out));
+    assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
+}
+
+/// A thread inside `dlopen`, its library's constructor blocked reading stdin with the
+/// loader's lock held, for as long as the test sends nothing: the attach loads nothing while
+/// it waits (the library is not mapped), says whom it waits for, and completes once the
+/// constructor has its line; a block allocated after is named by `mem-trace top`, and the
+/// program prints and exits as without the attach.
+#[test]
+fn a_thread_held_inside_dlopen_is_waited_for_and_the_attach_completes_after() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let waiting = |p: &mut Running| {
+        let (mut attacher, err, line) = waiting_attacher(p.pid);
+        assert_eq!(
+            line.trim_end(),
+            format!(
+                "mem-trace: thread {} is inside dlopen (in read), holding the loader's lock \
+                 that loading the tracer needs: waiting up to 60 s for it to leave",
+                p.pid
+            )
+        );
+        // Held there as long as the constructor reads nothing: nothing is loaded meanwhile.
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!library_mapped(p.pid), "loaded while the lock was held");
+            assert!(attacher.try_wait().unwrap().is_none(), "gave up");
+        }
+        (attacher, err)
+    };
+    let attached = |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>)| {
+        let status = attacher.wait().unwrap();
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(attacher.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        assert!(status.success(), "{status}: {stdout}{rest}");
+        assert!(
+            stdout.starts_with(&format!("mem-trace: attached to process {} (", p.pid)),
+            "{stdout}"
+        );
+        assert!(rest.is_empty(), "{rest}");
+        p.alloc();
+        let top = mem_trace(&f.0, "loader-top", &["top", &p.pid.to_string()]);
+        let site = format!(
+            "main_site at {}:{}",
+            f.0.src.display(),
+            line_of(&f.0, "main-site")
+        );
+        assert!(
+            top.stdout.contains(&site),
+            "no {site:?} in\n{}",
+            top.describe()
+        );
+        detach(&f.0, p.pid, "loader-detach");
+    };
+    loader_like_plain(&f, IN_DLOPEN, waiting, attached);
+}
+
+/// The same thread held inside dlopen past the attach's wait: refused with one line naming
+/// it and where it is, the process let go untouched (no breakpoint left in its allocator,
+/// nothing loaded, still blocked where it was); once the constructor has its line, the
+/// program goes on, and can be attached to then (the lock the abandoned wait was queued on
+/// works).
+#[test]
+fn a_thread_held_inside_dlopen_past_the_wait_is_refused_and_left_untouched() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let refused = |p: &mut Running| {
+        let pid = p.pid.to_string();
+        let vars = [("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "1000")];
+        let out = mem_trace_env(&f.0, "loader-refused", &["attach", &pid], &vars);
+        assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+        assert!(out.stdout.is_empty(), "{}", out.describe());
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{}", out.describe());
+        assert!(
+            lines[0].contains("inside dlopen (in read), holding the loader's lock")
+                && lines[0].contains("waiting up to 1 s"),
+            "{}",
+            out.describe()
+        );
+        assert!(
+            lines[1].starts_with(&format!(
+                "mem-trace: process {pid}: thread {pid} stayed inside dlopen (in read) for 1 \
+                 s, holding the loader's lock that loading the tracer needs: nothing was \
+                 loaded and the process runs on as it was"
+            )),
+            "{}",
+            out.describe()
+        );
+        assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+        assert_eq!(tracer_of(p.pid), 0, "left traced");
+        no_breakpoint_left(p.pid);
+        assert!(!library_mapped(p.pid));
+    };
+    let attached_later = |p: &mut Running, ()| {
+        attach(&f.0, p.pid, "loader-later");
+        p.alloc();
+        detach(&f.0, p.pid, "loader-later-detach");
+    };
+    loader_like_plain(&f, IN_DLOPEN, refused, attached_later);
+}
+
+/// A thread inside a `dl_iterate_phdr` callback, blocked reading stdin with the loader's list
+/// lock held (which `dlopen` takes with the loader's lock held, and `dladdr` does not):
+/// waited for the same way, nothing loaded meanwhile, and the attach completes once the
+/// callback has its line; the program prints and exits as without the attach.
+#[test]
+fn a_thread_held_inside_dl_iterate_phdr_is_waited_for_and_the_attach_completes_after() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let waiting = |p: &mut Running| {
+        let (mut attacher, err, line) = waiting_attacher(p.pid);
+        assert_eq!(
+            line.trim_end(),
+            format!(
+                "mem-trace: thread {} is inside dl_iterate_phdr (in read), holding the \
+                 loader's list lock that loading the tracer needs: waiting up to 60 s for it \
+                 to leave",
+                p.pid
+            )
+        );
+        for _ in 0..5 {
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!library_mapped(p.pid), "loaded while the lock was held");
+            assert!(attacher.try_wait().unwrap().is_none(), "gave up");
+        }
+        (attacher, err)
+    };
+    let attached = |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>)| {
+        let status = attacher.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        assert!(status.success(), "{status}: {rest}");
+        assert!(rest.is_empty(), "{rest}");
+        assert!(library_mapped(p.pid));
+        p.alloc();
+        detach(&f.0, p.pid, "phdr-detach");
+    };
+    loader_like_plain(&f, IN_PHDR, waiting, attached);
+}

@@ -4,9 +4,10 @@
 //!
 //! A session seizes every thread, asks the target whether it is dumpable (`dumpable`),
 //! stops one thread at a safe point (`safepoint`), and waits until no other thread holds a
-//! lock of the allocator (`locks`); then the calls (`call`). [`Session::finish`] puts every
-//! register back and lets every thread go; dropping a session does the same, so that no
-//! failure leaves the target stopped, with a breakpoint in it, or on the wrong registers.
+//! lock of the allocator or the loader (`locks`); then the calls (`call`).
+//! [`Session::finish`] puts every register back and lets every thread go; dropping a
+//! session does the same, so that no failure leaves the target stopped, with a breakpoint
+//! in it, or on the wrong registers.
 
 use super::call;
 use super::checks;
@@ -33,8 +34,9 @@ pub struct Session {
 impl Session {
     /// Traces every thread of `pid`, refuses a process that is not dumpable when
     /// `refuse_undumpable`, stops one thread at a safe point (`safepoint`) and waits until no
-    /// thread holds an arena's lock (`locks`). `malloc` and `free` are libc's entries,
-    /// `unsafe_callers` libc's and ld.so's mappings (and the library's, when loaded).
+    /// thread holds an arena's lock or the loader's (`locks`). `malloc` and `free` are
+    /// libc's entries, `unsafe_callers` libc's and ld.so's mappings (and the library's, when
+    /// loaded).
     pub fn begin(
         pid: i32,
         libc: &Image,
@@ -76,15 +78,26 @@ impl Session {
             point,
             finished: false,
         };
-        // Before glibc 2.33 there is no mallinfo2, and no dlopen in libc to call either.
-        if let Some(mallinfo2) = libc.defined("mallinfo2") {
-            let functions = libc.functions();
+        let functions = libc.functions();
+        let buffer = [0; 80];
+        // Before glibc 2.33 there is no mallinfo2, and before 2.34 no dladdr in libc: no
+        // dlopen in libc to call either.
+        let getpid = [libc.defined("getpid").unwrap_or(0), 0];
+        let probes = [
+            libc.defined("mallinfo2")
+                .map(|f| locks::allocator(f, &buffer)),
+            libc.defined("dladdr").map(locks::loader),
+            libc.defined("dl_iterate_phdr")
+                .filter(|_| getpid[0] != 0)
+                .map(|f| locks::loader_list(f, &getpid)),
+        ];
+        for probe in probes.iter().flatten() {
             // On failure the session, dropped, puts the registers back and lets go.
             locks::wait_unlocked(
                 &mut session.threads,
                 &session.mem,
                 &session.point,
-                mallinfo2,
+                probe,
                 &functions,
             )
             .map_err(fail)?;

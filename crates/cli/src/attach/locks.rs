@@ -1,14 +1,16 @@
-//! Waiting, for a bounded time, until no thread of the target holds a lock of glibc's
-//! allocator, before anything is loaded into it.
+//! Waiting, for a bounded time, until no thread of the target holds a lock that loading
+//! the tracer needs, before anything is loaded into it: each of glibc's allocator's arena
+//! mutexes, then the loader's `dl_load_lock`.
 //!
 //! The safe point guarantees that the chosen thread holds no lock; another thread may, for
 //! as long as it likes: `malloc_stats()` writes to stderr with `fprintf` while it holds each
-//! arena's mutex (glibc 2.36 malloc.c), so a full stderr pipe keeps the main arena locked.
-//! `dlopen` allocates, and a call to it blocked there could only be abandoned with the
-//! loader's lock taken. So the chosen thread first calls `mallinfo2()`, which takes and
-//! releases each arena's mutex in turn and holds nothing while it waits for one: when it
-//! returns, no thread was inside the allocator's locked part a moment ago. While it waits,
-//! the command says which thread is inside the allocator and where; past
+//! arena's mutex (glibc 2.36 malloc.c), so a full stderr pipe keeps the main arena locked;
+//! a library's constructor runs inside `dlopen` with `dl_load_lock` held (glibc 2.36
+//! dl-open.c), so one that blocks keeps the loader locked. `dlopen` takes both, and a call
+//! to it blocked there could only be abandoned with the loader's lock taken. So the chosen
+//! thread first calls, for each lock, a [`Probe`]: a function that takes and releases it and
+//! holds nothing while it waits for it. When it returns, no thread held the lock a moment
+//! ago. While it waits, the command says which thread holds it and where; past
 //! [`LOCK_WAIT`] (or on Ctrl-C) the call is abandoned, but only once the thread is seen
 //! blocked in `futex`, that is waiting for a mutex and holding none, and the attach is
 //! refused.
@@ -20,9 +22,9 @@ use super::ptrace::{self, Stop, Threads};
 use super::safepoint::{interrupted, SafePoint};
 use std::time::{Duration, Instant};
 
-/// How long a thread inside the allocator is waited for.
+/// How long a thread holding a lock is waited for.
 pub const LOCK_WAIT: Duration = Duration::from_secs(10);
-/// How long `mallinfo2` takes when no lock is held long: past this, the command says whom it
+/// How long a probe takes when no lock is held long: past this, the command says whom it
 /// waits for.
 const QUIET: Duration = Duration::from_millis(100);
 /// How long the abandoned call is given to reach its `futex` wait or to return.
@@ -32,8 +34,26 @@ const SYS_FUTEX: u64 = 202;
 /// How far up a thread's stack its callers are looked for.
 const STACK_SCAN: u64 = 64 * 1024;
 
-/// libc's functions that take an arena's mutex: a return address into one of them on a
-/// thread's stack says the thread is inside the allocator.
+/// A call that takes and releases one lock, and what the messages say about it.
+pub struct Probe<'a> {
+    /// The function's name, for the messages.
+    pub name: &'static str,
+    /// Its address in the target.
+    pub func: u64,
+    /// Bytes copied to the thread's stack and passed first (see `call::start`), if any.
+    pub data: Option<&'a [u8]>,
+    /// The arguments after that.
+    pub args: &'a [u64],
+    /// The lock in words: "the loader's lock".
+    pub lock: &'static str,
+    /// What a thread holding it is inside: "the loader".
+    pub inside: &'static str,
+    /// libc's functions that take the lock: a return address into one of them on a
+    /// thread's stack names that thread as the holder.
+    pub holders: &'static [&'static str],
+}
+
+/// libc's functions that take an arena's mutex.
 const ALLOCATOR: [&str; 16] = [
     "malloc",
     "free",
@@ -53,55 +73,112 @@ const ALLOCATOR: [&str; 16] = [
     "mallopt",
 ];
 
-/// Returns once no arena's mutex is held (see the module documentation); an error, the
-/// thread stopped with the call abandoned and holding nothing, when one stays held past the
-/// wait. `libc` are libc's exported functions, `mallinfo2` its address.
+/// libc's exported functions (glibc 2.34 moved them from libdl) that run with the loader's
+/// `dl_load_lock` held, or inside whose callbacks a thread keeps `dlopen` waiting with it
+/// held (`dl_iterate_phdr` holds `dl_load_write_lock`, which `dlopen` takes under
+/// `dl_load_lock`).
+const LOADER: [&str; 9] = [
+    "dlopen",
+    "dlmopen",
+    "dlclose",
+    "dlsym",
+    "dlvsym",
+    "dladdr",
+    "dladdr1",
+    "dlinfo",
+    "dl_iterate_phdr",
+];
+
+/// The allocator's probe: `mallinfo2()` takes and releases each arena's mutex in turn and
+/// holds none while it waits for one. It returns its struct of 10 words through a pointer
+/// passed first: `buffer`, 80 bytes.
+pub fn allocator(mallinfo2: u64, buffer: &[u8; 80]) -> Probe<'_> {
+    Probe {
+        name: "mallinfo2",
+        func: mallinfo2,
+        data: Some(buffer),
+        args: &[],
+        lock: "a lock of glibc's allocator",
+        inside: "the allocator",
+        holders: &ALLOCATOR,
+    }
+}
+
+/// The loader's probe: glibc 2.36's `dladdr` is `_dl_addr`, which takes `dl_load_lock`
+/// before it looks the address up and releases it after. The address is the probe's own
+/// data on the thread's stack, in no loaded object: it returns 0 without writing `info`,
+/// which is NULL.
+pub fn loader(dladdr: u64) -> Probe<'static> {
+    Probe {
+        name: "dladdr",
+        func: dladdr,
+        data: Some(&[0; 8]),
+        args: &[0],
+        lock: "the loader's lock",
+        inside: "the loader",
+        holders: &LOADER,
+    }
+}
+
+/// The loader's list lock: glibc 2.36's `dl_iterate_phdr` holds `dl_load_write_lock`
+/// while it calls its callback for each loaded object, and `dlopen` takes that lock, under
+/// `dl_load_lock`, to add the new object to the list; `dladdr` does not take it. The
+/// callback is `getpid`, which ignores its arguments and returns non-zero: the walk stops
+/// at the first object.
+pub fn loader_list(dl_iterate_phdr: u64, getpid: &[u64; 2]) -> Probe<'_> {
+    Probe {
+        name: "dl_iterate_phdr",
+        func: dl_iterate_phdr,
+        data: None,
+        args: getpid,
+        lock: "the loader's list lock",
+        inside: "the loader",
+        holders: &["dl_iterate_phdr"],
+    }
+}
+
+/// Returns once the probe's lock is free (see the module documentation); an error, the
+/// thread stopped with the call abandoned and holding nothing, when it stays held past the
+/// wait. `libc` are libc's exported functions.
 pub fn wait_unlocked(
     threads: &mut Threads,
     mem: &Memory,
     point: &SafePoint,
-    mallinfo2: u64,
+    probe: &Probe,
     libc: &[(String, u64, u64)],
 ) -> Result<(), String> {
     let tid = point.tid;
+    let func = probe.func;
     // `MEM_TRACE_ATTACH_LOCK_WAIT_MS`: another wait, for the tests of both outcomes.
     let limit = std::env::var("MEM_TRACE_ATTACH_LOCK_WAIT_MS")
         .ok()
         .and_then(|v| v.parse().ok())
         .map_or(LOCK_WAIT, Duration::from_millis);
     let started = Instant::now();
-    // mallinfo2 returns its struct of 10 words through a pointer passed first.
-    call::start(
-        threads,
-        mem,
-        tid,
-        &point.regs,
-        mallinfo2,
-        Some(&[0; 80]),
-        &[],
-    )?;
-    if call::wait(threads, tid, mallinfo2, started + QUIET)?.is_some() {
+    call::start(threads, mem, tid, &point.regs, func, probe.data, probe.args)?;
+    if call::wait(threads, tid, func, started + QUIET)?.is_some() {
         return Ok(());
     }
-    let who = inside_allocator(threads, mem, tid, libc);
+    let who = holder(threads, mem, tid, libc, probe.holders);
     eprintln!(
-        "mem-trace: {} holding a lock of glibc's allocator that loading the tracer needs: \
-         waiting up to {} for it to leave",
+        "mem-trace: {} holding {} that loading the tracer needs: waiting up to {} for it to \
+         leave",
         who.as_deref().map_or_else(
-            || "a thread is inside the allocator,".to_string(),
+            || format!("a thread is inside {},", probe.inside),
             |w| format!("{w},")
         ),
+        probe.lock,
         seconds(limit)
     );
     ptrace::cut_short_by_signals(true);
-    let waited = call::wait(threads, tid, mallinfo2, started + limit);
+    let waited = call::wait(threads, tid, func, started + limit);
     ptrace::cut_short_by_signals(false);
     let why = match waited {
         Ok(Some(_)) => return Ok(()),
         Ok(None) => None,
         Err(e) => Some(e),
     };
-    if abandon(threads, tid, mallinfo2)? {
+    if abandon(threads, tid, probe)? {
         return match why {
             None => Ok(()),
             Some(e) => Err(e),
@@ -109,14 +186,15 @@ pub fn wait_unlocked(
     }
     Err(why.unwrap_or_else(|| {
         let who = who.map_or_else(
-            || "a thread stayed inside the allocator".to_string(),
+            || format!("a thread stayed inside {}", probe.inside),
             |w| w.replacen(" is inside", " stayed inside", 1),
         );
         format!(
-            "{who} for {}, holding a lock of glibc's allocator that loading the tracer needs: \
-             nothing was loaded and the process runs on as it was; attach again once it has \
-             left (MEM_TRACE_ATTACH_LOCK_WAIT_MS=N waits N ms)",
-            seconds(limit)
+            "{who} for {}, holding {} that loading the tracer needs: nothing was loaded and \
+             the process runs on as it was; attach again once it has left \
+             (MEM_TRACE_ATTACH_LOCK_WAIT_MS=N waits N ms)",
+            seconds(limit),
+            probe.lock
         )
     }))
 }
@@ -125,17 +203,18 @@ fn seconds(d: Duration) -> String {
     format!("{} s", d.as_secs_f64())
 }
 
-/// Stops the call to `func` on `tid` where it holds nothing: `Ok(true)` if it returned
+/// Stops the probe's call on `tid` where it holds nothing: `Ok(true)` if it returned
 /// meanwhile, `Ok(false)` if it is stopped waiting in `futex` (for a mutex, and so holding
-/// none of the arenas': mallinfo2 releases each before it takes the next). While it runs
-/// between the two, it is let run.
-fn abandon(threads: &mut Threads, tid: i32, func: u64) -> Result<bool, String> {
+/// none: mallinfo2 releases each arena's before it takes the next, dladdr takes only one).
+/// While it runs between the two, it is let run.
+fn abandon(threads: &mut Threads, tid: i32, probe: &Probe) -> Result<bool, String> {
+    let (name, func) = (probe.name, probe.func);
     let deadline = Instant::now() + ABANDON;
     loop {
         threads.interrupt(tid);
         let stop = threads
             .wait_for(tid, deadline)
-            .map_err(|e| format!("while stopping thread {tid}'s call to mallinfo2: {e}"))?;
+            .map_err(|e| format!("while stopping thread {tid}'s call to {name}: {e}"))?;
         let resume = |threads: &mut Threads, suppress| {
             threads
                 .resume(tid, suppress)
@@ -148,12 +227,12 @@ fn abandon(threads: &mut Threads, tid: i32, func: u64) -> Result<bool, String> {
                 // Cut short while still queued on the futex: not woken, so no wake-up is
                 // lost with it, and the mutex never became its.
                 if r.orig_rax == SYS_FUTEX && interrupted(r.rax) {
-                    super::inject::debug(format_args!("mallinfo2 abandoned in futex"));
+                    super::inject::debug(format_args!("{name} abandoned in futex"));
                     return Ok(false);
                 }
                 resume(threads, true)?;
             }
-            Stop::Exited => return Err(format!("thread {tid} exited during mallinfo2")),
+            Stop::Exited => return Err(format!("thread {tid} exited during {name}")),
             Stop::Signal(_) => resume(threads, false)?,
             Stop::Breakpoint(_) | Stop::Stepped => resume(threads, true)?,
         }
@@ -161,18 +240,19 @@ fn abandon(threads: &mut Threads, tid: i32, func: u64) -> Result<bool, String> {
 }
 
 /// "thread TID is inside FUNCTION (in FUNCTION)" for the first thread other than `probe`
-/// found inside one of libc's [`ALLOCATOR`] functions: each stopped for a moment, its stack
-/// read up to [`STACK_SCAN`] bytes for a return address into one (a guess that a stale
-/// word may mislead; it only names the thread to the user). `None` if none is.
-fn inside_allocator(
+/// found inside one of libc's functions named in `holders`: each stopped for a moment, its
+/// stack read up to [`STACK_SCAN`] bytes for a return address into one (a guess that a
+/// stale word may mislead; it only names the thread to the user). `None` if none is.
+fn holder(
     threads: &mut Threads,
     mem: &Memory,
     probe: i32,
     libc: &[(String, u64, u64)],
+    holders: &[&str],
 ) -> Option<String> {
-    let allocator: Vec<_> = libc
+    let holding: Vec<_> = libc
         .iter()
-        .filter(|(name, _, _)| ALLOCATOR.contains(&name.as_str()))
+        .filter(|(name, _, _)| holders.contains(&name.as_str()))
         .cloned()
         .collect();
     for tid in threads.tids() {
@@ -185,7 +265,7 @@ fn inside_allocator(
             Ok(Stop::Exited) | Err(_) => continue,
             Ok(_) => ptrace::regs(tid)
                 .ok()
-                .and_then(|r| caller_in(mem, &r, &allocator).map(|f| (f, r.rip))),
+                .and_then(|r| caller_in(mem, &r, &holding).map(|f| (f, r.rip))),
         };
         let suppress = !matches!(stop, Ok(Stop::Signal(_)));
         let _ = threads.resume(tid, suppress);

@@ -8,19 +8,19 @@
 //! - `safepoint`: the thread and moment where a call cannot wait on the allocator's or the
 //!   loader's locks;
 //! - `dumpable`: whether the process asked not to be inspected, asked of it;
-//! - `locks`: the wait until no thread holds a lock of the allocator;
+//! - `locks`: the wait until no thread holds a lock of the allocator or the loader;
 //! - `call`: one function called on a stopped thread;
 //! - `inject`: calling `dlopen` and the library's entry points on that thread;
 //! - `supervise`: the command split in two before it touches the process, so that killing
 //!   either half does not leave a breakpoint in its allocator.
 //!
 //! An attach: the checks; every thread seized; the process asked whether it is dumpable; one
-//! thread stopped at a safe point, and held there until no thread holds an arena's lock; there,
-//! `dlopen(LIBRARY, RTLD_NOW)` (glibc >= 2.34 exports it from libc.so.6; not
-//! `RTLD_GLOBAL`, and not `dlmopen`, whose new namespace would bring a second libc and heap)
-//! and `mem_trace_attach(SETTINGS)`, which starts the tracer and redirects the malloc family
-//! by rewriting GOT entries (src/attach); the thread's registers put back; every thread let
-//! go. A detach calls `mem_trace_detach()` the same way.
+//! thread stopped at a safe point, and held there until no thread holds an arena's lock or
+//! the loader's; there, `dlopen(LIBRARY, RTLD_NOW)` (glibc >= 2.34 exports it from
+//! libc.so.6; not `RTLD_GLOBAL`, and not `dlmopen`, whose new namespace would bring a second
+//! libc and heap) and `mem_trace_attach(SETTINGS)`, which starts the tracer and redirects
+//! the malloc family by rewriting GOT entries (src/attach); the thread's registers put back;
+//! every thread let go. A detach calls `mem_trace_detach()` the same way.
 
 mod call;
 mod checks;
