@@ -145,6 +145,29 @@ fn bad_targets_and_outputs_are_one_line() {
     }
 }
 
+/// What `go tool pprof` finds in pprof_sites' profile made as it exits (`file`): in use,
+/// `site_live` 3 MiB, `site_worker` 2 MiB, `site_more` 1 MiB and nothing of `site_freed`,
+/// which allocated 1 MiB.
+fn exit_profile_sites(fixture: &Fixture, label: &str, file: &str) {
+    let inuse = go_pprof(
+        fixture,
+        &format!("{label}.inuse"),
+        &["-top", "-unit=B", file],
+    );
+    assert!(inuse.contains("Type: inuse_space"), "{inuse}");
+    let rows = top(&inuse);
+    assert_eq!(flat(&rows, "site_live"), 3 * MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_worker"), 2 * MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_more"), MIB, "{inuse}");
+    assert_eq!(flat(&rows, "site_freed"), 0, "{inuse}");
+    let alloc = go_pprof(
+        fixture,
+        &format!("{label}.alloc"),
+        &["-top", "-unit=B", "-sample_index=alloc_space", file],
+    );
+    assert_eq!(flat(&top(&alloc), "site_freed"), MIB, "{alloc}");
+}
+
 /// `mem-trace run --pprof`: each process is read as it exits, while the library holds it at
 /// the end of `exit`, and its profile (every stack's counts, not a report's top) lands beside
 /// its report; the program's output and status are its own, and nothing is left waiting.
@@ -182,18 +205,7 @@ fn run_writes_each_exiting_process_profile_beside_its_report() {
     // The profile's process wrote the report beside it.
     let pid = file.rsplit('.').nth(2).unwrap();
     assert!(dir.join(format!("mem-trace.{pid}.1.txt")).exists());
-    let inuse = go_pprof(&fixture, "run.inuse", &["-top", "-unit=B", file]);
-    let rows = top(&inuse);
-    assert_eq!(flat(&rows, "site_live"), 3 * MIB, "{inuse}");
-    assert_eq!(flat(&rows, "site_worker"), 2 * MIB, "{inuse}");
-    assert_eq!(flat(&rows, "site_more"), MIB, "{inuse}");
-    assert_eq!(flat(&rows, "site_freed"), 0, "{inuse}");
-    let alloc = go_pprof(
-        &fixture,
-        "run.alloc",
-        &["-top", "-unit=B", "-sample_index=alloc_space", file],
-    );
-    assert_eq!(flat(&top(&alloc), "site_freed"), MIB, "{alloc}");
+    exit_profile_sites(&fixture, "run", file);
     let worker = go_pprof(
         &fixture,
         "run.worker",
@@ -343,19 +355,7 @@ fn out_dir_alone_gets_a_profile_beside_each_report() {
     assert_eq!(exit.len(), 1, "{:?}", common::files_ending(&dir, ""));
     let profile = exit[0].with_extension("pb.gz");
     let file = profile.to_str().unwrap();
-    let inuse = go_pprof(&fixture, "beside.exit.inuse", &["-top", "-unit=B", file]);
-    assert!(inuse.contains("Type: inuse_space"), "{inuse}");
-    let rows = top(&inuse);
-    assert_eq!(flat(&rows, "site_live"), 3 * MIB, "{inuse}");
-    assert_eq!(flat(&rows, "site_worker"), 2 * MIB, "{inuse}");
-    assert_eq!(flat(&rows, "site_more"), MIB, "{inuse}");
-    assert_eq!(flat(&rows, "site_freed"), 0, "{inuse}");
-    let alloc = go_pprof(
-        &fixture,
-        "beside.exit.alloc",
-        &["-top", "-unit=B", "-sample_index=alloc_space", file],
-    );
-    assert_eq!(flat(&top(&alloc), "site_freed"), MIB, "{alloc}");
+    exit_profile_sites(&fixture, "beside.exit", file);
 
     // Every periodic report but one cut short by the exit has its profile; the last before
     // the answers holds what `ready` said was there, and no `site_more` yet.
