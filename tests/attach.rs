@@ -913,6 +913,11 @@ fn refusals_are_one_line_and_leave_the_target_running() {
     // Another mount namespace (root may make one; `unshare` and `sh -c exec` exec the program
     // in their own process, so the pid is the program's). Where the library's path names the
     // same file there, it is attached to; where a tmpfs hides the library's directory, refused.
+    let can = Command::new("unshare").args(["--mount", "true"]).status();
+    assert!(
+        can.as_ref().is_ok_and(|s| s.success()),
+        "`unshare --mount true`: {can:?}: this test runs as root with CAP_SYS_ADMIN"
+    );
     let in_namespace = |hide: Option<&std::path::Path>| {
         let mut cmd = Command::new("unshare");
         cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
