@@ -23,8 +23,9 @@ How an address is answered, in short (the contract explains why this is enough):
   a few levels of granule size, so the records containing ``a`` are on the
   chains of ``a``'s granule and the one before at each level, and only those
   are walked;
-* a small block of a profile-mode process (``header.tag_key`` not 0) is in no
-  table: a 16-byte tag in front of it names it, found by a backward scan of at
+* a small block (``header.tag_key`` not 0) is in no table: a 16-byte tag in
+  front of it names it (32 bytes with its sequence number under
+  ``FLAG_TAG_SEQ``, debug mode), found by a backward scan of at
   most 64 KiB from the address and enumerated by a scan of the heap mappings
   (`tags`, :meth:`Tracer.tagged_blocks`);
 * profiler builds add per-stack counters (``header.profile``): a stack's counts

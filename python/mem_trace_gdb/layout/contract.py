@@ -80,12 +80,13 @@ FLAG_TAG_SEQ = 1 << 5
 
 THREAD_EXITED = 1 << 0
 
-# Block tags (version 6, "Block tags"): a small block of a profile-mode process is in no
-# table; the 16 bytes before it hold `q ^ tag_key`, then size (bits 0..16), thread index
-# (16..40) and stack id (40..64). Tagged blocks are under TAG_MAX_SIZE bytes.
+# Block tags (version 6, "Block tags"): a small block is in no table; the 16 bytes before
+# it hold `q ^ tag_key`, then size (bits 0..16), thread index (16..40) and stack id
+# (40..64); with FLAG_TAG_SEQ the word at q - 24 is its sequence number (32-byte tags).
+# Tagged blocks are under TAG_MAX_SIZE bytes.
 TAG_SIZE = 16
 TAG_MAX_SIZE = 1 << 16
-# A tagged block's `seq`: it has none (the table's numbers start at 1).
+# The `seq` of a block whose tag has none (the table's numbers start at 1).
 NO_SEQ = 0
 
 HISTORY_FLAG_FREE_STACKS = 1 << 0
