@@ -1154,6 +1154,71 @@ fn waiting_attacher(pid: u32) -> (Child, BufReader<ChildStderr>, String) {
     (attacher, err, line)
 }
 
+/// Half a second of a [`waiting_attacher`] still waiting on `pid`, the tracer not loaded
+/// meanwhile: whatever holds the lock holds it still.
+fn keeps_waiting(pid: u32, attacher: &mut Child, label: &str) {
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !library_mapped(pid),
+            "{label}: loaded while the lock was held"
+        );
+        assert!(attacher.try_wait().unwrap().is_none(), "{label}: gave up");
+    }
+}
+
+/// A [`waiting_attacher`] on `p`, once the lock it waited for is free: it attached, said so
+/// and nothing else; a block `p` allocates after is named by `mem-trace top` at `f`'s
+/// `main-site`; then detached.
+fn attach_completed(
+    f: &Fixture,
+    p: &mut Running,
+    (mut attacher, mut err): (Child, BufReader<ChildStderr>),
+    label: &str,
+) {
+    let status = attacher.wait().unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(attacher.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(status.success(), "{label}: {status}: {stdout}{rest}");
+    assert!(
+        stdout.starts_with(&format!("mem-trace: attached to process {} (", p.pid)),
+        "{stdout}"
+    );
+    assert!(rest.is_empty(), "{rest}");
+    p.alloc();
+    let top = mem_trace(f, &format!("{label}-top"), &["top", &p.pid.to_string()]);
+    let site = format!(
+        "main_site at {}:{}",
+        f.src.display(),
+        line_of(f, "main-site")
+    );
+    assert!(
+        top.stdout.contains(&site),
+        "{label}: no {site:?} in\n{}",
+        top.describe()
+    );
+    detach(f, p.pid, &format!("{label}-detach"));
+}
+
+/// `mem-trace attach PID` with a 1 s wait for a lock `pid` keeps held: refused within 10 s,
+/// with two lines on stderr (the wait, the refusal), returned; the process left untraced,
+/// with no breakpoint and nothing loaded.
+fn refused_after_waiting(f: &Fixture, pid: u32, label: &str) -> Vec<String> {
+    let vars = [("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "1000")];
+    let out = mem_trace_env(f, label, &["attach", &pid.to_string()], &vars);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe());
+    assert!(out.stdout.is_empty(), "{}", out.describe());
+    let lines: Vec<String> = out.stderr.lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 2, "{}", out.describe());
+    assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+    assert_eq!(tracer_of(pid), 0, "{label}: left traced");
+    no_breakpoint_left(pid);
+    assert!(!library_mapped(pid));
+    lines
+}
+
 /// `line` says that thread `pid` is inside malloc_stats, in a write function, and then `rest`.
 fn names_malloc_stats(line: &str, head: &str, rest: &str) {
     // glibc 2.36's malloc_stats writes with cancellation off: __write_nocancel.
@@ -1185,44 +1250,12 @@ fn a_thread_held_inside_malloc_stats_is_waited_for_and_the_attach_completes_afte
              up to 60 s",
         );
         // Held there as long as the pipe stays full: nothing is loaded meanwhile.
-        for _ in 0..5 {
-            std::thread::sleep(Duration::from_millis(100));
-            assert!(
-                !library_mapped(p.pid),
-                "{label}: loaded while the lock was held"
-            );
-            assert!(attacher.try_wait().unwrap().is_none(), "{label}: gave up");
-        }
+        keeps_waiting(p.pid, &mut attacher, label);
         blocked_writing_stderr(p.pid);
         (attacher, err)
     };
     let attached =
-        |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>), label: &str| {
-            let status = attacher.wait().unwrap();
-            let mut stdout = String::new();
-            std::io::Read::read_to_string(attacher.stdout.as_mut().unwrap(), &mut stdout).unwrap();
-            let mut rest = String::new();
-            std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
-            assert!(status.success(), "{label}: {status}: {stdout}{rest}");
-            assert!(
-                stdout.starts_with(&format!("mem-trace: attached to process {} (", p.pid)),
-                "{stdout}"
-            );
-            assert!(rest.is_empty(), "{rest}");
-            p.alloc();
-            let top = mem_trace(&f, &format!("{label}-top"), &["top", &p.pid.to_string()]);
-            let site = format!(
-                "main_site at {}:{}",
-                f.src.display(),
-                line_of(&f, "main-site")
-            );
-            assert!(
-                top.stdout.contains(&site),
-                "{label}: no {site:?} in\n{}",
-                top.describe()
-            );
-            detach(&f, p.pid, &format!("{label}-detach"));
-        };
+        |p: &mut Running, attacher, label: &str| attach_completed(&f, p, attacher, label);
     for out in locked_like_plain(&f, waiting, attached) {
         assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
     }
@@ -1237,24 +1270,15 @@ fn a_thread_held_inside_malloc_stats_past_the_wait_is_refused_and_left_untouched
     let _turn = one_at_a_time();
     let f = locked_fixture();
     let refused = |p: &mut Running, label: &str| {
-        let pid = p.pid.to_string();
-        let vars = [("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "1000")];
-        let out = mem_trace_env(&f, &format!("{label}-refused"), &["attach", &pid], &vars);
-        assert_eq!(out.status.code(), Some(1), "{}", out.describe());
-        assert!(out.stdout.is_empty(), "{}", out.describe());
-        let lines: Vec<&str> = out.stderr.lines().collect();
-        assert_eq!(lines.len(), 2, "{}", out.describe());
-        assert!(lines[0].contains("waiting up to 1 s"), "{}", out.describe());
+        let lines = refused_after_waiting(&f, p.pid, &format!("{label}-refused"));
+        assert!(lines[0].contains("waiting up to 1 s"), "{lines:?}");
+        let pid = p.pid;
         names_malloc_stats(
-            lines[1],
+            &lines[1],
             &format!("mem-trace: process {pid}: thread {pid} stayed inside malloc_stats"),
             " for 1 s, holding a lock of glibc's allocator that loading the tracer needs: \
              nothing was loaded and the process runs on as it was",
         );
-        assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
-        assert_eq!(tracer_of(p.pid), 0, "{label}: left traced");
-        no_breakpoint_left(p.pid);
-        assert!(!library_mapped(p.pid));
         // Still where it was, the mutex held.
         blocked_writing_stderr(p.pid);
     };
@@ -1435,39 +1459,10 @@ fn a_thread_held_inside_dlopen_is_waited_for_and_the_attach_completes_after() {
             )
         );
         // Held there as long as the constructor reads nothing: nothing is loaded meanwhile.
-        for _ in 0..5 {
-            std::thread::sleep(Duration::from_millis(100));
-            assert!(!library_mapped(p.pid), "loaded while the lock was held");
-            assert!(attacher.try_wait().unwrap().is_none(), "gave up");
-        }
+        keeps_waiting(p.pid, &mut attacher, "loader");
         (attacher, err)
     };
-    let attached = |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>)| {
-        let status = attacher.wait().unwrap();
-        let mut stdout = String::new();
-        std::io::Read::read_to_string(attacher.stdout.as_mut().unwrap(), &mut stdout).unwrap();
-        let mut rest = String::new();
-        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
-        assert!(status.success(), "{status}: {stdout}{rest}");
-        assert!(
-            stdout.starts_with(&format!("mem-trace: attached to process {} (", p.pid)),
-            "{stdout}"
-        );
-        assert!(rest.is_empty(), "{rest}");
-        p.alloc();
-        let top = mem_trace(&f.0, "loader-top", &["top", &p.pid.to_string()]);
-        let site = format!(
-            "main_site at {}:{}",
-            f.0.src.display(),
-            line_of(&f.0, "main-site")
-        );
-        assert!(
-            top.stdout.contains(&site),
-            "no {site:?} in\n{}",
-            top.describe()
-        );
-        detach(&f.0, p.pid, "loader-detach");
-    };
+    let attached = |p: &mut Running, attacher| attach_completed(&f.0, p, attacher, "loader");
     loader_like_plain(&f, IN_DLOPEN, waiting, attached);
 }
 
@@ -1481,18 +1476,12 @@ fn a_thread_held_inside_dlopen_past_the_wait_is_refused_and_left_untouched() {
     let _turn = one_at_a_time();
     let f = loader_fixture();
     let refused = |p: &mut Running| {
-        let pid = p.pid.to_string();
-        let vars = [("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "1000")];
-        let out = mem_trace_env(&f.0, "loader-refused", &["attach", &pid], &vars);
-        assert_eq!(out.status.code(), Some(1), "{}", out.describe());
-        assert!(out.stdout.is_empty(), "{}", out.describe());
-        let lines: Vec<&str> = out.stderr.lines().collect();
-        assert_eq!(lines.len(), 2, "{}", out.describe());
+        let lines = refused_after_waiting(&f.0, p.pid, "loader-refused");
+        let pid = p.pid;
         assert!(
             lines[0].contains("inside dlopen (in read), holding the loader's lock")
                 && lines[0].contains("waiting up to 1 s"),
-            "{}",
-            out.describe()
+            "{lines:?}"
         );
         assert!(
             lines[1].starts_with(&format!(
@@ -1500,13 +1489,8 @@ fn a_thread_held_inside_dlopen_past_the_wait_is_refused_and_left_untouched() {
                  s, holding the loader's lock that loading the tracer needs: nothing was \
                  loaded and the process runs on as it was"
             )),
-            "{}",
-            out.describe()
+            "{lines:?}"
         );
-        assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
-        assert_eq!(tracer_of(p.pid), 0, "left traced");
-        no_breakpoint_left(p.pid);
-        assert!(!library_mapped(p.pid));
     };
     let attached_later = |p: &mut Running, ()| {
         attach(&f.0, p.pid, "loader-later");
@@ -1535,11 +1519,7 @@ fn a_thread_held_inside_dl_iterate_phdr_is_waited_for_and_the_attach_completes_a
                 p.pid
             )
         );
-        for _ in 0..5 {
-            std::thread::sleep(Duration::from_millis(100));
-            assert!(!library_mapped(p.pid), "loaded while the lock was held");
-            assert!(attacher.try_wait().unwrap().is_none(), "gave up");
-        }
+        keeps_waiting(p.pid, &mut attacher, "phdr");
         (attacher, err)
     };
     let attached = |p: &mut Running, (mut attacher, mut err): (Child, BufReader<_>)| {
