@@ -276,6 +276,42 @@ fn reports_of(dir: &Path, kind: &str) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
+/// A program writing reports into `dir` (its stderr in `stderr`), started at `started`, that
+/// a test waits on.
+struct Awaited<'a> {
+    child: &'a mut std::process::Child,
+    started: std::time::Instant,
+    dir: &'a Path,
+    stderr: &'a Path,
+}
+
+impl Awaited<'_> {
+    /// Polls `found` every 50 ms until it gives a file; past `limit` seconds from the start,
+    /// kills the program and fails with `what`, the files in `dir` and its stderr.
+    fn until(
+        &mut self,
+        what: &str,
+        limit: u64,
+        mut found: impl FnMut() -> Option<std::path::PathBuf>,
+    ) -> std::path::PathBuf {
+        loop {
+            if let Some(p) = found() {
+                return p;
+            }
+            if self.started.elapsed() > Duration::from_secs(limit) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{what}: {:?}\n{}",
+                    common::files_ending(self.dir, ""),
+                    common::read_text(self.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// With `MEM_TRACE_OUT` alone, each report the library writes gets the process's pprof
 /// profile beside it (`X.pb.gz`), made by the `mem-trace` binary beside the library reading the
 /// process: the periodic and snapshot ones while the program goes on, the exit report's
@@ -300,42 +336,26 @@ fn out_dir_alone_gets_a_profile_beside_each_report() {
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
     assert!(line.starts_with("ready pid="), "{line:?}");
-    // Periodic profiles of the program as it waits: two, so that one began after `ready`.
     let started = std::time::Instant::now();
-    while common::files_ending(&dir, ".pb.gz").len() < 2 {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "no periodic profiles in 60 s: {:?}\n{}",
-                common::files_ending(&dir, ""),
-                common::read_text(&stderr_path)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut program = Awaited {
+        child: &mut child,
+        started,
+        dir: &dir,
+        stderr: &stderr_path,
+    };
+    // Periodic profiles of the program as it waits: two, so that one began after `ready`.
+    program.until("no periodic profiles in 60 s", 60, || {
+        common::files_ending(&dir, ".pb.gz").into_iter().nth(1)
+    });
     // A snapshot report (the default signal, SIGUSR2) gets its profile too.
     // SAFETY: a signal to our own child, by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
-    let snapshot = loop {
-        let done = reports_of(&dir, "(snapshot)")
+    unsafe { libc::kill(program.child.id() as i32, libc::SIGUSR2) };
+    let snapshot = program.until("no snapshot profile", 90, || {
+        reports_of(&dir, "(snapshot)")
             .into_iter()
             .map(|t| t.with_extension("pb.gz"))
-            .find(|p| p.exists());
-        if let Some(p) = done {
-            break p;
-        }
-        if started.elapsed() > Duration::from_secs(90) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "no snapshot profile: {:?}\n{}",
-                common::files_ending(&dir, ""),
-                common::read_text(&stderr_path)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+            .find(|p| p.exists())
+    });
     for _ in 0..2 {
         writeln!(stdin).unwrap();
         line.clear();
