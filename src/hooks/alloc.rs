@@ -79,11 +79,7 @@ unsafe fn traced_malloc(size: usize, caller: Caller) -> *mut c_void {
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
     if let Some(room) = tagged::room(size) {
-        // Only a quarantine recycles, and only where frees are kept.
-        let mut p0 = match tagged::frees_kept() {
-            true => record::reuse(&g, room),
-            false => ptr::null_mut(),
-        };
+        let mut p0 = record::reuse(&g, room);
         if p0.is_null() {
             // SAFETY: glibc's malloc has no preconditions.
             p0 = from_glibc(&g, room, || unsafe { glibc::__libc_malloc(room) });
@@ -199,10 +195,7 @@ unsafe fn traced_calloc(n: usize, size: usize, caller: Caller) -> *mut c_void {
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
     if let Some(room) = n.checked_mul(size).and_then(tagged::room) {
-        let mut p0 = match tagged::frees_kept() {
-            true => record::reuse(&g, room),
-            false => ptr::null_mut(),
-        };
+        let mut p0 = record::reuse(&g, room);
         if p0.is_null() {
             // SAFETY: glibc's calloc has no preconditions.
             p0 = from_glibc(&g, room, || unsafe { glibc::__libc_calloc(1, room) });

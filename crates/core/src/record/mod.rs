@@ -371,9 +371,14 @@ fn forget_freed(g: &Guard, p: *mut c_void, glibc: bool) -> Result<Block, Disposi
     Ok(block)
 }
 
-/// A block of `size` bytes the quarantine recycles, or null (see `quarantine::reuse`).
+/// A block (or a tagged block's chunk) of `size` bytes the quarantine recycles, or null (see
+/// `quarantine::reuse`). Only a quarantine recycles, and there is one only where frees are
+/// kept: elsewhere (profile mode) this costs one flag's load.
 #[inline(always)]
 pub fn reuse(g: &Guard, size: usize) -> *mut c_void {
+    if !tagged::frees_kept() {
+        return core::ptr::null_mut();
+    }
     quarantine::reuse(&g.state().quarantine, size)
 }
 

@@ -1,5 +1,5 @@
-//! Blocks recorded in a tag in front of them rather than in the table (profile mode,
-//! `store::tags`): what the hooks do around glibc for them.
+//! Blocks recorded in a tag in front of them rather than in the table (`store::tags`): what
+//! the hooks do around glibc for them.
 //!
 //! A tagged block is counted as a table block is (its stack's counters, its thread's bytes,
 //! the global live bytes and peak), and its free is remembered as a table block's is (history,
