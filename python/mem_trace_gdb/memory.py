@@ -15,6 +15,7 @@ from typing import List, Optional, Tuple
 import gdb
 
 from .layout import Inaccessible, MemTraceError, NotLoaded, Region, Tracer
+from .modules import Listed, parse_listing
 
 HEADER_SYMBOL = "MEM_TRACE_HEADER"
 
@@ -116,24 +117,21 @@ def _process_regions(pid: int) -> Optional[List[Region]]:
     return sorted(out, key=lambda r: r.start)
 
 
-_GDB_MAPPING = re.compile(
-    r"^\s*0x([0-9a-f]+)\s+0x([0-9a-f]+)\s+0x[0-9a-f]+\s+0x[0-9a-f]+\s+([r-][w-]\S*)\s*(.*)$")
+def gdb_listing() -> List[Listed]:
+    """Every mapping `info proc mappings` lists; empty when gdb cannot tell."""
+    try:
+        return parse_listing(gdb.execute("info proc mappings", to_string=True))
+    except gdb.error:
+        return []
 
 
 def _gdb_regions() -> List[Region]:
     """The mappings as `info proc mappings` lists them (a remote target, or no /proc):
     empty when gdb cannot tell, and then no tagged block is enumerated."""
-    try:
-        text = gdb.execute("info proc mappings", to_string=True)
-    except gdb.error:
-        return []
-    out = []
-    for line in text.splitlines():
-        m = _GDB_MAPPING.match(line)
-        if m and m.group(3).startswith("r"):
-            name = m.group(4).strip()
-            heap = m.group(3)[1] == "w" and name in ("", "[heap]")
-            out.append(Region(int(m.group(1), 16), int(m.group(2), 16), heap))
+    out = [
+        Region(m.start, m.end, m.perms[1:2] == "w" and m.name in ("", "[heap]"))
+        for m in gdb_listing() if m.perms is not None and m.perms.startswith("r")
+    ]
     return sorted(out, key=lambda r: r.start)
 
 
@@ -156,7 +154,7 @@ def _core_regions() -> List[Region]:
     return sorted(out, key=lambda r: r.start)
 
 
-def _merge(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+def merge_ranges(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
     """Sorted ``(start, end)`` runs, touching ones merged."""
     runs: List[Tuple[int, int]] = []
     for start, end in sorted(ranges):
@@ -171,13 +169,13 @@ def _process_runs(pid: int) -> Optional[List[Tuple[int, int]]]:
     """The readable mappings of live process ``pid``, from /proc/PID/maps, touching ones
     merged."""
     regions = _process_regions(pid)
-    return None if regions is None else _merge([(r.start, r.end) for r in regions])
+    return None if regions is None else merge_ranges([(r.start, r.end) for r in regions])
 
 
 def _core_runs() -> Optional[List[Tuple[int, int]]]:
     """What the selected core file holds: its ``load`` sections with contents."""
     regions = _core_regions()
-    return _merge([(r.start, r.end) for r in regions]) if regions else None
+    return merge_ranges([(r.start, r.end) for r in regions]) if regions else None
 
 
 def _is_core(inferior: "gdb.Inferior") -> bool:

@@ -30,31 +30,52 @@ class Mapping:
     path: str
 
 
-def parse_mappings(text: str) -> List[Mapping]:
-    """The file-backed mappings in `info proc mappings` output.
+@dataclass(frozen=True)
+class Listed:
+    """One line of `info proc mappings`: ``perms`` is None where gdb prints no Perms
+    column (a core), ``name`` empty for an anonymous mapping."""
+
+    start: int
+    end: int
+    offset: int
+    perms: Optional[str]
+    name: str
+
+
+def parse_listing(text: str) -> List[Listed]:
+    """Every mapping in `info proc mappings` output, anonymous ones too.
 
     Live processes have a Perms column (gdb 13) that cores lack; a path may hold
     spaces, so it is everything after the fixed columns.
     """
-    lines = text.splitlines()
     columns = 4
-    out: List[Mapping] = []
-    for line in lines:
+    out: List[Listed] = []
+    for line in text.splitlines():
         if "Start Addr" in line:
             columns = 5 if "Perms" in line else 4
             continue
         parts = line.split(None, columns)
-        if len(parts) <= columns or not parts[0].startswith("0x"):
+        if len(parts) < columns or not parts[0].startswith("0x"):
             continue
         try:
             start, end, offset = (int(parts[i], 16) for i in (0, 1, 3))
         except ValueError:
             continue
-        path = parts[columns].strip()
+        perms = parts[4] if columns == 5 else None
+        name = parts[columns].strip() if len(parts) > columns else ""
+        out.append(Listed(start, end, offset, perms, name))
+    return out
+
+
+def parse_mappings(text: str) -> List[Mapping]:
+    """The file-backed mappings in `info proc mappings` output."""
+    out: List[Mapping] = []
+    for m in parse_listing(text):
+        path = m.name
         if path.endswith(" (deleted)"):
             path = path[: -len(" (deleted)")]
         if path.startswith("/"):
-            out.append(Mapping(start, end, offset, path))
+            out.append(Mapping(m.start, m.end, m.offset, path))
     return out
 
 

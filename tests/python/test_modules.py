@@ -12,10 +12,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 from mem_trace_gdb.modules import (  # noqa: E402
+    Listed,
     Mapping,
     ModuleMap,
     first_load_address,
     module_offset,
+    parse_listing,
     parse_mappings,
 )
 
@@ -47,6 +49,18 @@ class ModulesTests(unittest.TestCase):
         ])
         self.assertEqual(parse_mappings(CORE)[1], Mapping(0x401000, 0x402000, 0x1000, "/usr/bin/static"))
         self.assertEqual(parse_mappings("No current process: you must name one."), [])
+
+    def test_the_listing_keeps_anonymous_mappings_and_permissions(self):
+        live = parse_listing(LIVE)
+        self.assertEqual(len(live), 5)
+        self.assertEqual(live[3], Listed(0x7FFFF7FF0000, 0x7FFFF7FF2000, 0, "rw-p", ""))
+        self.assertEqual(live[4].name, "[stack]")
+        self.assertEqual(live[2].name, "/tmp/my lib.so (deleted)")
+        # A core's listing has no Perms column: the name follows the offset.
+        core = parse_listing(CORE)
+        self.assertEqual(core[0], Listed(0x400000, 0x401000, 0, None, "/usr/bin/static"))
+        self.assertEqual(parse_listing("No current process: you must name one."), [])
+        self.assertEqual(parse_listing("0xzz 0x1 0x1 0x0 rw-p"), [])
 
     def test_bias_is_where_offset_zero_is_mapped_less_the_link_address(self):
         link = {"/usr/bin/sqlite3": 0, "/tmp/my lib.so": 0, "/usr/bin/static": 0x400000}

@@ -46,7 +46,6 @@ REGISTERS = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
 
 _OBJECT = re.compile(r"^(Exec|Object|Core) file: `(.*)', file type")
 _SECTION = re.compile(r"^\s*\[\d+\]\s+0x([0-9a-fA-F]+)->0x([0-9a-fA-F]+) at 0x[0-9a-fA-F]+: (\S+)(.*)$")
-_MAPPING = re.compile(r"^\s*0x([0-9a-fA-F]+)\s+0x([0-9a-fA-F]+)\s")
 # Sections that are not where they say: TLS templates (each thread has its own copy).
 _NOT_DATA = (".tdata", ".tbss")
 
@@ -84,16 +83,6 @@ def _sections() -> Tuple[Dict[str, List[Range]], List[Range]]:
     return objects, core
 
 
-def _merged(ranges: List[Range]) -> List[Range]:
-    out: List[Range] = []
-    for start, end in sorted(ranges):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
-
-
 def _is_debug_file(path: str) -> bool:
     """A separate debug-info file: the same sections as its object, counted once."""
     return "/.build-id/" in path or path.endswith(".debug")
@@ -118,23 +107,14 @@ def data_roots(tracer_address: int) -> Tuple[List[scan.Root], int, List[Range]]:
     # A debug file of the tracer lists the tracer's sections again: drop those too.
     dropped = [r for path in excluded for r in objects[path]]
     roots = [
-        scan.Root("object data", start, end) for start, end in _merged(ranges)
+        scan.Root("object data", start, end) for start, end in memory.merge_ranges(ranges)
         if not any(start < d_end and d_start < end for d_start, d_end in dropped)
     ]
     return roots, counted, core
 
 
 def _live_mappings() -> List[Range]:
-    try:
-        text = gdb.execute("info proc mappings", to_string=True)
-    except gdb.error:
-        return []
-    out = []
-    for line in text.splitlines():
-        m = _MAPPING.match(line)
-        if m:
-            out.append((int(m.group(1), 16), int(m.group(2), 16)))
-    return out
+    return [(m.start, m.end) for m in memory.gdb_listing()]
 
 
 def _probe_end(reader: memory.InferiorReader, sp: int) -> int:
