@@ -335,6 +335,15 @@ fn a_recursion_is_shown_once_then_counted() {
     let _ = fs::remove_file(&core);
 }
 
+/// Sampled, the same block answers with the same 41 frames, though its stack is kept by its
+/// frames: sampling makes no call-tree node (captures too far apart to share walks made ~60
+/// nodes per sampled stack on a deep workload).
+#[test]
+fn a_sampled_recursion_is_kept_by_its_frames_and_answers_the_same() {
+    let fixture = with_entry_script(c_fixture("why_recursion.c", &[]));
+    gdb(&fixture, "sampled");
+}
+
 /// What `/proc/sys/kernel/core_pattern` says, if it makes the kernel write a file named
 /// `core` into the crashing process's working directory (the pattern this suite relies on).
 fn kernel_writes_plain_core() -> Result<(), String> {
