@@ -140,6 +140,15 @@ impl Image {
             .find(|s| s.is_definition() && s.name() == Ok(name) && s.address() != 0)
             .map(|s| self.bias.wrapping_add(s.address()))
     }
+
+    /// Where the module's exported `name` is in the target, and its size (the dynamic
+    /// symbol table keeps both, in a stripped file too).
+    pub fn sized(&self, name: &str) -> Option<(u64, u64)> {
+        let elf = parse(&self.data, &self.path).ok()?;
+        elf.dynamic_symbols()
+            .find(|s| s.is_definition() && s.name() == Ok(name) && s.address() != 0)
+            .map(|s| (self.bias.wrapping_add(s.address()), s.size()))
+    }
 }
 
 impl Image {
@@ -215,5 +224,8 @@ mod tests {
         let functions = image.functions();
         assert_eq!(function_at(&functions, malloc + 1), Some("malloc"));
         assert_ne!(function_at(&functions, malloc - 1), Some("malloc"));
+        let (at, size) = image.sized("malloc").unwrap();
+        assert_eq!(at, malloc);
+        assert!(size > 0);
     }
 }
