@@ -500,6 +500,54 @@ fn the_tracing_half_killed_with_sigkill_has_its_breakpoints_put_back() {
     assert_eq!(out.last().map(String::as_str), Some("bye"));
 }
 
+/// Both halves of the command killed at once while they wait for a safe point (the command
+/// stopped first, so that it cannot put the bytes back, then its tracing child killed): the
+/// idle target is let go by the kernel with the `int3`s in its allocator. The next attach
+/// recognises them as its own (an `int3` in place of the first byte, the rest as in libc's
+/// file), puts libc's bytes back, says so, and attaches; the program allocates on, is
+/// detached and exits as usual.
+#[test]
+fn breakpoints_left_by_both_halves_killed_at_once_are_taken_out_by_the_next_attach() {
+    let _turn = one_at_a_time();
+    let f = idle_fixture();
+    let mut p = Running::start(plain(&f.bin));
+    let (mut attacher, tracer) = attach_waiting(&p);
+    let command = attacher.id() as i32;
+    // SAFETY: signals to our own child and to its child.
+    unsafe {
+        libc::kill(command, libc::SIGSTOP);
+        libc::kill(tracer, libc::SIGKILL);
+    }
+    untraced(p.pid);
+    // SAFETY: as above.
+    unsafe { libc::kill(command, libc::SIGKILL) };
+    attacher.wait().expect("wait for mem-trace");
+    let left = allocator_entries(p.pid)
+        .iter()
+        .filter(|&&(theirs, _)| theirs == 0xcc)
+        .count();
+    assert_eq!(left, 2, "no int3 left behind to take out");
+
+    let out = attach(&f, p.pid, "after-both-killed");
+    let pid = p.pid;
+    for name in ["malloc", "free"] {
+        let line = format!(
+            "mem-trace: process {pid} had an int3 at the entry of {name}, left by an attach \
+             killed with its parent: taken out, the byte of libc's file put back"
+        );
+        assert!(out.stderr.lines().any(|l| l == line), "{}", out.describe());
+    }
+    assert_eq!(out.stderr.lines().count(), 2, "{}", out.describe());
+    no_breakpoint_left(p.pid);
+    p.alloc();
+    p.send("thread");
+    assert_eq!(p.line(), "thread=ok");
+    detach(&f, p.pid, "after-both-killed-detach");
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
 #[test]
 fn an_idle_program_blocked_in_read_is_attached_promptly_and_runs_on() {
     // The interrupted read was restarted by the kernel, or returned EINTR, which the

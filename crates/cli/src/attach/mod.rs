@@ -154,7 +154,15 @@ fn begin(pid: i32, target: &Target, refuse_undumpable: bool) -> Result<Session> 
     let free = libc.symbol("free").map_err(|e| Error::new(e.to_string()))?;
     // A thread at glibc's malloc called from the tracer's hooks is inside the tracer, its
     // guard held: no safe point either.
-    supervise::split(pid, &[(malloc, "malloc"), (free, "free")]).map_err(Error::new)?;
+    let entry = |at| libc.file_bytes(at, supervise::ENTRY);
+    supervise::split(
+        pid,
+        &[
+            (malloc, "malloc", entry(malloc)),
+            (free, "free", entry(free)),
+        ],
+    )
+    .map_err(Error::new)?;
     let ld = target
         .ld
         .as_ref()
