@@ -1463,10 +1463,16 @@ fn loader_run<T>(
     let mut p = Running::start(cmd);
     p.send(command);
     assert_eq!(p.line(), waiting);
-    blocked_reading_stdin(p.pid);
+    // "busy": the constructor allocates until stdin has a line.
+    let reading = !args.contains(&"busy");
+    if reading {
+        blocked_reading_stdin(p.pid);
+    }
     let state = blocked(&mut p);
     // Still there, the lock held, whatever `blocked` did.
-    blocked_reading_stdin(p.pid);
+    if reading {
+        blocked_reading_stdin(p.pid);
+    }
     p.send("go");
     for &line in done {
         assert_eq!(p.line(), line);
@@ -1508,7 +1514,7 @@ fn loader_like_plain_with<T>(
     );
     let out = loader_run(f, args, hold, blocked, after);
     assert_eq!(masked(&out), masked(&plain_out));
-    let worker = if args.contains(&"alone") {
+    let worker = if args.contains(&"alone") || args.contains(&"busy") {
         "worker=none"
     } else {
         "worker=ok"
@@ -1633,6 +1639,38 @@ fn a_single_thread_inside_a_constructor_is_waited_for_and_the_attach_completes_a
         attach_completed(&f.0, p, attacher, "alone");
     };
     loader_like_plain_with(&f, &["alone"], IN_DLOPEN, waiting, attached);
+}
+
+/// The only thread inside the constructor, which allocates and sleeps while it waits: it
+/// comes to `malloc`'s entry from the library's code, a safe point but for the loader's lock
+/// it holds. Waited for the same way, nothing loaded meanwhile, and the attach completes
+/// once the constructor has returned.
+#[test]
+fn a_single_thread_allocating_inside_a_constructor_is_waited_for() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let waiting = |p: &mut Running| {
+        let (mut attacher, err, line) = waiting_attacher(p.pid);
+        let (head, tail) = alone_inside(p.pid, "dlopen", "lock")
+            .split_once(" (in read)")
+            .map(|(h, t)| (h.to_string(), t.to_string()))
+            .unwrap();
+        let inner = line
+            .trim_end()
+            .strip_prefix(&head)
+            .and_then(|rest| rest.strip_suffix(&tail))
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            [" (in malloc)", " (in free)"].contains(&inner),
+            "not stopped at the allocator's entry: {line}"
+        );
+        keeps_waiting(p.pid, &mut attacher, "busy");
+        (attacher, err)
+    };
+    let attached = |p: &mut Running, attacher| {
+        attach_completed(&f.0, p, attacher, "busy");
+    };
+    loader_like_plain_with(&f, &["busy"], IN_DLOPEN, waiting, attached);
 }
 
 /// The waiting line for the only thread, `pid`, inside `function` (in read) with the
