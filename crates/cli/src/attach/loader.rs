@@ -30,7 +30,8 @@ const MUTEX: usize = 40;
 const KIND_MASK: u32 = 3;
 const RECURSIVE: u32 = 1;
 /// How many instructions a probe is stepped before it must have reached its code (glibc
-/// 2.36: about 60 for `dladdr`, 90 for `dl_iterate_phdr`).
+/// 2.36: 64 for `dladdr`, 863 the first time, when libc's PLT slot for
+/// `_dl_find_dso_for_object` is bound lazily on the way; 95 for `dl_iterate_phdr`).
 const STEP_LIMIT: usize = 20_000;
 /// `futex`, where a thread waits for a mutex it does not own.
 const SYS_FUTEX: u64 = 202;
@@ -83,7 +84,7 @@ pub fn held_before(
 ) -> Result<Held, String> {
     let before = reach.read(mem, tid)?;
     let deadline = Instant::now() + Duration::from_secs(2);
-    for _ in 0..STEP_LIMIT {
+    for steps in 0..STEP_LIMIT {
         let r = ptrace::regs(tid).map_err(|e| format!("thread {tid}: {e}"))?;
         if (reach.code.0..reach.code.1).contains(&r.rip) {
             let during = reach.read(mem, tid)?;
@@ -95,7 +96,7 @@ pub fn held_before(
                 )
             })?;
             super::inject::debug(format_args!(
-                "{name}: the lock is _rtld_global+{at:#x}, owner {} before",
+                "{name}: the lock is _rtld_global+{at:#x}, owner {} before ({steps} steps)",
                 field(&before, at + OWNER)
             ));
             return Ok(if owned(&before, at, tid) {

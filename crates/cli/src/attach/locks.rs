@@ -2,8 +2,9 @@
 //! the tracer needs, before anything is loaded into it: each of glibc's allocator's arena
 //! mutexes, then the loader's `dl_load_lock`.
 //!
-//! The safe point guarantees that the chosen thread holds no lock; another thread may, for
-//! as long as it likes: `malloc_stats()` writes to stderr with `fprintf` while it holds each
+//! The safe point guarantees that the chosen thread holds no lock of the allocator's, and
+//! `loader` that it holds none of the loader's (they are recursive: a probe passes on their
+//! owner); another thread may, for as long as it likes: `malloc_stats()` writes to stderr with `fprintf` while it holds each
 //! arena's mutex (glibc 2.36 malloc.c), so a full stderr pipe keeps the main arena locked;
 //! a library's constructor runs inside `dlopen` with `dl_load_lock` held (glibc 2.36
 //! dl-open.c), so one that blocks keeps the loader locked. `dlopen` takes both, and a call
