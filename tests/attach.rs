@@ -1673,6 +1673,34 @@ fn a_single_thread_allocating_inside_a_constructor_is_waited_for() {
     loader_like_plain_with(&f, &["busy"], IN_DLOPEN, waiting, attached);
 }
 
+/// Ctrl-C while the attach waits for the only thread to leave the constructor (choosing a
+/// safe point again and again, breakpoints in and out of the allocator): the command ends
+/// by its SIGINT, the process is let go untouched, and runs on as without the attach.
+#[test]
+fn ctrl_c_while_waiting_for_a_thread_to_leave_the_loader_leaves_the_process_untouched() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let interrupted = |p: &mut Running| {
+        let (mut attacher, mut err, line) = waiting_attacher(p.pid);
+        assert_eq!(line.trim_end(), alone_inside(p.pid, "dlopen", "lock"));
+        // A few rounds of choosing, so that the signal may come during any of their steps.
+        std::thread::sleep(Duration::from_millis(700));
+        // SAFETY: kill with a pid of our own child.
+        unsafe { libc::kill(attacher.id() as i32, libc::SIGINT) };
+        let status = attacher.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGINT), "{status}: {rest}");
+        untraced(p.pid);
+        no_breakpoint_left(p.pid);
+        assert!(!library_mapped(p.pid));
+    };
+    loader_like_plain_with(&f, &["alone"], IN_DLOPEN, interrupted, |p, ()| {
+        p.alloc();
+    });
+}
+
 /// The waiting line for the only thread, `pid`, inside `function` (in read) with the
 /// loader's `lock` ("lock", "list lock") held.
 fn alone_inside(pid: u32, function: &str, lock: &str) -> String {
