@@ -190,7 +190,7 @@ impl Session {
         probes: &'p [locks::Probe<'a>],
         functions: &[(String, u64, u64)],
     ) -> Result<Option<&'p locks::Probe<'a>>, String> {
-        let point = self.point.as_ref().expect("a thread at a safe point");
+        let point = self.point.as_ref().ok_or("no thread at a safe point")?;
         for probe in probes {
             let mut held = Held::Unknown;
             for _ in 0..ASKED {
