@@ -500,6 +500,54 @@ fn the_tracing_half_killed_with_sigkill_has_its_breakpoints_put_back() {
     assert_eq!(out.last().map(String::as_str), Some("bye"));
 }
 
+/// Both halves of the command killed at once while they wait for a safe point (the command
+/// stopped first, so that it cannot put the bytes back, then its tracing child killed): the
+/// idle target is let go by the kernel with the `int3`s in its allocator. The next attach
+/// recognises them as its own (an `int3` in place of the first byte, the rest as in libc's
+/// file), puts libc's bytes back, says so, and attaches; the program allocates on, is
+/// detached and exits as usual.
+#[test]
+fn breakpoints_left_by_both_halves_killed_at_once_are_taken_out_by_the_next_attach() {
+    let _turn = one_at_a_time();
+    let f = idle_fixture();
+    let mut p = Running::start(plain(&f.bin));
+    let (mut attacher, tracer) = attach_waiting(&p);
+    let command = attacher.id() as i32;
+    // SAFETY: signals to our own child and to its child.
+    unsafe {
+        libc::kill(command, libc::SIGSTOP);
+        libc::kill(tracer, libc::SIGKILL);
+    }
+    untraced(p.pid);
+    // SAFETY: as above.
+    unsafe { libc::kill(command, libc::SIGKILL) };
+    attacher.wait().expect("wait for mem-trace");
+    let left = allocator_entries(p.pid)
+        .iter()
+        .filter(|&&(theirs, _)| theirs == 0xcc)
+        .count();
+    assert_eq!(left, 2, "no int3 left behind to take out");
+
+    let out = attach(&f, p.pid, "after-both-killed");
+    let pid = p.pid;
+    for name in ["malloc", "free"] {
+        let line = format!(
+            "mem-trace: process {pid} had an int3 at the entry of {name}, left by an attach \
+             killed with its parent: taken out, the byte of libc's file put back"
+        );
+        assert!(out.stderr.lines().any(|l| l == line), "{}", out.describe());
+    }
+    assert_eq!(out.stderr.lines().count(), 2, "{}", out.describe());
+    no_breakpoint_left(p.pid);
+    p.alloc();
+    p.send("thread");
+    assert_eq!(p.line(), "thread=ok");
+    detach(&f, p.pid, "after-both-killed-detach");
+    let (out, err, status) = p.finish(None);
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(out.last().map(String::as_str), Some("bye"));
+}
+
 #[test]
 fn an_idle_program_blocked_in_read_is_attached_promptly_and_runs_on() {
     // The interrupted read was restarted by the kernel, or returned EINTR, which the
@@ -1140,8 +1188,17 @@ fn locked_like_plain<T>(
 /// `mem-trace attach PID` started with a minute to wait for the allocator's lock, and the
 /// first line it wrote to stderr (that it waits): the command, its stderr, that line.
 fn waiting_attacher(pid: u32) -> (Child, BufReader<ChildStderr>, String) {
+    waiting_attacher_with(pid, &[])
+}
+
+/// [`waiting_attacher`] with variables set.
+fn waiting_attacher_with(
+    pid: u32,
+    vars: &[(&str, &str)],
+) -> (Child, BufReader<ChildStderr>, String) {
     let mut cmd = Command::new(mem_trace_binary());
     cmd.args(["attach", &pid.to_string()])
+        .envs(vars.iter().copied())
         .env("MEM_TRACE_LIB", library())
         .env("MEM_TRACE_ATTACH_LOCK_WAIT_MS", "60000")
         .env_remove("LD_PRELOAD")
@@ -1169,13 +1226,13 @@ fn keeps_waiting(pid: u32, attacher: &mut Child, label: &str) {
 
 /// A [`waiting_attacher`] on `p`, once the lock it waited for is free: it attached, said so
 /// and nothing else; a block `p` allocates after is named by `mem-trace top` at `f`'s
-/// `main-site`; then detached.
+/// `main-site`; then detached. Its line.
 fn attach_completed(
     f: &Fixture,
     p: &mut Running,
     (mut attacher, mut err): (Child, BufReader<ChildStderr>),
     label: &str,
-) {
+) -> String {
     let status = attacher.wait().unwrap();
     let mut stdout = String::new();
     std::io::Read::read_to_string(attacher.stdout.as_mut().unwrap(), &mut stdout).unwrap();
@@ -1200,6 +1257,7 @@ fn attach_completed(
         top.describe()
     );
     detach(f, p.pid, &format!("{label}-detach"));
+    stdout
 }
 
 /// `mem-trace attach PID` with a 1 s wait for a lock `pid` keeps held: refused within 10 s,
@@ -1254,8 +1312,9 @@ fn a_thread_held_inside_malloc_stats_is_waited_for_and_the_attach_completes_afte
         blocked_writing_stderr(p.pid);
         (attacher, err)
     };
-    let attached =
-        |p: &mut Running, attacher, label: &str| attach_completed(&f, p, attacher, label);
+    let attached = |p: &mut Running, attacher, label: &str| {
+        attach_completed(&f, p, attacher, label);
+    };
     for out in locked_like_plain(&f, waiting, attached) {
         assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
     }
@@ -1394,19 +1453,26 @@ const IN_PHDR: Hold = ("phdr", "phdr: waiting", &["phdr: done"]);
 /// success checked.
 fn loader_run<T>(
     (f, lib): &(Fixture, Fixture),
+    args: &[&str],
     (command, waiting, done): Hold,
     blocked: impl FnOnce(&mut Running) -> T,
     after: impl FnOnce(&mut Running, T),
 ) -> Vec<String> {
     let mut cmd = plain(&f.bin);
-    cmd.arg(&lib.bin);
+    cmd.arg(&lib.bin).args(args);
     let mut p = Running::start(cmd);
     p.send(command);
     assert_eq!(p.line(), waiting);
-    blocked_reading_stdin(p.pid);
+    // "busy": the constructor allocates until stdin has a line.
+    let reading = !args.contains(&"busy");
+    if reading {
+        blocked_reading_stdin(p.pid);
+    }
     let state = blocked(&mut p);
     // Still there, the lock held, whatever `blocked` did.
-    blocked_reading_stdin(p.pid);
+    if reading {
+        blocked_reading_stdin(p.pid);
+    }
     p.send("go");
     for &line in done {
         assert_eq!(p.line(), line);
@@ -1426,17 +1492,34 @@ fn loader_like_plain<T>(
     blocked: impl FnOnce(&mut Running) -> T,
     after: impl FnOnce(&mut Running, T),
 ) {
+    loader_like_plain_with(f, &[], hold, blocked, after);
+}
+
+/// [`loader_like_plain`] with the fixture's `args` ("alone": single-threaded).
+fn loader_like_plain_with<T>(
+    f: &(Fixture, Fixture),
+    args: &[&str],
+    hold: Hold,
+    blocked: impl FnOnce(&mut Running) -> T,
+    after: impl FnOnce(&mut Running, T),
+) {
     let plain_out = loader_run(
         f,
+        args,
         hold,
         |_| {},
         |p, ()| {
             p.alloc();
         },
     );
-    let out = loader_run(f, hold, blocked, after);
+    let out = loader_run(f, args, hold, blocked, after);
     assert_eq!(masked(&out), masked(&plain_out));
-    assert_eq!(out[out.len() - 2..], ["worker=ok", "bye"], "{out:?}");
+    let worker = if args.contains(&"alone") || args.contains(&"busy") {
+        "worker=none"
+    } else {
+        "worker=ok"
+    };
+    assert_eq!(out[out.len() - 2..], [worker, "bye"], "{out:?}");
 }
 
 /// A thread inside `dlopen`, its library's constructor blocked reading stdin with the
@@ -1462,7 +1545,9 @@ fn a_thread_held_inside_dlopen_is_waited_for_and_the_attach_completes_after() {
         keeps_waiting(p.pid, &mut attacher, "loader");
         (attacher, err)
     };
-    let attached = |p: &mut Running, attacher| attach_completed(&f.0, p, attacher, "loader");
+    let attached = |p: &mut Running, attacher| {
+        attach_completed(&f.0, p, attacher, "loader");
+    };
     loader_like_plain(&f, IN_DLOPEN, waiting, attached);
 }
 
@@ -1533,4 +1618,199 @@ fn a_thread_held_inside_dl_iterate_phdr_is_waited_for_and_the_attach_completes_a
         detach(&f.0, p.pid, "phdr-detach");
     };
     loader_like_plain(&f, IN_PHDR, waiting, attached);
+}
+
+/// The only thread inside `dlopen`, its library's constructor blocked reading stdin with the
+/// loader's lock held: the safe point's probes pass on it (the lock is recursive, and its
+/// own), but the tracer's `dlopen` would nest inside the constructor. The attach says so,
+/// loads nothing while it waits, and completes once the constructor has its line and has
+/// returned; the program prints and exits as without the attach.
+#[test]
+fn a_single_thread_inside_a_constructor_is_waited_for_and_the_attach_completes_after() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let waiting = |p: &mut Running| {
+        let (mut attacher, err, line) = waiting_attacher(p.pid);
+        assert_eq!(line.trim_end(), alone_inside(p.pid, "dlopen", "lock"));
+        keeps_waiting(p.pid, &mut attacher, "alone");
+        (attacher, err)
+    };
+    let attached = |p: &mut Running, attacher| {
+        attach_completed(&f.0, p, attacher, "alone");
+    };
+    loader_like_plain_with(&f, &["alone"], IN_DLOPEN, waiting, attached);
+}
+
+/// The only thread inside the constructor, which allocates and sleeps while it waits: it
+/// comes to `malloc`'s entry from the library's code, a safe point but for the loader's lock
+/// it holds. Waited for the same way, nothing loaded meanwhile, and the attach completes
+/// once the constructor has returned.
+#[test]
+fn a_single_thread_allocating_inside_a_constructor_is_waited_for() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let waiting = |p: &mut Running| {
+        let (mut attacher, err, line) = waiting_attacher(p.pid);
+        let (head, tail) = alone_inside(p.pid, "dlopen", "lock")
+            .split_once(" (in read)")
+            .map(|(h, t)| (h.to_string(), t.to_string()))
+            .unwrap();
+        let inner = line
+            .trim_end()
+            .strip_prefix(&head)
+            .and_then(|rest| rest.strip_suffix(&tail))
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            [" (in malloc)", " (in free)"].contains(&inner),
+            "not stopped at the allocator's entry: {line}"
+        );
+        keeps_waiting(p.pid, &mut attacher, "busy");
+        (attacher, err)
+    };
+    let attached = |p: &mut Running, attacher| {
+        attach_completed(&f.0, p, attacher, "busy");
+    };
+    loader_like_plain_with(&f, &["busy"], IN_DLOPEN, waiting, attached);
+}
+
+/// Ctrl-C while the attach waits for the only thread to leave the constructor (choosing a
+/// safe point again and again, breakpoints in and out of the allocator): the command ends
+/// by its SIGINT, the process is let go untouched, and runs on as without the attach.
+#[test]
+fn ctrl_c_while_waiting_for_a_thread_to_leave_the_loader_leaves_the_process_untouched() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let interrupted = |p: &mut Running| {
+        let (mut attacher, mut err, line) = waiting_attacher(p.pid);
+        assert_eq!(line.trim_end(), alone_inside(p.pid, "dlopen", "lock"));
+        // A few rounds of choosing, so that the signal may come during any of their steps.
+        std::thread::sleep(Duration::from_millis(700));
+        // SAFETY: kill with a pid of our own child.
+        unsafe { libc::kill(attacher.id() as i32, libc::SIGINT) };
+        let status = attacher.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGINT), "{status}: {rest}");
+        untraced(p.pid);
+        no_breakpoint_left(p.pid);
+        assert!(!library_mapped(p.pid));
+    };
+    loader_like_plain_with(&f, &["alone"], IN_DLOPEN, interrupted, |p, ()| {
+        p.alloc();
+    });
+}
+
+/// The waiting line for the only thread, `pid`, inside `function` (in read) with the
+/// loader's `lock` ("lock", "list lock") held.
+fn alone_inside(pid: u32, function: &str, lock: &str) -> String {
+    format!(
+        "mem-trace: thread {pid} is inside {function} (in read), holding the loader's {lock}, \
+         and no other thread is at a safe point: the tracer cannot be loaded from inside the \
+         loader; waiting up to 60 s for it to leave"
+    )
+}
+
+/// The same single thread inside the constructor past the attach's wait: refused with one
+/// line naming it and where it is, the process let go untouched (nothing loaded, no
+/// breakpoint left, still in the constructor); once the constructor has its line the
+/// program goes on, and can be attached to then.
+#[test]
+fn a_single_thread_inside_a_constructor_past_the_wait_is_refused_and_left_untouched() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let refused = |p: &mut Running| {
+        let lines = refused_after_waiting(&f.0, p.pid, "alone-refused");
+        let pid = p.pid;
+        assert_eq!(
+            lines[0],
+            alone_inside(pid, "dlopen", "lock").replace("60 s", "1 s")
+        );
+        assert!(
+            lines[1].starts_with(&format!(
+                "mem-trace: process {pid}: thread {pid} stayed inside dlopen (in read) for 1 \
+                 s, holding the loader's lock, and no other thread came to a safe point: the \
+                 tracer cannot be loaded from inside the loader; nothing was loaded and the \
+                 process runs on as it was"
+            )),
+            "{lines:?}"
+        );
+    };
+    let attached_later = |p: &mut Running, ()| {
+        attach(&f.0, p.pid, "alone-later");
+        p.alloc();
+        detach(&f.0, p.pid, "alone-later-detach");
+    };
+    loader_like_plain_with(&f, &["alone"], IN_DLOPEN, refused, attached_later);
+}
+
+/// The only thread inside a `dl_iterate_phdr` callback, blocked reading stdin with the
+/// loader's list lock held (which `dlopen` takes again, recursively, to add the tracer to
+/// the list the callback walks): waited for, nothing loaded meanwhile, and the attach
+/// completes once the callback has returned.
+#[test]
+fn a_single_thread_inside_a_dl_iterate_phdr_callback_is_waited_for() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let waiting = |p: &mut Running| {
+        let (mut attacher, err, line) = waiting_attacher(p.pid);
+        assert_eq!(
+            line.trim_end(),
+            alone_inside(p.pid, "dl_iterate_phdr", "list lock")
+        );
+        keeps_waiting(p.pid, &mut attacher, "alone-phdr");
+        (attacher, err)
+    };
+    let attached = |p: &mut Running, attacher| {
+        attach_completed(&f.0, p, attacher, "alone-phdr");
+    };
+    loader_like_plain_with(&f, &["alone"], IN_PHDR, waiting, attached);
+}
+
+/// Two threads: the main one inside the constructor, blocked reading stdin with the
+/// loader's lock held, the worker allocating and sleeping. With no wait at the allocator's
+/// entry, the main thread (blocked in `read` of a pipe, first in the list) is found at a
+/// safe point first: it is skipped for the worker, whose probe then waits for the loader's
+/// lock that the main thread holds (its `dlopen` would wait for it), saying so; nothing is
+/// loaded meanwhile, and once the constructor has returned the attach completes on the
+/// worker. The program prints and exits as without the attach.
+#[test]
+fn the_thread_inside_a_constructor_is_skipped_for_another_that_waits_for_the_lock() {
+    let _turn = one_at_a_time();
+    let f = loader_fixture();
+    let waiting = |p: &mut Running| {
+        let (mut attacher, mut err, mut line) =
+            waiting_attacher_with(p.pid, &[("MEM_TRACE_ATTACH_WAIT_MS", "0")]);
+        // The worker, between two sleeps when the threads were stopped, was no safe point:
+        // the main thread is waited for until it is.
+        if line.trim_end() == alone_inside(p.pid, "dlopen", "lock") {
+            line.clear();
+            err.read_line(&mut line).unwrap();
+        }
+        assert_eq!(
+            line.trim_end(),
+            format!(
+                "mem-trace: thread {} is inside dlopen (in read), holding the loader's lock \
+                 that loading the tracer needs: waiting up to 60 s for it to leave",
+                p.pid
+            )
+        );
+        keeps_waiting(p.pid, &mut attacher, "skipped");
+        (attacher, err)
+    };
+    let attached = |p: &mut Running, attacher| {
+        let line = attach_completed(&f.0, p, attacher, "skipped");
+        let head = format!("mem-trace: attached to process {} (thread ", p.pid);
+        let tid = line
+            .strip_prefix(&head)
+            .and_then(|rest| rest.split_once(' '))
+            .map(|(tid, _)| tid.to_string())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert_ne!(
+            tid,
+            p.pid.to_string(),
+            "attached on the constructor's thread: {line}"
+        );
+    };
+    loader_like_plain(&f, IN_DLOPEN, waiting, attached);
 }

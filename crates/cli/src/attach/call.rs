@@ -27,6 +27,21 @@ pub fn start(
     data: Option<&[u8]>,
     args: &[u64],
 ) -> Result<(), String> {
+    prepare(mem, tid, base, func, data, args)?;
+    threads
+        .resume(tid, true)
+        .map_err(|e| format!("cannot resume thread {tid}: {e}"))
+}
+
+/// [`start`] without the resumption: the thread stopped at `func`'s first instruction.
+pub fn prepare(
+    mem: &Memory,
+    tid: i32,
+    base: &libc::user_regs_struct,
+    func: u64,
+    data: Option<&[u8]>,
+    args: &[u64],
+) -> Result<(), String> {
     let mut r = *base;
     let mut sp = r.rsp - RED_ZONE;
     let mut list = Vec::new();
@@ -54,10 +69,7 @@ pub fn start(
     for (reg, &v) in regs.into_iter().zip(&list) {
         *reg = v;
     }
-    ptrace::set_regs(tid, &r).map_err(|e| format!("cannot set thread {tid}'s registers: {e}"))?;
-    threads
-        .resume(tid, true)
-        .map_err(|e| format!("cannot resume thread {tid}: {e}"))
+    ptrace::set_regs(tid, &r).map_err(|e| format!("cannot set thread {tid}'s registers: {e}"))
 }
 
 /// Waits until `deadline` for the call to `func` started on `tid` to return to address 0,

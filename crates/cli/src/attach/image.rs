@@ -140,6 +140,31 @@ impl Image {
             .find(|s| s.is_definition() && s.name() == Ok(name) && s.address() != 0)
             .map(|s| self.bias.wrapping_add(s.address()))
     }
+
+    /// The file's bytes that are mapped at `addr`, `n` of them, when one loaded segment
+    /// holds them all: what the code there was before anything wrote to it.
+    pub fn file_bytes(&self, addr: u64, n: usize) -> Option<&[u8]> {
+        let elf = parse(&self.data, &self.path).ok()?;
+        let vaddr = addr.wrapping_sub(self.bias);
+        elf.elf_program_headers().iter().find_map(|p| {
+            let e = Endianness::Little;
+            let (at, size) = (p.p_vaddr(e), p.p_filesz(e));
+            if p.p_type(e) != object::elf::PT_LOAD || vaddr < at || vaddr + n as u64 > at + size {
+                return None;
+            }
+            let offset = (p.p_offset(e) + vaddr - at) as usize;
+            self.data.get(offset..offset + n)
+        })
+    }
+
+    /// Where the module's exported `name` is in the target, and its size (the dynamic
+    /// symbol table keeps both, in a stripped file too).
+    pub fn sized(&self, name: &str) -> Option<(u64, u64)> {
+        let elf = parse(&self.data, &self.path).ok()?;
+        elf.dynamic_symbols()
+            .find(|s| s.is_definition() && s.name() == Ok(name) && s.address() != 0)
+            .map(|s| (self.bias.wrapping_add(s.address()), s.size()))
+    }
 }
 
 impl Image {
@@ -215,5 +240,13 @@ mod tests {
         let functions = image.functions();
         assert_eq!(function_at(&functions, malloc + 1), Some("malloc"));
         assert_ne!(function_at(&functions, malloc - 1), Some("malloc"));
+        let (at, size) = image.sized("malloc").unwrap();
+        assert_eq!(at, malloc);
+        assert!(size > 0);
+        // The file's bytes at malloc are this process's own (nothing wrote to them).
+        // SAFETY: the first 16 bytes of libc's malloc, mapped and executable.
+        let own = unsafe { std::slice::from_raw_parts(malloc as *const u8, 16) };
+        assert_eq!(image.file_bytes(malloc, 16), Some(own));
+        assert_eq!(image.file_bytes(0, 16), None);
     }
 }

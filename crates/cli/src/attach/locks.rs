@@ -2,8 +2,9 @@
 //! the tracer needs, before anything is loaded into it: each of glibc's allocator's arena
 //! mutexes, then the loader's `dl_load_lock`.
 //!
-//! The safe point guarantees that the chosen thread holds no lock; another thread may, for
-//! as long as it likes: `malloc_stats()` writes to stderr with `fprintf` while it holds each
+//! The safe point guarantees that the chosen thread holds no lock of the allocator's, and
+//! `loader` that it holds none of the loader's (they are recursive: a probe passes on their
+//! owner); another thread may, for as long as it likes: `malloc_stats()` writes to stderr with `fprintf` while it holds each
 //! arena's mutex (glibc 2.36 malloc.c), so a full stderr pipe keeps the main arena locked;
 //! a library's constructor runs inside `dlopen` with `dl_load_lock` held (glibc 2.36
 //! dl-open.c), so one that blocks keeps the loader locked. `dlopen` takes both, and a call
@@ -17,6 +18,7 @@
 
 use super::call;
 use super::image::function_at;
+use super::loader::{self, Held, Reach};
 use super::memory::Memory;
 use super::ptrace::{self, Stop, Threads};
 use super::safepoint::{interrupted, SafePoint};
@@ -51,6 +53,9 @@ pub struct Probe<'a> {
     /// libc's functions that take the lock: a return address into one of them on a
     /// thread's stack names that thread as the holder.
     pub holders: &'static [&'static str],
+    /// Where the call holds the lock, when it is asked whether the chosen thread itself
+    /// held it before (`loader`).
+    pub reach: Option<Reach>,
 }
 
 /// libc's functions that take an arena's mutex.
@@ -101,14 +106,16 @@ pub fn allocator(mallinfo2: u64, buffer: &[u8; 80]) -> Probe<'_> {
         lock: "a lock of glibc's allocator",
         inside: "the allocator",
         holders: &ALLOCATOR,
+        reach: None,
     }
 }
 
 /// The loader's probe: glibc 2.36's `dladdr` is `_dl_addr`, which takes `dl_load_lock`
 /// before it looks the address up and releases it after. The address is the probe's own
 /// data on the thread's stack, in no loaded object: it returns 0 without writing `info`,
-/// which is NULL.
-pub fn loader(dladdr: u64) -> Probe<'static> {
+/// which is NULL. `reach`: `_dl_find_dso_for_object`, which `_dl_addr` calls with the lock
+/// taken.
+pub fn loader(dladdr: u64, reach: Option<Reach>) -> Probe<'static> {
     Probe {
         name: "dladdr",
         func: dladdr,
@@ -117,6 +124,7 @@ pub fn loader(dladdr: u64) -> Probe<'static> {
         lock: "the loader's lock",
         inside: "the loader",
         holders: &LOADER,
+        reach,
     }
 }
 
@@ -124,8 +132,13 @@ pub fn loader(dladdr: u64) -> Probe<'static> {
 /// while it calls its callback for each loaded object, and `dlopen` takes that lock, under
 /// `dl_load_lock`, to add the new object to the list; `dladdr` does not take it. The
 /// callback is `getpid`, which ignores its arguments and returns non-zero: the walk stops
-/// at the first object.
-pub fn loader_list(dl_iterate_phdr: u64, getpid: &[u64; 2]) -> Probe<'_> {
+/// at the first object. `rtld_global`: where the loader's locks are, to ask whether the
+/// chosen thread held this one (`loader`): the callback runs with it taken.
+pub fn loader_list(
+    dl_iterate_phdr: u64,
+    getpid: &[u64; 2],
+    rtld_global: Option<(u64, usize)>,
+) -> Probe<'_> {
     Probe {
         name: "dl_iterate_phdr",
         func: dl_iterate_phdr,
@@ -134,30 +147,62 @@ pub fn loader_list(dl_iterate_phdr: u64, getpid: &[u64; 2]) -> Probe<'_> {
         lock: "the loader's list lock",
         inside: "the loader",
         holders: &["dl_iterate_phdr"],
+        reach: rtld_global.map(|data| Reach {
+            code: (getpid[0], getpid[0] + 1),
+            data,
+        }),
     }
 }
 
-/// Returns once the probe's lock is free (see the module documentation); an error, the
-/// thread stopped with the call abandoned and holding nothing, when it stays held past the
-/// wait. `libc` are libc's exported functions.
+/// `MEM_TRACE_ATTACH_LOCK_WAIT_MS`, or [`LOCK_WAIT`]: how long a thread holding a lock, or
+/// inside the loader, is waited for.
+pub fn lock_wait() -> Duration {
+    std::env::var("MEM_TRACE_ATTACH_LOCK_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(LOCK_WAIT, Duration::from_millis)
+}
+
+/// Returns once the probe's lock is free (see the module documentation), with whether the
+/// chosen thread itself held it before (when the probe has a `reach`); an error, the thread
+/// stopped with the call abandoned and holding nothing, when it stays held past the wait.
+/// `libc` are libc's exported functions.
 pub fn wait_unlocked(
     threads: &mut Threads,
     mem: &Memory,
     point: &SafePoint,
     probe: &Probe,
     libc: &[(String, u64, u64)],
-) -> Result<(), String> {
+) -> Result<Held, String> {
     let tid = point.tid;
     let func = probe.func;
     // `MEM_TRACE_ATTACH_LOCK_WAIT_MS`: another wait, for the tests of both outcomes.
-    let limit = std::env::var("MEM_TRACE_ATTACH_LOCK_WAIT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(LOCK_WAIT, Duration::from_millis);
+    let limit = lock_wait();
     let started = Instant::now();
-    call::start(threads, mem, tid, &point.regs, func, probe.data, probe.args)?;
-    if call::wait(threads, tid, func, started + QUIET)?.is_some() {
-        return Ok(());
+    // A failure to tell is reported once the call has returned: stopped midway, it may
+    // hold the lock.
+    let mut untold = None;
+    let held = match &probe.reach {
+        None => {
+            call::start(threads, mem, tid, &point.regs, func, probe.data, probe.args)?;
+            Held::Unknown
+        }
+        Some(reach) => {
+            call::prepare(mem, tid, &point.regs, func, probe.data, probe.args)?;
+            let held = loader::held_before(threads, mem, tid, reach, probe.name);
+            threads
+                .resume(tid, false)
+                .map_err(|e| format!("cannot resume thread {tid}: {e}"))?;
+            held.unwrap_or_else(|e| {
+                untold = Some(e);
+                Held::Unknown
+            })
+        }
+    };
+    let done = |untold: Option<String>| untold.map_or(Ok(held), Err);
+    // Quiet from here: the steps take their own time, nothing to do with a lock's holder.
+    if call::wait(threads, tid, func, Instant::now() + QUIET)?.is_some() {
+        return done(untold);
     }
     let who = holder(threads, mem, tid, libc, probe.holders);
     eprintln!(
@@ -174,13 +219,13 @@ pub fn wait_unlocked(
     let waited = call::wait(threads, tid, func, started + limit);
     ptrace::cut_short_by_signals(false);
     let why = match waited {
-        Ok(Some(_)) => return Ok(()),
+        Ok(Some(_)) => return done(untold),
         Ok(None) => None,
         Err(e) => Some(e),
     };
     if abandon(threads, tid, probe)? {
         return match why {
-            None => Ok(()),
+            None => done(untold),
             Some(e) => Err(e),
         };
     }
@@ -270,15 +315,40 @@ fn holder(
         let suppress = !matches!(stop, Ok(Stop::Signal(_)));
         let _ = threads.resume(tid, suppress);
         if let Some((function, rip)) = found {
-            let here = match function_at(libc, rip) {
-                Some(f) if f == function => String::new(),
-                Some(f) => format!(" (in {f})"),
-                None => format!(" (at {rip:#x})"),
-            };
-            return Some(format!("thread {tid} is inside {function}{here}"));
+            return Some(format!(
+                "thread {tid} is inside {}",
+                in_function(&function, rip, libc)
+            ));
         }
     }
     None
+}
+
+/// "dlopen (in read)": the innermost of the probe's `holders` that the thread stopped with
+/// registers `r` is inside (a guess from its stack, as [`holder`]'s), or the probe's
+/// `inside`, and the function its rip is in.
+pub fn place(
+    mem: &Memory,
+    r: &libc::user_regs_struct,
+    libc: &[(String, u64, u64)],
+    probe: &Probe,
+) -> String {
+    let holding: Vec<_> = libc
+        .iter()
+        .filter(|(name, _, _)| probe.holders.contains(&name.as_str()))
+        .cloned()
+        .collect();
+    let function = caller_in(mem, r, &holding).unwrap_or_else(|| probe.inside.to_string());
+    in_function(&function, r.rip, libc)
+}
+
+/// "FUNCTION (in WHERE)", WHERE the function of `libc` that `rip` is in, unless the same.
+fn in_function(function: &str, rip: u64, libc: &[(String, u64, u64)]) -> String {
+    match function_at(libc, rip) {
+        Some(f) if f == function => function.to_string(),
+        Some(f) => format!("{function} (in {f})"),
+        None => format!("{function} (at {rip:#x})"),
+    }
 }
 
 /// The innermost of `functions` that a word of the stack at `r.rsp` returns into, or the one

@@ -9,6 +9,7 @@
 //!   loader's locks;
 //! - `dumpable`: whether the process asked not to be inspected, asked of it;
 //! - `locks`: the wait until no thread holds a lock of the allocator or the loader;
+//! - `loader`: whether the chosen thread is itself inside the loader (its locks' owner);
 //! - `call`: one function called on a stopped thread;
 //! - `inject`: calling `dlopen` and the library's entry points on that thread;
 //! - `supervise`: the command split in two before it touches the process, so that killing
@@ -16,7 +17,7 @@
 //!
 //! An attach: the checks; every thread seized; the process asked whether it is dumpable; one
 //! thread stopped at a safe point, and held there until no thread holds an arena's lock or
-//! the loader's; there, `dlopen(LIBRARY, RTLD_NOW)` (glibc >= 2.34 exports it from
+//! the loader's (one found inside the loader itself is not used); there, `dlopen(LIBRARY, RTLD_NOW)` (glibc >= 2.34 exports it from
 //! libc.so.6; not `RTLD_GLOBAL`, and not `dlmopen`, whose new namespace would bring a second
 //! libc and heap) and `mem_trace_attach(SETTINGS)`, which starts the tracer and redirects
 //! the malloc family by rewriting GOT entries (src/attach); the thread's registers put back;
@@ -27,6 +28,7 @@ mod checks;
 mod dumpable;
 mod image;
 mod inject;
+mod loader;
 mod locks;
 mod memory;
 mod ptrace;
@@ -152,13 +154,26 @@ fn begin(pid: i32, target: &Target, refuse_undumpable: bool) -> Result<Session> 
     let free = libc.symbol("free").map_err(|e| Error::new(e.to_string()))?;
     // A thread at glibc's malloc called from the tracer's hooks is inside the tracer, its
     // guard held: no safe point either.
-    supervise::split(pid, &[(malloc, "malloc"), (free, "free")]).map_err(Error::new)?;
-    let mut unsafe_callers = vec![&target.libc];
-    unsafe_callers.extend(target.ld.as_ref());
+    let entry = |at| libc.file_bytes(at, supervise::ENTRY);
+    supervise::split(
+        pid,
+        &[
+            (malloc, "malloc", entry(malloc)),
+            (free, "free", entry(free)),
+        ],
+    )
+    .map_err(Error::new)?;
+    let ld = target
+        .ld
+        .as_ref()
+        .ok_or_else(|| Error::new(format!("process {pid} has no ld.so mapped")))?;
+    let ld_image = Image::read(pid, ld).map_err(|e| Error::new(e.to_string()))?;
+    let mut unsafe_callers = vec![&target.libc, ld];
     unsafe_callers.extend(target.ours.as_ref().map(|(m, _)| m));
     Session::begin(
         pid,
         &libc,
+        &ld_image,
         (malloc, free),
         &unsafe_callers,
         refuse_undumpable,

@@ -85,42 +85,45 @@ impl Breakpoints {
     }
 }
 
-/// Waits for a safe point in `threads` (see the module documentation). `malloc` and `free`
-/// are libc's entries; `unsafe_callers` are libc and ld.so. On return, the breakpoints are
-/// out of the target whatever happened.
+/// Why [`choose`] found no safe point.
+pub const NONE_FOUND: &str = "no thread was at a safe point: none called malloc or free from \
+     outside libc within 200 ms, and none was blocked in a call the allocator never blocks in \
+     (epoll_wait, poll, select, read of a pipe or socket, nanosleep, accept, recvmsg); try \
+     again when the process is busy or idle";
+
+/// Waits for a safe point in `threads` (see the module documentation), on a thread not in
+/// `skip` (found inside the loader); `None` (every thread running) when there is none.
+/// `unsafe_callers` are libc and ld.so. On return, the breakpoints are out of the target
+/// whatever happened.
 pub fn choose(
     threads: &mut Threads,
     mem: &Memory,
     bps: &mut Breakpoints,
     unsafe_callers: &[&Module],
-) -> Result<SafePoint, String> {
+    skip: &[i32],
+) -> Result<Option<SafePoint>, String> {
     ptrace::cut_short_by_signals(true);
-    let found = at_allocator_entry(threads, mem, bps, unsafe_callers);
+    let found = at_allocator_entry(threads, mem, bps, unsafe_callers, skip);
     bps.remove(mem);
     let found = match found {
         Ok(None) => {
-            in_blocking_call(threads).map_err(|e| format!("while stopping the threads: {e}"))
+            in_blocking_call(threads, skip).map_err(|e| format!("while stopping the threads: {e}"))
         }
         Ok(Some(p)) => Ok(Some(p)),
         Err(e) => Err(format!("while waiting for a thread to call malloc: {e}")),
     };
     ptrace::cut_short_by_signals(false);
-    found?.ok_or_else(|| {
-        "no thread was at a safe point: none called malloc or free from outside libc within \
-         200 ms, and none was blocked in a call the allocator never blocks in (epoll_wait, \
-         poll, select, read of a pipe or socket, nanosleep, accept, recvmsg); try again when \
-         the process is busy or idle"
-            .to_string()
-    })
+    found
 }
 
-/// Way 1: the first thread at `malloc`'s or `free`'s entry called from outside
-/// `unsafe_callers`, within [`BUSY_WAIT`].
+/// Way 1: the first thread not in `skip` at `malloc`'s or `free`'s entry called from
+/// outside `unsafe_callers`, within [`BUSY_WAIT`].
 fn at_allocator_entry(
     threads: &mut Threads,
     mem: &Memory,
     bps: &mut Breakpoints,
     unsafe_callers: &[&Module],
+    skip: &[i32],
 ) -> io::Result<Option<SafePoint>> {
     bps.insert(mem)?;
     // `MEM_TRACE_ATTACH_WAIT_MS`: another wait, for tests of the second way on a busy target.
@@ -143,7 +146,7 @@ fn at_allocator_entry(
         let r = ptrace::regs(tid)?;
         let caller = mem.read_u64(r.rsp)?;
         super::inject::debug(format_args!("hit: tid {tid} at {at:#x} from {caller:#x}"));
-        if !unsafe_callers.iter().any(|m| m.contains(caller)) {
+        if !unsafe_callers.iter().any(|m| m.contains(caller)) && !skip.contains(&tid) {
             bps.remove(mem);
             let which = if bps.at.first().is_some_and(|&(a, _)| a == at) {
                 "malloc"
@@ -157,8 +160,8 @@ fn at_allocator_entry(
                 place: format!("thread {tid} at the entry of {which}, called from {caller:#x}"),
             }));
         }
-        // Called from inside libc or the loader: stepped over its first instruction with the
-        // breakpoints out, then they go back in.
+        // Called from inside libc or the loader (or skipped): stepped over its first
+        // instruction with the breakpoints out, then they go back in.
         bps.remove(mem);
         let stepped = threads.step(tid, Instant::now() + Duration::from_secs(1))?;
         super::inject::debug(format_args!("stepped: tid {tid} {stepped:?}"));
@@ -201,9 +204,9 @@ pub fn interrupted(rax: u64) -> bool {
     matches!(rax as i64, -4 | -512 | -513 | -514 | -516)
 }
 
-/// Way 2: every thread stopped; one blocked in a [`BLOCKING`] call is kept, the others run
-/// on. `None` (all running again) when there is none.
-fn in_blocking_call(threads: &mut Threads) -> io::Result<Option<SafePoint>> {
+/// Way 2: every thread stopped; one not in `skip` blocked in a [`BLOCKING`] call is kept,
+/// the others run on. `None` (all running again) when there is none.
+fn in_blocking_call(threads: &mut Threads, skip: &[i32]) -> io::Result<Option<SafePoint>> {
     let stops = threads.stop_all(Instant::now() + Duration::from_secs(2));
     super::inject::debug(format_args!("stopped for a blocking call: {stops:?}"));
     let interrupted_ones: Vec<i32> = stops
@@ -215,7 +218,7 @@ fn in_blocking_call(threads: &mut Threads) -> io::Result<Option<SafePoint>> {
     let mut chosen = None;
     for &tid in &interrupted_ones {
         let r = ptrace::regs(tid)?;
-        if chosen.is_none() && interrupted(r.rax) {
+        if chosen.is_none() && !skip.contains(&tid) && interrupted(r.rax) {
             if let Some(name) = blocking_call(pid, &r) {
                 chosen = Some(SafePoint {
                     tid,

@@ -16,9 +16,11 @@
 //!   it needs no tracing rights of its own).
 //!
 //! Only both killed at once (`kill -9` of the process group) can still leave a breakpoint
-//! behind; and a child killed while a thread of the target was stopped at a hit leaves that
-//! thread its `SIGTRAP` (the kernel delivers what the thread stopped for), which nothing
-//! outside the kernel can take back.
+//! behind; the next attach or detach takes it out before anything else ([`split`]: an
+//! `int3` in place of the first byte of `malloc` or `free`, the rest as in libc's file, in a
+//! process nobody traces, is what a killed attach leaves). A child killed while a thread of
+//! the target was stopped at a hit leaves that thread its `SIGTRAP` (the kernel delivers what
+//! the thread stopped for), which nothing outside the kernel can take back.
 
 use super::memory::Memory;
 use std::io;
@@ -30,21 +32,45 @@ const INT3: u8 = 0xcc;
 /// The signals forwarded to the child; the child holds them (`ptrace::hold_signals`).
 const FORWARDED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
+/// How many bytes of a function's entry are compared with the file's.
+pub const ENTRY: usize = 16;
+
+/// A function the child may put a breakpoint at: its address, its name, and its first
+/// [`ENTRY`] bytes in the module's file, when they could be read.
+pub type Entry<'a> = (u64, &'a str, Option<&'a [u8]>);
+
 /// Forks: returns in the child, which does the attach; the parent waits for it and exits as
 /// it did (never returns). `entries` are the addresses the child may put breakpoints at
-/// (libc's `malloc` and `free`), read here while they hold their original bytes.
-pub fn split(pid: i32, entries: &[(u64, &str)]) -> Result<(), String> {
+/// (libc's `malloc` and `free`), read here while they hold their original bytes; one left
+/// by an attach killed with its parent is taken out first ([`leftover`]). The process is
+/// traced by nobody (`checks`).
+pub fn split(pid: i32, entries: &[Entry]) -> Result<(), String> {
     let mem = Memory::open(pid).map_err(|e| format!("cannot open /proc/{pid}/mem: {e}"))?;
     let mut original = Vec::new();
-    for &(addr, name) in entries {
-        let mut b = [0u8];
+    for &(addr, name, file) in entries {
+        let mut b = [0u8; ENTRY];
         mem.read(addr, &mut b)
             .map_err(|e| format!("cannot read libc's code in process {pid}: {e}"))?;
         if b[0] == INT3 {
-            return Err(format!(
-                "process {pid} has a breakpoint at the entry of {name} already (a debugger's, \
-                 or one an attacher killed at once with its parent left): not attached"
-            ));
+            let Some(byte) = file.and_then(|file| leftover(&b, file)) else {
+                let why = if file.is_some() {
+                    "the code after it differs from libc's file"
+                } else {
+                    "libc's file could not be read to compare"
+                };
+                return Err(format!(
+                    "process {pid} has a breakpoint at the entry of {name} already, not one \
+                     mem-trace leaves ({why}): not attached"
+                ));
+            };
+            mem.write(addr, &[byte]).map_err(|e| {
+                format!("cannot take out the breakpoint left at {name} in process {pid}: {e}")
+            })?;
+            eprintln!(
+                "mem-trace: process {pid} had an int3 at the entry of {name}, left by an \
+                 attach killed with its parent: taken out, the byte of libc's file put back"
+            );
+            b[0] = byte;
         }
         original.push((addr, b[0]));
     }
@@ -110,6 +136,14 @@ pub fn split(pid: i32, entries: &[(u64, &str)]) -> Result<(), String> {
     });
 }
 
+/// The byte to put back when `memory`, a function's entry, is what an attach leaves: an
+/// `int3` where `file` has another byte, and the rest of the entry as in `file`.
+pub fn leftover(memory: &[u8], file: &[u8]) -> Option<u8> {
+    let (&first, rest) = file.split_first()?;
+    (memory.len() == file.len() && memory[0] == INT3 && first != INT3 && memory[1..] == *rest)
+        .then_some(first)
+}
+
 /// Waits for `child` to end, passing it every signal of `set` the parent receives; its
 /// wait status.
 fn wait_forwarding(child: i32, set: &libc::sigset_t) -> i32 {
@@ -147,4 +181,26 @@ fn signal_set() -> libc::sigset_t {
         }
     }
     set
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_int3_in_place_of_the_first_byte_is_a_leftover() {
+        // endbr64; push %r12 ...
+        let file = [0xf3, 0x0f, 0x1e, 0xfa, 0x41, 0x54];
+        let mut memory = file;
+        memory[0] = INT3;
+        assert_eq!(leftover(&memory, &file), Some(0xf3));
+        // Anything else changed too: someone else's patch.
+        memory[3] = 0x90;
+        assert_eq!(leftover(&memory, &file), None);
+        // No int3, or the file's own, or bytes of another length.
+        assert_eq!(leftover(&file, &file), None);
+        let int3_file = [INT3, 0x0f];
+        assert_eq!(leftover(&int3_file, &int3_file), None);
+        assert_eq!(leftover(&[INT3], &file), None);
+    }
 }
