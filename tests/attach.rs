@@ -1627,18 +1627,34 @@ fn a_thread_held_inside_dl_iterate_phdr_is_waited_for_and_the_attach_completes_a
 /// returned; the program prints and exits as without the attach.
 #[test]
 fn a_single_thread_inside_a_constructor_is_waited_for_and_the_attach_completes_after() {
+    waited_for_inside_a_constructor("alone", |pid, line| {
+        assert_eq!(line, alone_inside(pid, "dlopen", "lock"));
+    });
+}
+
+/// The fixture in `mode`, its only thread inside the constructor (see
+/// [`waited_for_inside`]).
+fn waited_for_inside_a_constructor(mode: &str, check: impl Fn(u32, &str)) {
+    waited_for_inside((mode, mode), IN_DLOPEN, check);
+}
+
+/// The fixture in mode `mode` (the logs named `label`), its only thread held in the loader
+/// as `hold` says: the attach's first line (passed to `check` with the pid) says whom it
+/// waits for, nothing is loaded while it waits, and it completes once the thread has left;
+/// the program prints and exits as without the attach.
+fn waited_for_inside((mode, label): (&str, &str), hold: Hold, check: impl Fn(u32, &str)) {
     let _turn = one_at_a_time();
     let f = loader_fixture();
     let waiting = |p: &mut Running| {
         let (mut attacher, err, line) = waiting_attacher(p.pid);
-        assert_eq!(line.trim_end(), alone_inside(p.pid, "dlopen", "lock"));
-        keeps_waiting(p.pid, &mut attacher, "alone");
+        check(p.pid, line.trim_end());
+        keeps_waiting(p.pid, &mut attacher, label);
         (attacher, err)
     };
     let attached = |p: &mut Running, attacher| {
-        attach_completed(&f.0, p, attacher, "alone");
+        attach_completed(&f.0, p, attacher, label);
     };
-    loader_like_plain_with(&f, &["alone"], IN_DLOPEN, waiting, attached);
+    loader_like_plain_with(&f, &[mode], hold, waiting, attached);
 }
 
 /// The only thread inside the constructor, which allocates and sleeps while it waits: it
@@ -1647,16 +1663,12 @@ fn a_single_thread_inside_a_constructor_is_waited_for_and_the_attach_completes_a
 /// once the constructor has returned.
 #[test]
 fn a_single_thread_allocating_inside_a_constructor_is_waited_for() {
-    let _turn = one_at_a_time();
-    let f = loader_fixture();
-    let waiting = |p: &mut Running| {
-        let (mut attacher, err, line) = waiting_attacher(p.pid);
-        let (head, tail) = alone_inside(p.pid, "dlopen", "lock")
+    waited_for_inside_a_constructor("busy", |pid, line| {
+        let (head, tail) = alone_inside(pid, "dlopen", "lock")
             .split_once(" (in read)")
             .map(|(h, t)| (h.to_string(), t.to_string()))
             .unwrap();
         let inner = line
-            .trim_end()
             .strip_prefix(&head)
             .and_then(|rest| rest.strip_suffix(&tail))
             .unwrap_or_else(|| panic!("{line}"));
@@ -1664,13 +1676,7 @@ fn a_single_thread_allocating_inside_a_constructor_is_waited_for() {
             [" (in malloc)", " (in free)"].contains(&inner),
             "not stopped at the allocator's entry: {line}"
         );
-        keeps_waiting(p.pid, &mut attacher, "busy");
-        (attacher, err)
-    };
-    let attached = |p: &mut Running, attacher| {
-        attach_completed(&f.0, p, attacher, "busy");
-    };
-    loader_like_plain_with(&f, &["busy"], IN_DLOPEN, waiting, attached);
+    });
 }
 
 /// Ctrl-C while the attach waits for the only thread to leave the constructor (choosing a
@@ -1750,21 +1756,9 @@ fn a_single_thread_inside_a_constructor_past_the_wait_is_refused_and_left_untouc
 /// completes once the callback has returned.
 #[test]
 fn a_single_thread_inside_a_dl_iterate_phdr_callback_is_waited_for() {
-    let _turn = one_at_a_time();
-    let f = loader_fixture();
-    let waiting = |p: &mut Running| {
-        let (mut attacher, err, line) = waiting_attacher(p.pid);
-        assert_eq!(
-            line.trim_end(),
-            alone_inside(p.pid, "dl_iterate_phdr", "list lock")
-        );
-        keeps_waiting(p.pid, &mut attacher, "alone-phdr");
-        (attacher, err)
-    };
-    let attached = |p: &mut Running, attacher| {
-        attach_completed(&f.0, p, attacher, "alone-phdr");
-    };
-    loader_like_plain_with(&f, &["alone"], IN_PHDR, waiting, attached);
+    waited_for_inside(("alone", "alone-phdr"), IN_PHDR, |pid, line| {
+        assert_eq!(line, alone_inside(pid, "dl_iterate_phdr", "list lock"));
+    });
 }
 
 /// Two threads: the main one inside the constructor, blocked reading stdin with the
