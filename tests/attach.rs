@@ -1533,14 +1533,7 @@ fn a_thread_held_inside_dlopen_is_waited_for_and_the_attach_completes_after() {
     let f = loader_fixture();
     let waiting = |p: &mut Running| {
         let (mut attacher, err, line) = waiting_attacher(p.pid);
-        assert_eq!(
-            line.trim_end(),
-            format!(
-                "mem-trace: thread {} is inside dlopen (in read), holding the loader's lock \
-                 that loading the tracer needs: waiting up to 60 s for it to leave",
-                p.pid
-            )
-        );
+        assert_eq!(line.trim_end(), holding_the_lock(p.pid));
         // Held there as long as the constructor reads nothing: nothing is loaded meanwhile.
         keeps_waiting(p.pid, &mut attacher, "loader");
         (attacher, err)
@@ -1707,6 +1700,15 @@ fn ctrl_c_while_waiting_for_a_thread_to_leave_the_loader_leaves_the_process_unto
     });
 }
 
+/// What the attach says while another thread, `pid`'s main one, holds the loader's lock
+/// inside `dlopen`, blocked in `read`.
+fn holding_the_lock(pid: u32) -> String {
+    format!(
+        "mem-trace: thread {pid} is inside dlopen (in read), holding the loader's lock that \
+         loading the tracer needs: waiting up to 60 s for it to leave"
+    )
+}
+
 /// The waiting line for the only thread, `pid`, inside `function` (in read) with the
 /// loader's `lock` ("lock", "list lock") held.
 fn alone_inside(pid: u32, function: &str, lock: &str) -> String {
@@ -1781,14 +1783,7 @@ fn the_thread_inside_a_constructor_is_skipped_for_another_that_waits_for_the_loc
             line.clear();
             err.read_line(&mut line).unwrap();
         }
-        assert_eq!(
-            line.trim_end(),
-            format!(
-                "mem-trace: thread {} is inside dlopen (in read), holding the loader's lock \
-                 that loading the tracer needs: waiting up to 60 s for it to leave",
-                p.pid
-            )
-        );
+        assert_eq!(line.trim_end(), holding_the_lock(p.pid));
         keeps_waiting(p.pid, &mut attacher, "skipped");
         (attacher, err)
     };
