@@ -130,10 +130,11 @@ def _probe_end(reader: memory.InferiorReader, sp: int) -> int:
     return max(page, sp)
 
 
-def thread_roots(reader: memory.InferiorReader, segments: List[Range]
+def thread_roots(reader: memory.InferiorReader, mappings: List[Range]
                  ) -> Tuple[List[scan.Root], List[int], int]:
-    """Each thread's stack range and registers, read with the thread selected; the user's
-    thread and frame are selected again afterwards."""
+    """Each thread's stack range (bounded by the mapping that holds its stack pointer, when
+    ``mappings`` has one) and registers, read with the thread selected; the user's thread
+    and frame are selected again afterwards."""
     inferior = gdb.selected_inferior()
     try:
         saved_thread = gdb.selected_thread()
@@ -146,7 +147,6 @@ def thread_roots(reader: memory.InferiorReader, segments: List[Range]
     roots: List[scan.Root] = []
     values: List[int] = []
     sets = 0
-    mappings = segments or _live_mappings()
     try:
         for thread in inferior.threads():
             if not thread.is_valid():
@@ -221,8 +221,10 @@ class LeaksCommand(ArgparsedCommand):
         reader = tracer.reader
         blocks = list(tracer.blocks())
         roots, objects, segments = data_roots(tracer.header.address)
-        stacks, registers, sets = thread_roots(reader, segments)
-        dtvs = scan.dtv_words(reader, segments or _live_mappings(), blocks)
+        # A core's segments, or the live process's mappings, listed once for both scans.
+        mappings = segments or _live_mappings()
+        stacks, registers, sets = thread_roots(reader, mappings)
+        dtvs = scan.dtv_words(reader, mappings, blocks)
         result = scan.scan(reader, blocks, roots + stacks, registers + dtvs)
         facts = leaks.LeakFacts.from_scan(result, objects, len(stacks), sets,
                                           tracer.header.untracked)
