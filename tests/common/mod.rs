@@ -33,6 +33,11 @@ pub const GDB_TIMEOUT: Duration = Duration::from_secs(90);
 /// Hard limit for one plain or preloaded run of a fixture or a real program.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// What `run_modes quiet-children` prints when the library's own children stay unseen by the
+/// program: no SIGCHLD, nothing for its `waitpid(-1)` to reap, while a child of its own, the
+/// control, is seen both ways.
+pub const QUIET_CHILDREN_UNSEEN: &str = "sigchld 0 reaped 0\ncontrol: sigchld 1 reaped 1\n";
+
 pub fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
