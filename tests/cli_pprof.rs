@@ -61,24 +61,30 @@ fn live_bytes(fixture: &Fixture, target: &str) -> u64 {
         .unwrap_or_else(|| panic!("no live line:\n{}", out.stdout))
 }
 
-fn check_sites(fixture: &Fixture, label: &str, profile: &Path, live: u64) {
-    let file = profile.to_str().unwrap();
+/// `go tool pprof -top` of `file` by bytes, in use (the default sample) and allocated.
+fn in_use_and_allocated(fixture: &Fixture, label: &str, file: &str) -> (String, String) {
     let inuse = go_pprof(
         fixture,
         &format!("{label}.inuse"),
         &["-top", "-unit=B", file],
     );
+    let alloc = go_pprof(
+        fixture,
+        &format!("{label}.alloc"),
+        &["-top", "-unit=B", "-sample_index=alloc_space", file],
+    );
+    (inuse, alloc)
+}
+
+fn check_sites(fixture: &Fixture, label: &str, profile: &Path, live: u64) {
+    let file = profile.to_str().unwrap();
+    let (inuse, alloc) = in_use_and_allocated(fixture, label, file);
     assert!(inuse.contains("Type: inuse_space"), "{inuse}");
     assert_eq!(total(&inuse), live, "{inuse}");
     let rows = top(&inuse);
     assert_eq!(flat(&rows, "site_live"), 3 * MIB, "{inuse}");
     assert_eq!(flat(&rows, "site_worker"), 2 * MIB, "{inuse}");
     assert_eq!(flat(&rows, "site_freed"), 0, "{inuse}");
-    let alloc = go_pprof(
-        fixture,
-        &format!("{label}.alloc"),
-        &["-top", "-unit=B", "-sample_index=alloc_space", file],
-    );
     assert_eq!(flat(&top(&alloc), "site_freed"), MIB, "{alloc}");
     assert_eq!(flat(&top(&alloc), "site_live"), 3 * MIB, "{alloc}");
     let objects = go_pprof(
@@ -163,22 +169,13 @@ fn bad_targets_and_outputs_are_one_line() {
 /// `site_live` 3 MiB, `site_worker` 2 MiB, `site_more` 1 MiB and nothing of `site_freed`,
 /// which allocated 1 MiB.
 fn exit_profile_sites(fixture: &Fixture, label: &str, file: &str) {
-    let inuse = go_pprof(
-        fixture,
-        &format!("{label}.inuse"),
-        &["-top", "-unit=B", file],
-    );
+    let (inuse, alloc) = in_use_and_allocated(fixture, label, file);
     assert!(inuse.contains("Type: inuse_space"), "{inuse}");
     let rows = top(&inuse);
     assert_eq!(flat(&rows, "site_live"), 3 * MIB, "{inuse}");
     assert_eq!(flat(&rows, "site_worker"), 2 * MIB, "{inuse}");
     assert_eq!(flat(&rows, "site_more"), MIB, "{inuse}");
     assert_eq!(flat(&rows, "site_freed"), 0, "{inuse}");
-    let alloc = go_pprof(
-        fixture,
-        &format!("{label}.alloc"),
-        &["-top", "-unit=B", "-sample_index=alloc_space", file],
-    );
     assert_eq!(flat(&top(&alloc), "site_freed"), MIB, "{alloc}");
 }
 
