@@ -22,3 +22,16 @@ fn the_malloc_family_behaves_like_glibc_with_tagged_blocks() {
     }
     run.run_same_as_plain();
 }
+
+/// The same under sampling, where most calls take the hooks' untouched path: in both modes,
+/// one block in a few sampled (1 KiB) so that the full path runs beside it.
+#[test]
+fn the_malloc_family_behaves_like_glibc_under_sampling() {
+    for mode in ["debug", "profile"] {
+        let mut run = fixture_run(&c_fixture("semantics.c", &[]), "");
+        for (k, v) in [("MEM_TRACE_MODE", mode), ("MEM_TRACE_SAMPLE", "1K")] {
+            run.job.env.push((k.to_string(), v.to_string()));
+        }
+        run.run_same_as_plain();
+    }
+}

@@ -129,3 +129,16 @@ fn threads_get_no_extra_arena_and_no_null_under_a_tight_limit() {
     let traced = fixture_run(&c_fixture("oom_threads.c", &["-pthread"]), "").run_same_as_plain();
     assert_eq!(notes(&traced), 0, "{}", traced.describe());
 }
+
+/// The same under sampling, where the hooks' entries pass most calls to glibc themselves:
+/// a call made while the thread is busy in the tracer (a new thread's `pthread_getattr_np`)
+/// must still be served by the tracer, not passed on (which gave the thread a glibc arena).
+#[test]
+fn threads_get_no_extra_arena_under_sampling() {
+    let mut run = fixture_run(&c_fixture("oom_threads.c", &["-pthread"]), "");
+    run.job
+        .env
+        .push(("MEM_TRACE_SAMPLE".to_string(), "512K".to_string()));
+    let traced = run.run_same_as_plain();
+    assert_eq!(notes(&traced), 0, "{}", traced.describe());
+}

@@ -43,3 +43,11 @@ fn stacks_go_on_through_the_signal_frame() {
 fn a_handler_leaving_malloc_with_longjmp_is_noticed_and_breaks_nothing() {
     gdb(&with_entry_script(c_fixture("signal_longjmp.c", &[])), "");
 }
+
+/// The same handler under sampling, where the hooks' entries pass most calls straight to
+/// glibc: one made while the thread is inside the tracer still goes to the tracer, even with
+/// the thread's countdown far from its sample point.
+#[test]
+fn a_handler_inside_the_tracer_is_served_by_it_under_sampling() {
+    gdb(&c_fixture("signal_longjmp.c", &[]), "sampled");
+}

@@ -33,6 +33,50 @@ impl Caller {
     }
 }
 
+/// The body of `malloc`'s entry, for the hook and its twin (`hooks::local`).
+macro_rules! malloc_entry {
+    () => {
+        core::arch::naked_asm!(
+            // Sampling's untouched path (see `sample::PASS`), in assembly because nearly every
+            // call takes it: compiled, it saved three registers around glibc's call and went
+            // through the entry's jump first.
+            "cmpb $0, {pass}(%rip)",
+            "je 3f",
+            // Keeps `size` for a null result, and aligns the stack for the calls below.
+            "push %rdi",
+            mem_trace_core::thread_state_in_rax!(),
+            "cmpb $0, {busy}(%rax)",
+            "jne 2f",
+            "mov {countdown}(%rax), %rcx",
+            // Unsigned, the countdown never negative: the sample point, or a size none covers.
+            "cmp %rcx, %rdi",
+            "jae 2f",
+            "sub %rdi, %rcx",
+            "mov %rcx, {countdown}(%rax)",
+            "call *{glibc}@GOTPCREL(%rip)",
+            "pop %rdi",
+            // Out of memory: the full path gives glibc the quarantine's blocks and asks again.
+            "test %rax, %rax",
+            "jz 3f",
+            "ret",
+            "2:",
+            "pop %rdi",
+            "3:",
+            // The caller's registers as `malloc_from`'s second and third arguments (see `Caller`).
+            "lea 8(%rsp), %rsi",
+            "mov %rbp, %rdx",
+            "jmp {from}",
+            pass = sym mem_trace_core::sample::PASS,
+            busy = const mem_trace_core::state::offsets::BUSY,
+            countdown = const mem_trace_core::state::offsets::COUNTDOWN,
+            glibc = sym $crate::glibc::__libc_malloc,
+            from = sym $crate::hooks::alloc::malloc_from,
+            options(att_syntax),
+        )
+    };
+}
+pub(super) use malloc_entry;
+
 #[cfg_attr(not(test), no_mangle)]
 #[unsafe(naked)]
 /// `malloc(3)`.
@@ -40,39 +84,16 @@ impl Caller {
 /// # Safety
 /// As for glibc's `malloc`.
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    // The caller's registers as `malloc_from`'s second and third arguments (see `Caller`).
-    core::arch::naked_asm!(
-        "lea rsi, [rsp + 8]",
-        "mov rdx, rbp",
-        "jmp {from}",
-        from = sym malloc_from,
-    )
+    malloc_entry!()
 }
 
-/// `malloc`, called by its entry with the caller's registers (see [`Caller`]).
+/// `malloc` on the full path, called by its entry with the caller's registers (see
+/// [`Caller`]).
 ///
 /// # Safety
 /// As for glibc's `malloc`; `sp` and `bp` as [`Caller`] says.
 pub(super) unsafe extern "C" fn malloc_from(size: usize, sp: u64, bp: u64) -> *mut c_void {
-    if record::pass_malloc(size) {
-        // SAFETY: glibc's malloc has no preconditions.
-        let p = unsafe { glibc::__libc_malloc(size) };
-        // Out of memory: the full path gives glibc the quarantine's blocks and asks again.
-        if !p.is_null() {
-            return p;
-        }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { traced_malloc(size, Caller { sp, bp }) }
-}
-
-/// `malloc` on the full path: kept out of line, so that the sampled path above is a leaf
-/// that saves no registers.
-///
-/// # Safety
-/// `caller` was read at the entry of the hook now running (see [`Caller`]).
-#[inline(never)]
-unsafe fn traced_malloc(size: usize, caller: Caller) -> *mut c_void {
+    let caller = Caller { sp, bp };
     let Some(g) = Guard::enter() else {
         return nested_malloc(size);
     };
@@ -145,6 +166,57 @@ pub(super) fn again(g: &Guard, size: usize, ask: impl FnOnce() -> *mut c_void) -
     ptr::null_mut()
 }
 
+/// The body of `calloc`'s entry, for the hook and its twin (`hooks::local`).
+macro_rules! calloc_entry {
+    () => {
+        core::arch::naked_asm!(
+            // Sampling's untouched path, as in `malloc`, for the product.
+            "cmpb $0, {pass}(%rip)",
+            "je 3f",
+            "mov %rdi, %rax",
+            "mul %rsi",
+            // An overflowing product is glibc's to refuse, on the full path.
+            "jo 3f",
+            "mov %rax, %rcx",
+            // Keep `n` and `size` for a null result; three words align the stack for the calls.
+            "push %rdi",
+            "push %rsi",
+            "push %rcx",
+            mem_trace_core::thread_state_in_rax!(),
+            "cmpb $0, {busy}(%rax)",
+            "jne 2f",
+            "mov {countdown}(%rax), %rdx",
+            "cmp %rdx, %rcx",
+            "jae 2f",
+            "sub %rcx, %rdx",
+            "mov %rdx, {countdown}(%rax)",
+            "call *{glibc}@GOTPCREL(%rip)",
+            "pop %rcx",
+            "pop %rsi",
+            "pop %rdi",
+            "test %rax, %rax",
+            "jz 3f",
+            "ret",
+            "2:",
+            "pop %rcx",
+            "pop %rsi",
+            "pop %rdi",
+            "3:",
+            // The caller's registers as `calloc_from`'s third and fourth arguments (see `Caller`).
+            "lea 8(%rsp), %rdx",
+            "mov %rbp, %rcx",
+            "jmp {from}",
+            pass = sym mem_trace_core::sample::PASS,
+            busy = const mem_trace_core::state::offsets::BUSY,
+            countdown = const mem_trace_core::state::offsets::COUNTDOWN,
+            glibc = sym $crate::glibc::__libc_calloc,
+            from = sym $crate::hooks::alloc::calloc_from,
+            options(att_syntax),
+        )
+    };
+}
+pub(super) use calloc_entry;
+
 #[cfg_attr(not(test), no_mangle)]
 #[unsafe(naked)]
 /// `calloc(3)`; overflow of `n * size` is glibc's to report (NULL, `ENOMEM`).
@@ -152,16 +224,11 @@ pub(super) fn again(g: &Guard, size: usize, ask: impl FnOnce() -> *mut c_void) -
 /// # Safety
 /// As for glibc's `calloc`.
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    // The caller's registers as `calloc_from`'s third and fourth arguments (see `Caller`).
-    core::arch::naked_asm!(
-        "lea rdx, [rsp + 8]",
-        "mov rcx, rbp",
-        "jmp {from}",
-        from = sym calloc_from,
-    )
+    calloc_entry!()
 }
 
-/// `calloc`, called by its entry with the caller's registers (see [`Caller`]).
+/// `calloc` on the full path, called by its entry with the caller's registers (see
+/// [`Caller`]).
 ///
 /// # Safety
 /// As for glibc's `calloc`; `sp` and `bp` as [`Caller`] says.
@@ -171,24 +238,7 @@ pub(super) unsafe extern "C" fn calloc_from(
     sp: u64,
     bp: u64,
 ) -> *mut c_void {
-    if record::pass_malloc(n.saturating_mul(size)) {
-        // SAFETY: glibc's calloc has no preconditions.
-        let p = unsafe { glibc::__libc_calloc(n, size) };
-        // Out of memory (or an overflowing product): the full path decides, as for `malloc`.
-        if !p.is_null() {
-            return p;
-        }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { traced_calloc(n, size, Caller { sp, bp }) }
-}
-
-/// `calloc` on the full path, out of line as [`traced_malloc`].
-///
-/// # Safety
-/// As for [`traced_malloc`].
-#[inline(never)]
-unsafe fn traced_calloc(n: usize, size: usize, caller: Caller) -> *mut c_void {
+    let caller = Caller { sp, bp };
     let Some(g) = Guard::enter() else {
         return nested_calloc(n, size);
     };
@@ -225,6 +275,42 @@ unsafe fn traced_calloc(n: usize, size: usize, caller: Caller) -> *mut c_void {
     p
 }
 
+/// The body of `free`'s entry, for the hook and its twin (`hooks::local`).
+macro_rules! free_entry {
+    () => {
+        core::arch::naked_asm!(
+            "test %rdi, %rdi",
+            "jz 2f",
+            // Sampling's untouched path (see `sample::PASS`): the filter's count for `p` is 0,
+            // so it is surely no sampled block and glibc's alone.
+            "cmpb $0, {pass}(%rip)",
+            "je 3f",
+            "movabs ${mul}, %rax",
+            "imul %rdi, %rax",
+            "shr ${shift}, %rax",
+            "lea {counts}(%rip), %rcx",
+            "cmpb $0, (%rcx,%rax)",
+            "jne 3f",
+            "jmp *{glibc}@GOTPCREL(%rip)",
+            "2:",
+            "ret",
+            "3:",
+            // The caller's registers as `free_from`'s second and third arguments (see `Caller`).
+            "lea 8(%rsp), %rsi",
+            "mov %rbp, %rdx",
+            "jmp {from}",
+            pass = sym mem_trace_core::sample::PASS,
+            mul = const mem_trace_core::sample::FILTER_MUL,
+            shift = const mem_trace_core::sample::FILTER_SHIFT,
+            counts = sym mem_trace_core::sample::COUNTS,
+            glibc = sym $crate::glibc::__libc_free,
+            from = sym $crate::hooks::alloc::free_from,
+            options(att_syntax),
+        )
+    };
+}
+pub(super) use free_entry;
+
 #[cfg_attr(not(test), no_mangle)]
 #[unsafe(naked)]
 /// `free(3)`. A freed block may be held in quarantine instead of going back to glibc at once,
@@ -233,37 +319,16 @@ unsafe fn traced_calloc(n: usize, size: usize, caller: Caller) -> *mut c_void {
 /// # Safety
 /// `p` is null or a live block of this process's allocator (violations are reported).
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    // The caller's registers as `free_from`'s second and third arguments (see `Caller`).
-    core::arch::naked_asm!(
-        "lea rsi, [rsp + 8]",
-        "mov rdx, rbp",
-        "jmp {from}",
-        from = sym free_from,
-    )
+    free_entry!()
 }
 
-/// `free`, called by its entry with the caller's registers (see [`Caller`]).
+/// `free` on the full path, called by its entry with the caller's registers (see
+/// [`Caller`]), `p` not null.
 ///
 /// # Safety
 /// As for [`free`]; `sp` and `bp` as [`Caller`] says.
 pub(super) unsafe extern "C" fn free_from(p: *mut c_void, sp: u64, bp: u64) {
-    if p.is_null() {
-        return;
-    }
-    if record::pass_free(p) {
-        // SAFETY: forwarded contract; an unsampled block is glibc's alone.
-        return unsafe { glibc::__libc_free(p) };
-    }
-    // SAFETY: forwarded contract.
-    unsafe { traced_free(p, Caller { sp, bp }) }
-}
-
-/// `free` on the full path, out of line as [`traced_malloc`].
-///
-/// # Safety
-/// As for [`free`], `p` not null; `caller` as for [`traced_malloc`].
-#[inline(never)]
-unsafe fn traced_free(p: *mut c_void, caller: Caller) {
+    let caller = Caller { sp, bp };
     let disposition = match Guard::enter() {
         Some(g) => {
             // SAFETY: forwarded contract.

@@ -5,7 +5,8 @@
 //! but in a library `dlopen`ed into a running process it finds glibc's `malloc`, which the
 //! program's modules found first. So each hook gets a twin here that is not exported and
 //! reaches the hook without a lookup: the naked entries repeat the hook's three instructions
-//! (a Rust wrapper's own frame would shift the caller's stack pointer they read), the others
+//! (a Rust wrapper's own frame would shift the caller's stack pointer they read; those of
+//! `malloc`, `calloc` and `free` are the same macro), the others
 //! are one direct call, which rustc makes without the PLT.
 
 use super::{aligned, alloc, dlclose, dlopen, threads};
@@ -27,9 +28,24 @@ macro_rules! entry {
     };
 }
 
-entry!(malloc(_size: usize) -> *mut c_void, "rsi", "rdx", alloc::malloc_from);
-entry!(calloc(_n: usize, _size: usize) -> *mut c_void, "rdx", "rcx", alloc::calloc_from);
-entry!(free(_p: *mut c_void), "rsi", "rdx", alloc::free_from);
+/// `malloc`'s twin: the same entry, untouched path included.
+#[unsafe(naked)]
+unsafe extern "C" fn malloc(_size: usize) -> *mut c_void {
+    alloc::malloc_entry!()
+}
+
+/// `calloc`'s twin, as `malloc`'s.
+#[unsafe(naked)]
+unsafe extern "C" fn calloc(_n: usize, _size: usize) -> *mut c_void {
+    alloc::calloc_entry!()
+}
+
+/// `free`'s twin, as `malloc`'s.
+#[unsafe(naked)]
+unsafe extern "C" fn free(_p: *mut c_void) {
+    alloc::free_entry!()
+}
+
 entry!(realloc(_p: *mut c_void, _size: usize) -> *mut c_void, "rdx", "rcx", alloc::realloc_from);
 
 /// The `dlopen` hook's entry: the caller's return address, which glibc's `dlopen` would

@@ -42,7 +42,7 @@ pub mod profile;
 pub mod real;
 pub mod record;
 pub mod report;
-mod sample;
+pub mod sample;
 pub mod state;
 pub mod store;
 mod sync;

@@ -11,12 +11,27 @@
 
 use crate::store::header::header;
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed, Ordering::Release};
 
 /// The mean bytes between samples; 0: every block is recorded.
 static MEAN: AtomicU64 = AtomicU64::new(0);
 /// `MEM_TRACE_SAMPLE_SEED` plus one (0: none given, seeds come from the clock).
 static SEED: AtomicU64 = AtomicU64::new(0);
+
+/// Whether sampling's untouched path is open: sampling is on and the tracer is ready. Set
+/// once, when the tracer becomes ready: it never leaves the ready states after that.
+///
+/// The path itself is the hooks' entries, written in assembly (the preload's `hooks::alloc`),
+/// since it is the one most calls take: with this flag set, a `malloc` on a thread not busy
+/// in the tracer whose size is below its countdown ([`COUNTDOWN_OFFSET`]) takes the size off
+/// and goes to glibc; a `free` whose filter count ([`COUNTS`], [`FILTER_MUL`],
+/// [`FILTER_SHIFT`]) is 0 goes to glibc. Neither enters the guard nor records anything.
+pub static PASS: AtomicBool = AtomicBool::new(false);
+
+/// Opens the untouched path if sampling is on (the tracer just became ready).
+pub(crate) fn open_pass() {
+    PASS.store(on(), Release);
+}
 
 /// Turns sampling on (`mean` > 0) before the first allocation is recorded; published in the
 /// header for readers.
@@ -54,11 +69,15 @@ pub(crate) fn counted(addr: u64, size: u64) -> (u64, u64) {
 
 /// Bytes until the calling thread's next sample, and its generator.
 pub(crate) struct Local {
-    /// Bytes left before the next sample point; 0 before the first draw.
+    /// Bytes left before the next sample point; 0 before the first draw; never negative, so
+    /// that the hooks' entries compare a size with it unsigned.
     countdown: Cell<i64>,
     /// xorshift state; 0 until seeded.
     rng: Cell<u64>,
 }
+
+/// Where the countdown lies in [`Local`] (see [`PASS`]).
+pub(crate) const COUNTDOWN_OFFSET: usize = core::mem::offset_of!(Local, countdown);
 
 impl Local {
     pub(crate) const fn new() -> Self {
@@ -66,18 +85,6 @@ impl Local {
             countdown: Cell::new(0),
             rng: Cell::new(0),
         }
-    }
-
-    /// Whether an allocation of `size` bytes is surely left unrecorded, counted down; false
-    /// when it reaches the sample point (or none was drawn yet), which [`Local::skip`] decides.
-    #[inline(always)]
-    pub(crate) fn skip_fast(&self, size: u64) -> bool {
-        let left = self.countdown.get().wrapping_sub(size as i64);
-        if size <= i64::MAX as u64 && left > 0 {
-            self.countdown.set(left);
-            return true;
-        }
-        false
     }
 
     /// Whether an allocation of `size` bytes is left unrecorded (sampling on). `order` gives
@@ -162,11 +169,16 @@ fn splitmix(mut z: u64) -> u64 {
 pub(crate) struct Filter;
 
 const FILTER_BITS: u32 = 16;
-static COUNTS: [AtomicU8; 1 << FILTER_BITS] = [const { AtomicU8::new(0) }; 1 << FILTER_BITS];
+/// The filter's counts, one byte per hash of an address (see [`PASS`]).
+pub static COUNTS: [AtomicU8; 1 << FILTER_BITS] = [const { AtomicU8::new(0) }; 1 << FILTER_BITS];
+/// An address's count is `COUNTS[(addr * FILTER_MUL) >> FILTER_SHIFT]`.
+pub const FILTER_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
+/// See [`FILTER_MUL`].
+pub const FILTER_SHIFT: u32 = 64 - FILTER_BITS;
 
 #[inline(always)]
 fn slot(addr: u64) -> &'static AtomicU8 {
-    &COUNTS[(addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FILTER_BITS)) as usize]
+    &COUNTS[(addr.wrapping_mul(FILTER_MUL) >> FILTER_SHIFT) as usize]
 }
 
 impl Filter {

@@ -10,9 +10,15 @@ use crate::store::{freed, quarantine, stacks, threads};
 use core::cell::Cell;
 
 /// The per-thread state: one field per module that keeps something per thread.
+///
+/// `repr(C)`, the fields the sampled path reads on every call first: `busy` and the sample
+/// countdown then share one cache line, where Rust's own order had put them 1 KiB apart.
+#[repr(C)]
 pub(crate) struct ThreadState {
     /// Whether the thread is inside the tracer (see `guard`).
     pub(crate) busy: Cell<bool>,
+    /// Bytes to this thread's next sampled allocation (`MEM_TRACE_SAMPLE`).
+    pub(crate) sample: crate::sample::Local,
     /// The stack pointer where the thread last entered the tracer (see `guard`).
     pub(crate) entry_sp: Cell<usize>,
     /// Whether the thread is inside glibc's allocator, called by the tracer (see `guard`).
@@ -32,8 +38,6 @@ pub(crate) struct ThreadState {
     pub history: freed::Claim,
     /// This thread's quarantine.
     pub quarantine: quarantine::Local,
-    /// Bytes to this thread's next sampled allocation (`MEM_TRACE_SAMPLE`).
-    pub(crate) sample: crate::sample::Local,
     /// This thread's cache of per-stack counter deltas.
     pub profile: crate::profile::counters::Local,
 }
@@ -42,6 +46,7 @@ impl ThreadState {
     const fn new() -> Self {
         Self {
             busy: Cell::new(false),
+            sample: crate::sample::Local::new(),
             entry_sp: Cell::new(0),
             in_glibc: Cell::new(false),
             left: Cell::new(false),
@@ -51,20 +56,145 @@ impl ThreadState {
             stacks: stacks::Local::new(),
             history: freed::Claim::new(),
             quarantine: quarantine::Local::new(),
-            sample: crate::sample::Local::new(),
             profile: crate::profile::counters::Local::new(),
         }
     }
 }
 
-thread_local! {
-    static STATE: ThreadState = const { ThreadState::new() };
+// What the zero-filled storage below stands for: `a_new_state_is_all_zeros` holds them equal.
+const _: ThreadState = ThreadState::new();
+
+/// The TLS symbol that holds each thread's [`ThreadState`]. Hidden: a program with the
+/// tracer linked in (`Traced`) and the preloaded library each keep their own.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! thread_state_symbol {
+    () => {
+        "mem_trace_thread_state"
+    };
 }
 
+/// Assembly (AT&T syntax) that leaves the calling thread's [`ThreadState`] address in rax,
+/// for [`current`] and for the hooks' entries: the TLS descriptor sequence, which keeps every
+/// other general register (see `current` for the vector registers). The stack must be
+/// aligned for a call.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! thread_state_in_rax {
+    () => {
+        concat!(
+            "lea ",
+            $crate::thread_state_symbol!(),
+            "@TLSDESC(%rip), %rax\n",
+            "call *",
+            $crate::thread_state_symbol!(),
+            "@TLSCALL(%rax)\n",
+            "add %fs:0, %rax",
+        )
+    };
+}
+
+/// Where the fields sampling's untouched path reads lie in [`ThreadState`], for the hooks'
+/// entries written in assembly.
+pub mod offsets {
+    use super::ThreadState;
+    /// `busy`, a byte: nonzero while the thread is inside the tracer.
+    pub const BUSY: usize = core::mem::offset_of!(ThreadState, busy);
+    /// The sample countdown, an `i64` never negative (see `sample::Local`).
+    pub const COUNTDOWN: usize =
+        core::mem::offset_of!(ThreadState, sample) + crate::sample::COUNTDOWN_OFFSET;
+}
+
+// The state lives in a TLS symbol of our own, reached through a TLS descriptor, because
+// `thread_local!` in a shared library compiles to the general-dynamic model: a call to
+// `__tls_get_addr` at every hook, which clobbers every caller-saved register, so that even
+// the sampled fast path of `malloc` saved and restored three of them. A descriptor's
+// resolver is chosen by the loader: for a library loaded at start (`LD_PRELOAD`) it returns
+// a constant offset in two instructions; for one loaded later (the attach's `dlopen`) it
+// does `__tls_get_addr`'s work. Stable Rust cannot ask for that model (`-Z tls-model` is
+// unstable), hence the assembly. The initial-exec model would save one more load, but it
+// puts the module's whole TLS block in static TLS, and a `dlopen` of a ~3 KiB block fails
+// there for lack of room (glibc keeps ~1.5 KiB spare).
+// `.tbss` is zero-filled: `ThreadState::new()` is all zeros, as a test checks.
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align {align}",
+    concat!(".globl ", thread_state_symbol!()),
+    concat!(".hidden ", thread_state_symbol!()),
+    concat!(".type ", thread_state_symbol!(), ",@object"),
+    concat!(".size ", thread_state_symbol!(), ",{size}"),
+    concat!(thread_state_symbol!(), ":"),
+    ".zero {size}",
+    ".popsection",
+    align = const core::mem::align_of::<ThreadState>().trailing_zeros(),
+    size = const core::mem::size_of::<ThreadState>(),
+);
+
 /// The current thread's state. The reference stays valid for the thread's whole life: the
-/// thread-local has no destructor, so its storage lives as long as the thread.
+/// storage has no destructor, so it lives as long as the thread.
 #[inline(always)]
 pub(crate) fn current() -> &'static ThreadState {
-    // SAFETY: see above; the reference never leaves this thread because ThreadState is !Sync.
-    STATE.with(|s| unsafe { &*(s as *const ThreadState) })
+    let p: *const ThreadState;
+    // SAFETY: the TLS descriptor call sequence of the x86-64 ABI: the resolver keeps every
+    // register but rax and the flags, and the vector registers are declared clobbered for
+    // glibc before 2.40, whose dynamic resolver could lose them (glibc bug 31372). The stack
+    // is aligned for a call (no `nostack`). The words read (the descriptor, written by the
+    // loader before any code runs, and the thread pointer at %fs:0) never change for a
+    // thread, so the result is pure. The storage is zero-filled, a valid `ThreadState`
+    // (see the test), and the reference never leaves this thread: ThreadState is !Sync.
+    unsafe {
+        core::arch::asm!(
+            thread_state_in_rax!(),
+            out("rax") p,
+            out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+            out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
+            out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+            out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+            options(att_syntax, pure, nomem),
+        );
+        &*p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The TLS symbol starts zero-filled: every byte of a new state that is not padding must
+    /// be zero. Padding is told from data by writing the state over two different fills.
+    #[test]
+    fn a_new_state_is_all_zeros() {
+        let n = core::mem::size_of::<ThreadState>();
+        let bytes = |fill: u8| {
+            let mut buf = Box::new(core::mem::MaybeUninit::<ThreadState>::uninit());
+            // SAFETY: the buffer holds one ThreadState; filling it first is allowed.
+            unsafe {
+                core::ptr::write_bytes(buf.as_mut_ptr() as *mut u8, fill, n);
+                core::ptr::write(buf.as_mut_ptr(), ThreadState::new());
+                core::slice::from_raw_parts(buf.as_ptr() as *const u8, n).to_vec()
+            }
+        };
+        let (a, b) = (bytes(0x00), bytes(0xff));
+        let data_nonzero: Vec<usize> = (0..n).filter(|&i| a[i] == b[i] && a[i] != 0).collect();
+        assert!(
+            data_nonzero.is_empty(),
+            "non-zero bytes at {data_nonzero:?}"
+        );
+    }
+
+    #[test]
+    fn each_thread_has_its_own_state() {
+        let here = current() as *const ThreadState as usize;
+        assert_eq!(here, current() as *const ThreadState as usize);
+        current().busy.set(true);
+        let there = std::thread::spawn(|| {
+            let s = current();
+            (s as *const ThreadState as usize, s.busy.get())
+        })
+        .join()
+        .unwrap();
+        current().busy.set(false);
+        assert_ne!(here, there.0);
+        assert!(!there.1, "a new thread starts with a new state");
+    }
 }

@@ -166,6 +166,7 @@ fn init() -> bool {
     if !ready {
         stop_taking_memory();
     }
+    crate::sample::open_pass();
     ready
 }
 

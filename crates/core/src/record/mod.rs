@@ -65,28 +65,6 @@ pub fn allocated(g: &Guard, p: *mut c_void, size: usize) {
     }
 }
 
-/// Under sampling, whether a `malloc` of `size` bytes goes to the real allocator untouched,
-/// before the guard is entered: it is not sampled, so it needs no guard, no quarantine and
-/// nothing recorded. Its countdown is all it costs (with [`pass_free`], the whole of sampling's
-/// cost on the path most calls take). False when the tracer is busy on this thread, not
-/// ready, or the allocation reaches a sample point: the hook's full path then decides.
-#[inline(always)]
-pub fn pass_malloc(size: usize) -> bool {
-    if !sample::on() || !is_ready() {
-        return false;
-    }
-    let state = crate::state::current();
-    !state.busy.get() && state.sample.skip_fast(size as u64)
-}
-
-/// Under sampling, whether `free(p)` goes to the real allocator untouched: `p` is surely no
-/// sampled block (the filter's count for it is 0; the tracer's own arena blocks are counted
-/// there too, so they never take this way).
-#[inline(always)]
-pub fn pass_free(p: *mut c_void) -> bool {
-    sample::on() && is_ready() && !Filter::may_hold(p as u64)
-}
-
 /// Whether an allocation of `size` bytes goes unrecorded under sampling.
 #[inline(always)]
 fn skipped(state: &ThreadState, size: u64) -> bool {
