@@ -90,8 +90,9 @@ pub struct AttachArgs {
     /// each block, a history of frees and a quarantine). Default: debug.
     #[arg(long, value_enum, value_name = "MODE")]
     pub mode: Option<Mode>,
-    /// Record one allocation per BYTES allocated, on average (MEM_TRACE_SAMPLE).
-    #[arg(long, value_name = "BYTES")]
+    /// Record one allocation per BYTES allocated, on average (MEM_TRACE_SAMPLE): a number
+    /// with K, M, G or T if wanted, at most 1T; 0 records every block.
+    #[arg(long, value_name = "BYTES", value_parser = sample_mean)]
     pub sample: Option<u64>,
     /// Frames kept per stack, 1 to 128 (MEM_TRACE_FRAMES).
     #[arg(long, value_name = "N")]
@@ -605,6 +606,14 @@ fn parse_int(text: &str) -> Option<u64> {
         (lower.as_str(), 10)
     };
     u64::from_str_radix(digits, radix).ok()
+}
+
+/// `--sample`: what `MEM_TRACE_SAMPLE` takes.
+fn sample_mean(v: &str) -> std::result::Result<u64, String> {
+    match mem_trace_read::units::size(v) {
+        Some(n) if n <= 1 << 40 => Ok(n),
+        _ => Err("a mean number of bytes between samples, optionally with K, M, G or T, at most 1T (0: every block)".to_string()),
+    }
 }
 
 #[cfg(test)]

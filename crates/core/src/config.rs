@@ -7,6 +7,7 @@
 //! initialisation); nothing here reaches into them.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use mem_trace_read::units::{number, size as parse_size};
 use std::sync::OnceLock;
 
 /// Default number of frames kept per stack.
@@ -511,36 +512,6 @@ fn parse_signal(v: &str) -> Option<i32> {
     SIGNALS.iter().find(|&&(n, _)| n == name).map(|&(_, s)| s)
 }
 
-/// Decimal digits (surrounding spaces allowed), as a number; `None` for anything else,
-/// including a sign: `str::parse` takes `+5`, which made some variables take it and others not.
-fn number(v: &str) -> Option<u64> {
-    let t = v.trim();
-    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    t.parse().ok()
-}
-
-/// `4096`, `64K`, `4M`, `1G`, `1T` (binary units, case-insensitive, optional trailing
-/// `B`/`iB`).
-fn parse_size(v: &str) -> Option<u64> {
-    let t = v.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .or_else(|| t.strip_suffix('b'))
-        .unwrap_or(t);
-    let (digits, shift) = match t.chars().last()? {
-        'k' | 'K' => (&t[..t.len() - 1], 10),
-        'm' | 'M' => (&t[..t.len() - 1], 20),
-        'g' | 'G' => (&t[..t.len() - 1], 30),
-        't' | 'T' => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    let n = number(digits)?;
-    n.checked_mul(1 << shift)
-}
-
 /// Whether `dir` names a directory (`MEM_TRACE_OUT`).
 fn is_directory(dir: &str) -> bool {
     std::ffi::CString::new(dir).is_ok_and(|c| {
@@ -705,11 +676,6 @@ mod tests {
         assert!(bad.is_empty(), "{bad:?}");
         assert_eq!((c.freed, c.quarantine), (1000, 64 << 10));
         assert!(!c.free_stacks && c.abort_on_error);
-        assert_eq!(parse_size("4M"), Some(4 << 20));
-        assert_eq!(parse_size("2GiB"), Some(2 << 30));
-        assert_eq!(parse_size("0"), Some(0));
-        assert_eq!(parse_size("lots"), None);
-        assert_eq!(parse_size("K"), None);
         let (_, bad) = parse(env(&[
             ("MEM_TRACE_FREED", "-1"),
             ("MEM_TRACE_QUARANTINE", "big"),

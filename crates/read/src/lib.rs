@@ -40,6 +40,7 @@ pub mod sample;
 pub mod symbolize;
 pub mod target;
 pub mod text;
+pub mod units;
 
 #[cfg(test)]
 mod test_image;
