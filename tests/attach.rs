@@ -326,6 +326,57 @@ fn a_busy_program_attached_detached_and_attached_again_runs_on_unchanged() {
     assert_eq!(err, plain_err, "the program's stderr changed");
 }
 
+/// Sampling in a process attached to (`--sample 64K`, a size as `MEM_TRACE_SAMPLE` takes it):
+/// the library was `dlopen`ed, so its hooks reach their thread's state through the TLS
+/// descriptor rather than a static offset. Four threads allocate on: the sites are named, as
+/// estimates at that rate, and the program ends as without the attach.
+#[test]
+fn a_busy_program_attached_with_sampling_is_estimated_and_runs_on() {
+    let _turn = one_at_a_time();
+    let f = busy_fixture();
+    let p = Running::start(plain(&f.bin));
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = p.pid.to_string();
+    let a = mem_trace(
+        &f,
+        "sampled-attach",
+        &["attach", &pid, "--mode", "profile", "--sample", "64K"],
+    );
+    assert!(a.success(), "{}", a.describe());
+    assert!(
+        a.stdout
+            .starts_with(&format!("mem-trace: attached to process {pid} (")),
+        "{}",
+        a.describe()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // By bytes allocated: the threads keep few blocks live, often none sampled.
+    let top = mem_trace(&f, "sampled-top", &["top", &pid, "--by", "allocated"]);
+    assert!(top.success(), "{}", top.describe());
+    for want in [
+        "this process samples one allocation per ~64 KiB".to_string(),
+        format!(
+            "attach_site at {}:{}",
+            f.src.display(),
+            line_of(&f, "attach-site")
+        ),
+    ] {
+        assert!(
+            top.stdout.contains(&want),
+            "no {want:?} in\n{}",
+            top.describe()
+        );
+    }
+    detach(&f, p.pid, "sampled-detach");
+    let (out, err, status) = p.finish(Some("quit"));
+    assert!(status.success(), "{status}: {err}");
+    assert!(
+        out.iter().any(|l| l == "threads=4 corrupted_bytes=0"),
+        "{out:?}"
+    );
+    assert!(err.is_empty(), "the program's stderr: {err}");
+}
+
 /// Found by this test: re-attached, the quarantine recycled a block by the size a detach
 /// had left recorded, while glibc had reused the address for a smaller one (heap corruption,
 /// false invalid-free reports): attached tracers now hold no quarantine, and an attach

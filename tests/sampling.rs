@@ -13,7 +13,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    c_fixture, mem_trace_within, profiler_library, run_with_timeout, spawn_fixture,
+    c_fixture, fixture_run, mem_trace_within, profiler_library, run_with_timeout, spawn_fixture,
     waiting_fixture, Fixture,
 };
 
@@ -348,4 +348,45 @@ fn the_preloaded_library_loads_no_libm() {
     let needed: Vec<&str> = text.lines().filter(|l| l.contains("(NEEDED)")).collect();
     assert!(needed.iter().any(|l| l.contains("libc.so.6")), "{text}");
     assert!(!needed.iter().any(|l| l.contains("libm.so")), "{text}");
+}
+
+/// Four threads sampled at once (`tests/fixtures/sample_threads.c`): thread k keeps k * 20 MB
+/// live in blocks of k * 1000 bytes and allocates k * 1 GB. The exit report's estimates per
+/// thread are within 10% of those (fixed seed), and the program's checks pass as without the
+/// tracer: every thread's untouched path found its own countdown.
+#[test]
+fn every_threads_estimates_are_within_ten_percent() {
+    let mut run = fixture_run(&c_fixture("sample_threads.c", &["-pthread"]), "");
+    for (k, v) in [
+        ("MEM_TRACE_MODE", "profile"),
+        ("MEM_TRACE_SAMPLE", SAMPLE),
+        ("MEM_TRACE_SAMPLE_SEED", SEED),
+        ("MEM_TRACE_PROFILE", "1"),
+    ] {
+        run.job.env.push((k.to_string(), v.to_string()));
+    }
+    let out = run.run_same_as_plain();
+    // "   thread 2 (tid 31421, "st"): peak ... bytes, live L bytes, allocated A bytes, exited"
+    let mut threads: Vec<(u64, u64)> = out
+        .stderr
+        .lines()
+        .filter(|l| l.trim_start().starts_with("thread ") && l.contains(", exited"))
+        .map(|l| {
+            let number = |key: &str| -> u64 {
+                let rest = &l[l.find(key).unwrap_or_else(|| panic!("{key} in {l}")) + key.len()..];
+                rest.split_whitespace().next().unwrap().parse().unwrap()
+            };
+            (number("allocated "), number("live "))
+        })
+        .collect();
+    threads.sort();
+    assert_eq!(threads.len(), 4, "{}", out.describe());
+    for (k, &(allocated, live)) in (1u64..).zip(&threads) {
+        within(
+            allocated,
+            k * 1_000_000_000,
+            &format!("thread {k}'s allocated bytes"),
+        );
+        within(live, k * 20_000_000, &format!("thread {k}'s live bytes"));
+    }
 }

@@ -39,12 +39,16 @@ macro_rules! malloc_entry {
         core::arch::naked_asm!(
             // Sampling's untouched path (see `sample::PASS`), in assembly because nearly every
             // call takes it: compiled, it saved three registers around glibc's call and went
-            // through the entry's jump first.
-            "cmpb $0, {pass}(%rip)",
-            "je 3f",
+            // through the entry's jump first. The thread's state is at the thread pointer
+            // plus `sample::FAST` when that is set (the library loaded at start), else by
+            // the TLS descriptor (after an attach).
+            "mov {fast}(%rip), %rax",
+            "test %rax, %rax",
+            "jz 4f",
+            "add %fs:0, %rax",
             // Keeps `size` for a null result, and aligns the stack for the calls below.
             "push %rdi",
-            mem_trace_core::thread_state_in_rax!(),
+            "5:",
             "cmpb $0, {busy}(%rax)",
             "jne 2f",
             "mov {countdown}(%rax), %rcx",
@@ -59,6 +63,12 @@ macro_rules! malloc_entry {
             "test %rax, %rax",
             "jz 3f",
             "ret",
+            "4:",
+            "cmpb $0, {pass}(%rip)",
+            "je 3f",
+            "push %rdi",
+            mem_trace_core::thread_state_in_rax!(),
+            "jmp 5b",
             "2:",
             "pop %rdi",
             "3:",
@@ -66,6 +76,7 @@ macro_rules! malloc_entry {
             "lea 8(%rsp), %rsi",
             "mov %rbp, %rdx",
             "jmp {from}",
+            fast = sym mem_trace_core::sample::FAST,
             pass = sym mem_trace_core::sample::PASS,
             busy = const mem_trace_core::state::offsets::BUSY,
             countdown = const mem_trace_core::state::offsets::COUNTDOWN,
@@ -171,18 +182,20 @@ macro_rules! calloc_entry {
     () => {
         core::arch::naked_asm!(
             // Sampling's untouched path, as in `malloc`, for the product.
-            "cmpb $0, {pass}(%rip)",
-            "je 3f",
             "mov %rdi, %rax",
             "mul %rsi",
             // An overflowing product is glibc's to refuse, on the full path.
             "jo 3f",
             "mov %rax, %rcx",
+            "mov {fast}(%rip), %rax",
+            "test %rax, %rax",
+            "jz 4f",
+            "add %fs:0, %rax",
             // Keep `n` and `size` for a null result; three words align the stack for the calls.
             "push %rdi",
             "push %rsi",
             "push %rcx",
-            mem_trace_core::thread_state_in_rax!(),
+            "5:",
             "cmpb $0, {busy}(%rax)",
             "jne 2f",
             "mov {countdown}(%rax), %rdx",
@@ -197,6 +210,14 @@ macro_rules! calloc_entry {
             "test %rax, %rax",
             "jz 3f",
             "ret",
+            "4:",
+            "cmpb $0, {pass}(%rip)",
+            "je 3f",
+            "push %rdi",
+            "push %rsi",
+            "push %rcx",
+            mem_trace_core::thread_state_in_rax!(),
+            "jmp 5b",
             "2:",
             "pop %rcx",
             "pop %rsi",
@@ -206,6 +227,7 @@ macro_rules! calloc_entry {
             "lea 8(%rsp), %rdx",
             "mov %rbp, %rcx",
             "jmp {from}",
+            fast = sym mem_trace_core::sample::FAST,
             pass = sym mem_trace_core::sample::PASS,
             busy = const mem_trace_core::state::offsets::BUSY,
             countdown = const mem_trace_core::state::offsets::COUNTDOWN,

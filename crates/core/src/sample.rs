@@ -28,9 +28,19 @@ static SEED: AtomicU64 = AtomicU64::new(0);
 /// [`FILTER_SHIFT`]) is 0 goes to glibc. Neither enters the guard nor records anything.
 pub static PASS: AtomicBool = AtomicBool::new(false);
 
-/// Opens the untouched path if sampling is on (the tracer just became ready).
-pub(crate) fn open_pass() {
-    PASS.store(on(), Release);
+/// Sampling's untouched path for the entries that read the thread's state, in one word: the
+/// state's offset from the thread pointer when the path is open and that offset is the same
+/// in every thread (`state::learn_static_offset`), else 0, and they look at [`PASS`] and
+/// reach the state by the TLS descriptor.
+pub static FAST: AtomicU64 = AtomicU64::new(0);
+
+/// Opens the untouched path if sampling is on (the tracer just became ready); `offset` is
+/// the state's static offset from the thread pointer, 0 if it has none.
+pub(crate) fn open_pass(offset: u64) {
+    if on() {
+        FAST.store(offset, Release);
+        PASS.store(true, Release);
+    }
 }
 
 /// Turns sampling on (`mean` > 0) before the first allocation is recorded; published in the

@@ -8,6 +8,7 @@
 use crate::capture;
 use crate::store::{freed, quarantine, stacks, threads};
 use core::cell::Cell;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// The per-thread state: one field per module that keeps something per thread.
 ///
@@ -130,18 +131,35 @@ core::arch::global_asm!(
     size = const core::mem::size_of::<ThreadState>(),
 );
 
+/// The state's offset from the thread pointer when it is the same in every thread (0: not
+/// known, or not so): [`current`] then adds it to the thread pointer instead of calling the
+/// descriptor's resolver, and sampling's untouched path (`sample::FAST`) does the same.
+static STATIC_OFFSET: AtomicU64 = AtomicU64::new(0);
+
 /// The current thread's state. The reference stays valid for the thread's whole life: the
 /// storage has no destructor, so it lives as long as the thread.
 #[inline(always)]
 pub(crate) fn current() -> &'static ThreadState {
-    let p: *const ThreadState;
+    let p = match STATIC_OFFSET.load(Relaxed) {
+        0 => by_descriptor(),
+        off => thread_pointer().wrapping_add(off),
+    };
+    // SAFETY: `p` is this thread's state (see `by_descriptor` and `learn_static_offset`),
+    // zero-filled at first, a valid `ThreadState` (see the test), and the reference never
+    // leaves this thread: ThreadState is !Sync.
+    unsafe { &*(p as *const ThreadState) }
+}
+
+/// The calling thread's state, by the TLS descriptor.
+#[inline(always)]
+fn by_descriptor() -> u64 {
+    let p: u64;
     // SAFETY: the TLS descriptor call sequence of the x86-64 ABI: the resolver keeps every
-    // register but rax and the flags, and the vector registers are declared clobbered for
-    // glibc before 2.40, whose dynamic resolver could lose them (glibc bug 31372). The stack
-    // is aligned for a call (no `nostack`). The words read (the descriptor, written by the
-    // loader before any code runs, and the thread pointer at %fs:0) never change for a
-    // thread, so the result is pure. The storage is zero-filled, a valid `ThreadState`
-    // (see the test), and the reference never leaves this thread: ThreadState is !Sync.
+    // register but rax and the flags; the vector registers are declared clobbered for glibc
+    // before 2.40, whose dynamic resolver could lose them (glibc bug 31372). The stack is
+    // aligned for a call (no `nostack`). The words read (the descriptor, written by the
+    // loader before any code runs, and the thread pointer) never change for a thread, so
+    // the result is pure.
     unsafe {
         core::arch::asm!(
             thread_state_in_rax!(),
@@ -152,8 +170,74 @@ pub(crate) fn current() -> &'static ThreadState {
             out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
             options(att_syntax, pure, nomem),
         );
-        &*p
     }
+    p
+}
+
+/// The thread pointer: the address of the thread's control block, which starts with itself.
+#[inline(always)]
+fn thread_pointer() -> u64 {
+    let tp: u64;
+    // SAFETY: reads the word at %fs:0, which x86-64's TLS ABI makes the thread pointer.
+    unsafe {
+        core::arch::asm!(
+            "mov %fs:0, {tp}",
+            tp = out(reg) tp,
+            options(att_syntax, nostack, pure, readonly, preserves_flags),
+        );
+    }
+    tp
+}
+
+/// Learns whether the state lies at one offset from the thread pointer in every thread, and
+/// returns that offset (0 if not). It does when the loader put the library's TLS in the
+/// static block, as for every library loaded at start (`LD_PRELOAD`): the descriptor's
+/// resolver then only returns the descriptor's second word, the same for all threads. After
+/// a `dlopen` (the attach) the resolver may look the block up per thread, and the offset is
+/// not learnt. Told by the resolver's code: glibc's `_dl_tlsdesc_return` is
+/// `mov 8(%rax), %rax; ret` (after an `endbr64` in a CET build). In an executable the
+/// linker has already turned the descriptor into a constant offset (the `lea` became a
+/// `mov`), and the descriptor path costs nothing to keep.
+pub(crate) fn learn_static_offset() -> u64 {
+    let (desc, at): (u64, u64);
+    // SAFETY: two address computations; nothing is read or written.
+    unsafe {
+        core::arch::asm!(
+            "2:",
+            concat!("lea ", thread_state_symbol!(), "@TLSDESC(%rip), %rax"),
+            "lea 2b(%rip), {at}",
+            out("rax") desc,
+            at = out(reg) at,
+            options(att_syntax, nostack, pure, nomem, preserves_flags),
+        );
+    }
+    const LEA_RAX_RIP: [u8; 3] = [0x48, 0x8d, 0x05];
+    const RETURN_ARG: [u8; 5] = [0x48, 0x8b, 0x40, 0x08, 0xc3];
+    const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+    // SAFETY: `at` is the instruction just above, in this library's mapped code.
+    let insn = unsafe { core::ptr::read(at as *const [u8; 3]) };
+    if insn != LEA_RAX_RIP {
+        return 0;
+    }
+    // SAFETY: `desc` is this library's descriptor, in its GOT: two words the loader filled
+    // (resolver, argument) before any code ran, readable from then on.
+    let [resolver, arg] = unsafe { core::ptr::read(desc as *const [u64; 2]) };
+    // SAFETY: the resolver is code the loader chose in a mapped module; nine bytes of it
+    // are readable (a function at least `mov 8(%rax),%rax; ret` long, or the page holds it).
+    let code = unsafe { core::ptr::read_unaligned(resolver as *const [u8; 9]) };
+    let body = match code[..4] == ENDBR64 {
+        true => &code[4..9],
+        false => &code[..5],
+    };
+    if body != RETURN_ARG || arg == 0 {
+        return 0;
+    }
+    // Checked against the descriptor sequence itself: they must agree in this thread.
+    if thread_pointer().wrapping_add(arg) != by_descriptor() {
+        return 0;
+    }
+    STATIC_OFFSET.store(arg, Relaxed);
+    arg
 }
 
 #[cfg(test)]
@@ -180,6 +264,14 @@ mod tests {
             data_nonzero.is_empty(),
             "non-zero bytes at {data_nonzero:?}"
         );
+    }
+
+    /// In an executable (this test) the linker resolved the descriptor to a constant offset
+    /// already: nothing to learn, and `current` keeps the descriptor path.
+    #[test]
+    fn an_executable_has_no_offset_to_learn() {
+        assert_eq!(learn_static_offset(), 0);
+        assert_eq!(STATIC_OFFSET.load(Relaxed), 0);
     }
 
     #[test]

@@ -126,6 +126,8 @@ fn init() -> bool {
     {
         return STATE.load(Ordering::Acquire) == READY;
     }
+    // First: every hook reads the thread's state, and this makes that cheaper.
+    let offset = crate::state::learn_static_offset();
     // Before anything is recorded, and before the program can lower its limits.
     arena::when_short(degrade);
     arena::keep_reserve();
@@ -166,7 +168,7 @@ fn init() -> bool {
     if !ready {
         stop_taking_memory();
     }
-    crate::sample::open_pass();
+    crate::sample::open_pass(offset);
     ready
 }
 
