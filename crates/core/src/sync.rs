@@ -9,7 +9,7 @@
 
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering, Ordering::Relaxed};
 
 /// A raw spin lock word: `0` free, `1` held.
 #[repr(transparent)]
@@ -141,6 +141,30 @@ impl<T> Drop for SpinGuard<'_, T> {
     fn drop(&mut self) {
         self.lock.raw.unlock();
     }
+}
+
+/// glibc's `__libc_single_threaded` (glibc 2.32 on): not 0 while the process has had only
+/// one thread. Null until found, and where glibc has none: the process then counts as
+/// having several.
+static SINGLE_THREADED: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Looks up glibc's `__libc_single_threaded` (from the library's start, outside any hook:
+/// `dlsym` may take the loader's lock and allocate).
+pub(crate) fn find_single_threaded() {
+    // SAFETY: a symbol lookup with a NUL-terminated name; the result is only ever read as a
+    // byte, which is what glibc declares it as.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) };
+    SINGLE_THREADED.store(p.cast(), Relaxed);
+}
+
+/// Whether the process has only ever had one thread: no other thread can write a shared
+/// record. glibc clears the flag before the second thread starts and never sets it again.
+#[inline(always)]
+pub(crate) fn one_thread() -> bool {
+    let p = SINGLE_THREADED.load(Relaxed);
+    // SAFETY: glibc's `char __libc_single_threaded`, a static of libc.so that lives as long
+    // as the process; written only by glibc, before a second thread exists.
+    !p.is_null() && unsafe { p.read_volatile() } != 0
 }
 
 #[cfg(test)]

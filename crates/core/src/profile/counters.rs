@@ -93,30 +93,6 @@ impl Default for Local {
     }
 }
 
-/// glibc's `__libc_single_threaded` (glibc 2.32 on): not 0 while the process has had only
-/// one thread. Null until found, and where glibc has none: the process then counts as
-/// having several.
-static SINGLE_THREADED: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
-
-/// Looks up glibc's `__libc_single_threaded` (from the library's start, outside any hook:
-/// `dlsym` may take the loader's lock and allocate).
-pub(crate) fn find_single_threaded() {
-    // SAFETY: a symbol lookup with a NUL-terminated name; the result is only ever read as a
-    // byte, which is what glibc declares it as.
-    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) };
-    SINGLE_THREADED.store(p.cast(), Relaxed);
-}
-
-/// Whether the process has only ever had one thread: no other thread can write a shared
-/// record. glibc clears the flag before the second thread starts and never sets it again.
-#[inline(always)]
-fn single_threaded() -> bool {
-    let p = SINGLE_THREADED.load(Relaxed);
-    // SAFETY: glibc's `char __libc_single_threaded`, a static of libc.so that lives as long
-    // as the process; written only by glibc, before a second thread exists.
-    !p.is_null() && unsafe { p.read_volatile() } != 0
-}
-
 /// Runs `f` on the calling thread's cache record for `stack` (or, without a cache, on the
 /// shared record, locked; or, while the process has one thread, on the shared record
 /// directly), after saving its at-peak value if this is its first change since the peak;
@@ -132,7 +108,7 @@ fn update(
     let cache = local.cache.get();
     // A thread that has a cache keeps it: its records may hold deltas (a forked child of a
     // threaded parent, which keeps the parent's flag anyway).
-    if cache.is_null() && single_threaded() {
+    if cache.is_null() && crate::sync::one_thread() {
         if let Some(c) = record(stack) {
             apply(c, seq, f);
         }

@@ -25,6 +25,17 @@ pub(crate) fn init() {
 #[inline(always)]
 pub(crate) fn tick(delta: u64) -> (u64, u64) {
     let h = header();
+    // With one thread in the process nothing else writes the pair (a signal handler's
+    // allocations in it are nested in the tracer's guard and tick nothing), and readers
+    // outside the process never saw the two words change as one anyway: plain loads and
+    // stores do. The `lock cmpxchg16b` was ~40% of the time `free` spent on `deep`.
+    if crate::sync::one_thread() {
+        let seq = h.next_seq.load(Relaxed);
+        h.next_seq.store(seq + 1, Relaxed);
+        let live = h.live_bytes.load(Relaxed).wrapping_add(delta);
+        h.live_bytes.store(live, Relaxed);
+        return (seq, live);
+    }
     if !PAIRED.load(Relaxed) {
         let seq = h.next_seq.fetch_add(1, Relaxed);
         let live = h.live_bytes.fetch_add(delta, Relaxed).wrapping_add(delta);

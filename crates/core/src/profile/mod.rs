@@ -96,7 +96,7 @@ pub(crate) fn init() {
 /// needs, and the profiler thread if it has work.
 pub(crate) fn started() {
     roots::init();
-    counters::find_single_threaded();
+    crate::sync::find_single_threaded();
     reporter::start();
 }
 
