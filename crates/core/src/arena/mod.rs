@@ -61,6 +61,10 @@ const CLASSES: [usize; 16] = [
 pub(crate) static MAPPED: AtomicUsize = AtomicUsize::new(0);
 /// The highest value [`MAPPED`] has reached.
 pub(crate) static PEAK_MAPPED: AtomicUsize = AtomicUsize::new(0);
+/// [`MAPPED`] when the program's live bytes last reached a new peak (`MEM_TRACE_STATS` only):
+/// the tracer's memory beside the program's most, where [`PEAK_MAPPED`] may come from later
+/// (the freed-block history and the quarantine are made at the first free).
+pub(crate) static MAPPED_AT_PEAK: AtomicUsize = AtomicUsize::new(0);
 
 struct Class {
     /// Head of the free list (a block's first word links to the next), as an address.

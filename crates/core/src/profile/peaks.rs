@@ -46,6 +46,10 @@ fn global_peak(live: u64, seq: u64) {
     let h = header();
     if h.peak_bytes.fetch_max(live, Relaxed) < live {
         h.peak_seq.store(seq, Relaxed);
+        if crate::config::STATS.load(Relaxed) {
+            let mapped = crate::arena::MAPPED.load(Relaxed);
+            crate::arena::MAPPED_AT_PEAK.store(mapped, Relaxed);
+        }
     }
 }
 

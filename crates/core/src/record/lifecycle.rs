@@ -398,11 +398,12 @@ pub fn on_unload() {
     let _ = core::fmt::write(
         &mut out,
         format_args!(
-            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} table_bytes={} tag_bytes={} stacks={} cut_captures={} call_nodes={} allocs={} frees={} untracked={} symbolized_frames={}\n",
+            "mem-trace: stats: live_blocks={} peak_live_blocks={} internal_bytes={} peak_internal_bytes={} internal_bytes_at_peak={} table_bytes={} tag_bytes={} stacks={} cut_captures={} call_nodes={} allocs={} frees={} untracked={} symbolized_frames={}\n",
             live,
             peak_live,
             arena::MAPPED.load(Ordering::Relaxed),
             arena::PEAK_MAPPED.load(Ordering::Relaxed),
+            arena::MAPPED_AT_PEAK.load(Ordering::Relaxed),
             table::slot_bytes(),
             tag_bytes,
             stacks::count(),
