@@ -352,14 +352,17 @@ fn the_preloaded_library_loads_no_libm() {
 
 /// Four threads sampled at once (`tests/fixtures/sample_threads.c`): thread k keeps k * 20 MB
 /// live in blocks of k * 1000 bytes and allocates k * 1 GB. The exit report's estimates per
-/// thread are within 10% of those (fixed seed), and the program's checks pass as without the
-/// tracer: every thread's untouched path found its own countdown.
+/// thread are within 10% of those, and the program's checks pass as without the tracer:
+/// every thread's untouched path found its own countdown. Which thread gets which seed
+/// follows the order of their first allocations, which varies, so the mean is 16K: thread
+/// 1's live estimate then rests on ~1,200 samples (a standard deviation of 2.8%, 10% is 3.5
+/// of them); at 64K, ~300 samples, it was 11.5% off in one run of the suite.
 #[test]
 fn every_threads_estimates_are_within_ten_percent() {
     let mut run = fixture_run(&c_fixture("sample_threads.c", &["-pthread"]), "");
     for (k, v) in [
         ("MEM_TRACE_MODE", "profile"),
-        ("MEM_TRACE_SAMPLE", SAMPLE),
+        ("MEM_TRACE_SAMPLE", "16K"),
         ("MEM_TRACE_SAMPLE_SEED", SEED),
         ("MEM_TRACE_PROFILE", "1"),
     ] {
