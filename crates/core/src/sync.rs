@@ -96,13 +96,37 @@ impl<T> SpinLock<T> {
     #[inline]
     pub fn lock(&self) -> SpinGuard<'_, T> {
         self.raw.lock();
-        SpinGuard { lock: self }
+        SpinGuard {
+            lock: self,
+            held: true,
+        }
+    }
+
+    /// The value, without the lock's atomic instruction while the process has one thread
+    /// ([`one_thread`]); locked otherwise.
+    ///
+    /// # Safety
+    /// The caller is inside the tracer's guard, and whatever else uses this lock on the same
+    /// thread does not run meanwhile: no other thread exists, and a signal handler's
+    /// allocations are nested in the guard, never here.
+    #[inline(always)]
+    pub unsafe fn lock_unless_alone(&self) -> SpinGuard<'_, T> {
+        if one_thread() {
+            return SpinGuard {
+                lock: self,
+                held: false,
+            };
+        }
+        self.lock()
     }
 
     /// Takes the lock only if it is free.
     #[cfg(test)]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
-        self.raw.try_lock().then_some(SpinGuard { lock: self })
+        self.raw.try_lock().then_some(SpinGuard {
+            lock: self,
+            held: true,
+        })
     }
 
     /// The lock word, for `fork` handlers that lock and unlock without a guard.
@@ -117,15 +141,18 @@ impl<T> SpinLock<T> {
     }
 }
 
-/// Holds a [`SpinLock`]; releases it on drop.
+/// Holds a [`SpinLock`] (or stands for it, see [`SpinLock::lock_unless_alone`]); releases it
+/// on drop.
 pub struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
+    held: bool,
 }
 
 impl<T> Deref for SpinGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: the guard proves the lock is held, so no one else touches the value.
+        // SAFETY: the guard proves the lock is held (or that nothing else can take it), so no
+        // one else touches the value.
         unsafe { &*self.lock.value.get() }
     }
 }
@@ -139,7 +166,9 @@ impl<T> DerefMut for SpinGuard<'_, T> {
 
 impl<T> Drop for SpinGuard<'_, T> {
     fn drop(&mut self) {
-        self.lock.raw.unlock();
+        if self.held {
+            self.lock.raw.unlock();
+        }
     }
 }
 

@@ -134,16 +134,11 @@ fn find_or_make(growing: &AtomicBool, h: u64, parent: u32, pc: u64) -> u32 {
     // The shard from bits the table itself does not use: hashbrown places entries by the low
     // bits and tells them apart in a group by the top 7. Sharding by the top 4 left 3 bits
     // to tell entries apart, so a probe compared ~1 in 8 entries of its group in full.
-    let shard = &INDEX[(h >> 48) as usize % SHARDS];
-    if crate::sync::one_thread() {
-        // SAFETY: the process has one thread, this one, inside the tracer's guard: no other
-        // thread, and no signal handler (its allocations are nested, not captured), can
-        // reach the index meanwhile; `fork` handlers run outside the guard. The lock's
-        // `lock cmpxchg` was ~2.5% of the `deep` benchmark in profile mode.
-        let index = unsafe { &mut *shard.data_ptr() };
-        return find_or_make_in(index, growing, h, parent, pc);
-    }
-    find_or_make_in(&mut shard.lock(), growing, h, parent, pc)
+    // SAFETY: called inside the guard, from a capture; the index is used nowhere else but
+    // the fork handlers, which run on this thread outside the guard. With one thread, the
+    // lock's `lock cmpxchg` was ~2.5% of the `deep` benchmark in profile mode.
+    let mut index = unsafe { INDEX[(h >> 48) as usize % SHARDS].lock_unless_alone() };
+    find_or_make_in(&mut index, growing, h, parent, pc)
 }
 
 /// [`find_or_make`] in its shard of the index, held by the caller.

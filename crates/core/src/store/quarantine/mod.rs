@@ -422,7 +422,9 @@ pub(crate) fn hold(local: &Local, addr: u64, size: u64, released: &mut Released)
     let Some(quarantine) = mine(local) else {
         return false;
     };
-    let mut q = quarantine.held.lock();
+    // SAFETY: called inside the guard (a free); the quarantine's other users on this thread
+    // (a drain when glibc runs out, the fork handlers) do not run meanwhile.
+    let mut q = unsafe { quarantine.held.lock_unless_alone() };
     let q = &mut *q;
     if !q.fifo.push_back(entry) {
         // No memory to hold it: glibc gets it now.
@@ -490,7 +492,11 @@ pub(crate) fn reuse(local: &Local, size: usize) -> *mut core::ffi::c_void {
     let (Some(q), Some(k)) = (current(local), class_of(chunk_of(size as u64))) else {
         return core::ptr::null_mut();
     };
-    let a = q.held.lock().recycled.take(k).unwrap_or(0);
+    // SAFETY: called inside the guard (an allocation), as `hold`.
+    let a = unsafe { q.held.lock_unless_alone() }
+        .recycled
+        .take(k)
+        .unwrap_or(0);
     a as *mut core::ffi::c_void
 }
 
