@@ -138,12 +138,6 @@ fn find_or_make(growing: &AtomicBool, h: u64, parent: u32, pc: u64) -> u32 {
     // the fork handlers, which run on this thread outside the guard. With one thread, the
     // lock's `lock cmpxchg` was ~2.5% of the `deep` benchmark in profile mode.
     let mut index = unsafe { INDEX[(h >> 48) as usize % SHARDS].lock_unless_alone() };
-    find_or_make_in(&mut index, growing, h, parent, pc)
-}
-
-/// [`find_or_make`] in its shard of the index, held by the caller.
-#[inline(always)]
-fn find_or_make_in(index: &mut Index, growing: &AtomicBool, h: u64, parent: u32, pc: u64) -> u32 {
     let p = narrow::part(h);
     let same = |&(ep, id): &(u32, u32)| {
         ep == p && node(id).is_some_and(|n| n.pc == pc && n.parent == parent)
