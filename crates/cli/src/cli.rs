@@ -609,11 +609,8 @@ fn parse_int(text: &str) -> Option<u64> {
 }
 
 /// `--sample`: what `MEM_TRACE_SAMPLE` takes.
-fn sample_mean(v: &str) -> std::result::Result<u64, String> {
-    match mem_trace_read::units::size(v) {
-        Some(n) if n <= 1 << 40 => Ok(n),
-        _ => Err("a mean number of bytes between samples, optionally with K, M, G or T, at most 1T (0: every block)".to_string()),
-    }
+fn sample_mean(v: &str) -> std::result::Result<u64, &'static str> {
+    mem_trace_read::sample::parse_mean(v).ok_or(mem_trace_read::sample::MEAN_WANTED)
 }
 
 #[cfg(test)]

@@ -305,13 +305,9 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
         }
     }
     if let Some(v) = get("MEM_TRACE_SAMPLE") {
-        match parse_size(&v) {
-            Some(n) if n <= 1 << 40 => c.sample = n,
-            _ => reject(
-                "MEM_TRACE_SAMPLE",
-                v,
-                "a mean number of bytes between samples, optionally with K, M, G or T, at most 1T (0: every block)",
-            ),
+        match mem_trace_read::sample::parse_mean(&v) {
+            Some(n) => c.sample = n,
+            None => reject("MEM_TRACE_SAMPLE", v, mem_trace_read::sample::MEAN_WANTED),
         }
     }
     if let Some(v) = get("MEM_TRACE_SAMPLE_SEED") {

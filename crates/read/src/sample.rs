@@ -7,6 +7,16 @@
 //! `1 - exp(-size / mean)`, and each sample, scaled by the inverse of that probability, is an
 //! unbiased estimate of what its kind of allocation amounts to.
 
+/// What a mean between samples may be (`MEM_TRACE_SAMPLE`, `mem-trace attach --sample`), as
+/// the one line that refuses anything else says it.
+pub const MEAN_WANTED: &str = "a mean number of bytes between samples, optionally with K, M, G or T, at most 1T (0: every block)";
+
+/// A mean between samples as `MEM_TRACE_SAMPLE` takes it: a size (`512K`), at most 1T, 0 for
+/// every block; `None` otherwise (see [`MEAN_WANTED`]).
+pub fn parse_mean(v: &str) -> Option<u64> {
+    crate::units::size(v).filter(|&n| n <= 1 << 40)
+}
+
 /// The probability that a block of `size` bytes is sampled (1 when `mean` is 0: exact).
 pub fn probability(size: u64, mean: u64) -> f64 {
     if mean == 0 {
@@ -51,6 +61,15 @@ impl core::fmt::Display for Rate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn means_are_sizes_up_to_a_terabyte() {
+        assert_eq!(parse_mean("512K"), Some(512 << 10));
+        assert_eq!(parse_mean("0"), Some(0));
+        assert_eq!(parse_mean("1T"), Some(1 << 40));
+        assert_eq!(parse_mean("2T"), None);
+        assert_eq!(parse_mean("lots"), None);
+    }
 
     #[test]
     fn exact_counts_each_block_once() {
