@@ -33,6 +33,45 @@ impl Caller {
     }
 }
 
+/// The first lines of `malloc`'s and `calloc`'s untouched path: the thread's state in rax,
+/// at the thread pointer plus `sample::FAST` (operand `fast`); a jump to `4f` when that is 0:
+/// the path is closed, or the state is reached only through the TLS descriptor (after an
+/// attach).
+macro_rules! state_by_offset_or_4f {
+    () => {
+        concat!(
+            "mov {fast}(%rip), %rax\n",
+            "test %rax, %rax\n",
+            "jz 4f\n",
+            "add %fs:0, %rax",
+        )
+    };
+}
+
+/// With the thread's state in rax and an allocation's size in `$size`: the size taken off
+/// the thread's countdown (operands `busy` and `countdown`), as `sample::Local::skip` does
+/// on a call that stays above the sample point; a jump to `2f` when the thread is inside the
+/// tracer or the size reaches the point. Unsigned, as the countdown is never negative: a size
+/// past `i64::MAX` is one no countdown covers. Uses rdx.
+macro_rules! countdown_takes_or_2f {
+    ($size:literal) => {
+        concat!(
+            "cmpb $0, {busy}(%rax)\n",
+            "jne 2f\n",
+            "mov {countdown}(%rax), %rdx\n",
+            "cmp %rdx, ",
+            $size,
+            "\n",
+            "jae 2f\n",
+            "sub ",
+            $size,
+            ", %rdx\n",
+            "mov %rdx, {countdown}(%rax)",
+        )
+    };
+}
+pub(super) use {countdown_takes_or_2f, state_by_offset_or_4f};
+
 /// The body of `malloc`'s entry, for the hook and its twin (`hooks::local`).
 macro_rules! malloc_entry {
     () => {
@@ -42,21 +81,11 @@ macro_rules! malloc_entry {
             // through the entry's jump first. The thread's state is at the thread pointer
             // plus `sample::FAST` when that is set (the library loaded at start), else by
             // the TLS descriptor (after an attach).
-            "mov {fast}(%rip), %rax",
-            "test %rax, %rax",
-            "jz 4f",
-            "add %fs:0, %rax",
+            $crate::hooks::alloc::state_by_offset_or_4f!(),
             // Keeps `size` for a null result, and aligns the stack for the calls below.
             "push %rdi",
             "5:",
-            "cmpb $0, {busy}(%rax)",
-            "jne 2f",
-            "mov {countdown}(%rax), %rcx",
-            // Unsigned, the countdown never negative: the sample point, or a size none covers.
-            "cmp %rcx, %rdi",
-            "jae 2f",
-            "sub %rdi, %rcx",
-            "mov %rcx, {countdown}(%rax)",
+            $crate::hooks::alloc::countdown_takes_or_2f!("%rdi"),
             "call *{glibc}@GOTPCREL(%rip)",
             "pop %rdi",
             // Out of memory: the full path gives glibc the quarantine's blocks and asks again.
@@ -187,22 +216,13 @@ macro_rules! calloc_entry {
             // An overflowing product is glibc's to refuse, on the full path.
             "jo 3f",
             "mov %rax, %rcx",
-            "mov {fast}(%rip), %rax",
-            "test %rax, %rax",
-            "jz 4f",
-            "add %fs:0, %rax",
+            $crate::hooks::alloc::state_by_offset_or_4f!(),
             // Keep `n` and `size` for a null result; three words align the stack for the calls.
             "push %rdi",
             "push %rsi",
             "push %rcx",
             "5:",
-            "cmpb $0, {busy}(%rax)",
-            "jne 2f",
-            "mov {countdown}(%rax), %rdx",
-            "cmp %rdx, %rcx",
-            "jae 2f",
-            "sub %rcx, %rdx",
-            "mov %rdx, {countdown}(%rax)",
+            $crate::hooks::alloc::countdown_takes_or_2f!("%rcx"),
             "call *{glibc}@GOTPCREL(%rip)",
             "pop %rcx",
             "pop %rsi",
