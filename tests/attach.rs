@@ -168,9 +168,24 @@ fn mem_trace_env(fixture: &Fixture, label: &str, args: &[&str], vars: &[(&str, &
     )
 }
 
+/// How the answers name `function` at the fixture's line marked `@marker`.
+fn site_at(f: &Fixture, function: &str, marker: &str) -> String {
+    format!("{function} at {}:{}", f.src.display(), line_of(f, marker))
+}
+
 /// `mem-trace attach PID`, which must succeed with one line.
 fn attach(fixture: &Fixture, pid: u32, label: &str) -> Output {
-    let out = mem_trace(fixture, label, &["attach", &pid.to_string()]);
+    attach_with(fixture, pid, label, &[])
+}
+
+/// `mem-trace attach PID OPTIONS...`, which must succeed with one line.
+fn attach_with(fixture: &Fixture, pid: u32, label: &str, options: &[&str]) -> Output {
+    let pid_arg = pid.to_string();
+    let args: Vec<&str> = ["attach", pid_arg.as_str()]
+        .into_iter()
+        .chain(options.iter().copied())
+        .collect();
+    let out = mem_trace(fixture, label, &args);
     assert!(out.success(), "{}", out.describe());
     assert_eq!(out.stdout.lines().count(), 1, "{}", out.describe());
     assert!(
@@ -275,22 +290,14 @@ fn a_busy_program_attached_detached_and_attached_again_runs_on_unchanged() {
     // The sites that allocate after the attach are named, by the command and by gdb.
     let top = mem_trace(&f, "top", &["top", &p.pid.to_string()]);
     assert!(top.success(), "{}", top.describe());
-    let site = format!(
-        "attach_site at {}:{}",
-        f.src.display(),
-        line_of(&f, "attach-site")
-    );
+    let site = site_at(&f, "attach_site", "attach-site");
     assert!(
         top.stdout.contains(&site),
         "no {site:?} in\n{}",
         top.describe()
     );
     let why = gdb_why(&f, p.pid, after + 10);
-    let site = format!(
-        "after_site at {}:{}",
-        f.src.display(),
-        line_of(&f, "after-site")
-    );
+    let site = site_at(&f, "after_site", "after-site");
     assert!(why.contains("4242"), "{why}");
     assert!(why.contains(&site), "no {site:?} in\n{why}");
     let info = mem_trace(&f, "info", &["info", &p.pid.to_string()]);
@@ -337,17 +344,11 @@ fn a_busy_program_attached_with_sampling_is_estimated_and_runs_on() {
     let p = Running::start(plain(&f.bin));
     std::thread::sleep(Duration::from_millis(200));
     let pid = p.pid.to_string();
-    let a = mem_trace(
+    attach_with(
         &f,
+        p.pid,
         "sampled-attach",
-        &["attach", &pid, "--mode", "profile", "--sample", "64K"],
-    );
-    assert!(a.success(), "{}", a.describe());
-    assert!(
-        a.stdout
-            .starts_with(&format!("mem-trace: attached to process {pid} (")),
-        "{}",
-        a.describe()
+        &["--mode", "profile", "--sample", "64K"],
     );
     std::thread::sleep(Duration::from_millis(500));
     // By bytes allocated: the threads keep few blocks live, often none sampled.
@@ -355,11 +356,7 @@ fn a_busy_program_attached_with_sampling_is_estimated_and_runs_on() {
     assert!(top.success(), "{}", top.describe());
     for want in [
         "this process samples one allocation per ~64 KiB".to_string(),
-        format!(
-            "attach_site at {}:{}",
-            f.src.display(),
-            line_of(&f, "attach-site")
-        ),
+        site_at(&f, "attach_site", "attach-site"),
     ] {
         assert!(
             top.stdout.contains(&want),
@@ -662,11 +659,7 @@ fn idle_attach(mode: Option<&str>, call: &str, retried: &[&str]) {
         &format!("{label}-why"),
         &["why", &p.pid.to_string(), &format!("{after:#x}")],
     );
-    let site = format!(
-        "idle_site at {}:{}",
-        f.src.display(),
-        line_of(&f, "idle-site")
-    );
+    let site = site_at(&f, "idle_site", "idle-site");
     assert!(
         why.stdout.contains(&site),
         "no {site:?} in\n{}",
@@ -744,11 +737,7 @@ fn a_library_dlopened_after_the_attach_through_origin_runpath_is_found_and_trace
     let addr = u64::from_str_radix(addr, 16).unwrap();
     // Its allocation was recorded: its GOT was patched after the load.
     let why = gdb_why(&f, p.pid, addr + 100);
-    let site = format!(
-        "plugin_site at {}:{}",
-        plugin.src.display(),
-        line_of(&plugin, "plugin-site")
-    );
+    let site = site_at(&plugin, "plugin_site", "plugin-site");
     assert!(why.contains("2929"), "{why}");
     assert!(why.contains(&site), "no {site:?} in\n{why}");
     // A name with $ORIGIN is the caller's directory too, not the tracer's.
@@ -778,11 +767,7 @@ fn fork_after_the_attach_with_allocating_atfork_handlers_runs_parent_and_child_n
     // The parent still allocates through the tracer, which names the site.
     let after = p.alloc();
     let why = gdb_why(&f, p.pid, after + 10);
-    let site = format!(
-        "idle_site at {}:{}",
-        f.src.display(),
-        line_of(&f, "idle-site")
-    );
+    let site = site_at(&f, "idle_site", "idle-site");
     assert!(why.contains("3131"), "{why}");
     assert!(why.contains(&site), "no {site:?} in\n{why}");
     detach(&f, p.pid, "detach-fork");
@@ -1320,11 +1305,7 @@ fn attach_completed(
     assert!(rest.is_empty(), "{rest}");
     p.alloc();
     let top = mem_trace(f, &format!("{label}-top"), &["top", &p.pid.to_string()]);
-    let site = format!(
-        "main_site at {}:{}",
-        f.src.display(),
-        line_of(f, "main-site")
-    );
+    let site = site_at(f, "main_site", "main-site");
     assert!(
         top.stdout.contains(&site),
         "{label}: no {site:?} in\n{}",
