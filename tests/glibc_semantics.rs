@@ -16,11 +16,9 @@ fn the_malloc_family_behaves_like_glibc_under_the_tracer() {
 /// (their `realloc`, `malloc_usable_size` and `calloc` take other paths).
 #[test]
 fn the_malloc_family_behaves_like_glibc_with_tagged_blocks() {
-    let mut run = fixture_run(&c_fixture("semantics.c", &[]), "");
-    for (k, v) in [("MEM_TRACE_MODE", "profile"), ("MEM_TRACE_TAGS", "1")] {
-        run.job.env.push((k.to_string(), v.to_string()));
-    }
-    run.run_same_as_plain();
+    fixture_run(&c_fixture("semantics.c", &[]), "")
+        .with_env(&[("MEM_TRACE_MODE", "profile"), ("MEM_TRACE_TAGS", "1")])
+        .run_same_as_plain();
 }
 
 /// The same under sampling, where most calls take the hooks' untouched path: in both modes,
@@ -28,10 +26,8 @@ fn the_malloc_family_behaves_like_glibc_with_tagged_blocks() {
 #[test]
 fn the_malloc_family_behaves_like_glibc_under_sampling() {
     for mode in ["debug", "profile"] {
-        let mut run = fixture_run(&c_fixture("semantics.c", &[]), "");
-        for (k, v) in [("MEM_TRACE_MODE", mode), ("MEM_TRACE_SAMPLE", "1K")] {
-            run.job.env.push((k.to_string(), v.to_string()));
-        }
-        run.run_same_as_plain();
+        fixture_run(&c_fixture("semantics.c", &[]), "")
+            .with_env(&[("MEM_TRACE_MODE", mode), ("MEM_TRACE_SAMPLE", "1K")])
+            .run_same_as_plain();
     }
 }

@@ -135,10 +135,8 @@ fn threads_get_no_extra_arena_and_no_null_under_a_tight_limit() {
 /// must still be served by the tracer, not passed on (which gave the thread a glibc arena).
 #[test]
 fn threads_get_no_extra_arena_under_sampling() {
-    let mut run = fixture_run(&c_fixture("oom_threads.c", &["-pthread"]), "");
-    run.job
-        .env
-        .push(("MEM_TRACE_SAMPLE".to_string(), "512K".to_string()));
-    let traced = run.run_same_as_plain();
+    let traced = fixture_run(&c_fixture("oom_threads.c", &["-pthread"]), "")
+        .with_env(&[("MEM_TRACE_SAMPLE", "512K")])
+        .run_same_as_plain();
     assert_eq!(notes(&traced), 0, "{}", traced.describe());
 }

@@ -359,16 +359,14 @@ fn the_preloaded_library_loads_no_libm() {
 /// of them); at 64K, ~300 samples, it was 11.5% off in one run of the suite.
 #[test]
 fn every_threads_estimates_are_within_ten_percent() {
-    let mut run = fixture_run(&c_fixture("sample_threads.c", &["-pthread"]), "");
-    for (k, v) in [
-        ("MEM_TRACE_MODE", "profile"),
-        ("MEM_TRACE_SAMPLE", "16K"),
-        ("MEM_TRACE_SAMPLE_SEED", SEED),
-        ("MEM_TRACE_PROFILE", "1"),
-    ] {
-        run.job.env.push((k.to_string(), v.to_string()));
-    }
-    let out = run.run_same_as_plain();
+    let out = fixture_run(&c_fixture("sample_threads.c", &["-pthread"]), "")
+        .with_env(&[
+            ("MEM_TRACE_MODE", "profile"),
+            ("MEM_TRACE_SAMPLE", "16K"),
+            ("MEM_TRACE_SAMPLE_SEED", SEED),
+            ("MEM_TRACE_PROFILE", "1"),
+        ])
+        .run_same_as_plain();
     // "   thread 2 (tid 31421, "st"): peak ... bytes, live L bytes, allocated A bytes, exited"
     let mut threads: Vec<(u64, u64)> = out
         .stderr

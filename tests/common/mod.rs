@@ -675,6 +675,15 @@ pub fn fixture_run(fixture: &Fixture, name: &str) -> FixtureRun {
 }
 
 impl FixtureRun {
+    /// The same run with `vars` added to the program's environment (plain and traced runs
+    /// alike).
+    pub fn with_env(mut self, vars: &[(&str, &str)]) -> Self {
+        self.job
+            .env
+            .extend(vars.iter().map(|&(k, v)| (k.to_string(), v.to_string())));
+        self
+    }
+
     /// Runs the program once and checks the outcome; returns it for further checks.
     pub fn run(&self) -> Output {
         let out = self.job.run(self.preload);
