@@ -70,19 +70,6 @@ fn in_process(d: &Path, mode: &str) -> Output {
     )
 }
 
-/// The `symbolized_frames=` figure of the statistics line.
-fn symbolized_frames(out: &Output) -> u64 {
-    let line = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("mem-trace: stats: "))
-        .unwrap_or_else(|| panic!("no statistics line\n{}", out.describe()));
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("symbolized_frames="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no symbolized_frames= in {line:?}"))
-}
-
 /// A report's text without what differs from one run to the next: its time, thread ids and
 /// the absolute addresses of unnamed frames (their `module+0xoffset` stays).
 fn normalized(report: &str) -> Vec<String> {
@@ -113,7 +100,7 @@ fn under_run_the_exit_report_is_symbolized_by_run_with_the_same_text() {
     let d = scratch("same-text");
     let out = run(&d, &f.bin, &["free-all"]);
     assert_eq!(out.status.code(), Some(0), "{}", out.describe());
-    assert_eq!(symbolized_frames(&out), 0, "{}", out.describe());
+    assert_eq!(out.stat("symbolized_frames"), 0, "{}", out.describe());
     let txt = files_ending(&d.join("out"), ".1.txt");
     assert_eq!(txt.len(), 1, "{}", out.describe());
     let report = read_text(&txt[0]);
@@ -145,7 +132,7 @@ fn under_run_the_exit_report_is_symbolized_by_run_with_the_same_text() {
     let d2 = scratch("same-text-in-process");
     let plain = in_process(&d2, "free-all");
     assert_eq!(plain.status.code(), Some(0), "{}", plain.describe());
-    assert!(symbolized_frames(&plain) > 0, "{}", plain.describe());
+    assert!(plain.stat("symbolized_frames") > 0, "{}", plain.describe());
     let theirs = files_ending(&d2.join("out"), ".1.txt");
     assert_eq!(theirs.len(), 1);
     assert_eq!(normalized(&read_text(&theirs[0])), normalized(&report));

@@ -13,20 +13,6 @@ use common::{c_fixture, fixture_run, Output};
 /// The line the tracer writes when it degrades (`record::lifecycle`).
 const DEGRADED: &str = "mem-trace: out of memory for the tracer's own tables: from now on new blocks are not recorded (counted as untracked), stacks are not captured and freed blocks are not held in quarantine";
 
-/// The `untracked=` figure of the statistics line (`MEM_TRACE_STATS=1`).
-fn untracked(out: &Output) -> u64 {
-    let line = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("mem-trace: stats: "))
-        .unwrap_or_else(|| panic!("no statistics line\n{}", out.describe()));
-    let value = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("untracked="))
-        .unwrap_or_else(|| panic!("no untracked= in {line:?}"));
-    value.parse().expect("a count")
-}
-
 /// How many times the degradation note is on stderr.
 fn notes(out: &Output) -> usize {
     out.stderr.lines().filter(|l| *l == DEGRADED).count()
@@ -35,7 +21,7 @@ fn notes(out: &Output) -> usize {
 /// The note is written at most once, and exactly when blocks went unrecorded: a degraded
 /// tracer says so, a tracer that said so counted what it missed.
 fn assert_degraded_consistently(out: &Output) -> bool {
-    let (notes, untracked) = (notes(out), untracked(out));
+    let (notes, untracked) = (notes(out), out.stat("untracked"));
     assert!(
         notes <= 1,
         "the note is written {notes} times\n{}",
@@ -109,7 +95,7 @@ fn a_thread_that_first_allocates_when_memory_is_gone_does_not_abort() {
         "no memory was left for the tracer, yet it did not degrade\n{}",
         traced.describe()
     );
-    assert!(untracked(&traced) >= 1000, "{}", traced.describe());
+    assert!(traced.stat("untracked") >= 1000, "{}", traced.describe());
 }
 
 /// mtrace-info shows the blocks a degraded tracer did not record.

@@ -22,35 +22,23 @@ fn stack_cap() -> Fixture {
     with_entry_script(c_fixture("stack_cap.c", &[]))
 }
 
-/// The number after `key=` in the statistics line.
-fn stat(stderr: &str, key: &str) -> u64 {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("mem-trace: stats: "))
-        .unwrap_or_else(|| panic!("no statistics line in\n{stderr}"));
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no {key}= in {line}"))
-}
-
 #[test]
 fn a_capped_run_is_the_plain_run_and_keeps_within_the_hard_limit() {
     let out = fixture_run(&stack_cap(), "run").run_same_as_plain();
-    let stacks = stat(&out.stderr, "stacks");
+    let stacks = out.stat("stacks");
     assert!(
         stacks > CAP && stacks <= HARD,
         "{stacks} stacks, expected more than {CAP} (the churn's cut stacks) and at most {HARD}\n{}",
         out.describe()
     );
-    assert!(stat(&out.stderr, "cut_captures") > 0, "{}", out.describe());
+    assert!(out.stat("cut_captures") > 0, "{}", out.describe());
 }
 
 /// The same program under the default cap stores every stack: the cap is what bounds them.
 #[test]
 fn the_default_cap_keeps_every_stack() {
     let out = fixture_run(&stack_cap(), "uncapped").run_same_as_plain();
-    let stacks = stat(&out.stderr, "stacks");
+    let stacks = out.stat("stacks");
     assert!(stacks > 1000, "{stacks} stacks\n{}", out.describe());
 }
 

@@ -388,6 +388,20 @@ pub struct Output {
 }
 
 impl Output {
+    /// The number after `key=` on the tracer's statistics line (`MEM_TRACE_STATS=1`), from
+    /// the first process that wrote one.
+    pub fn stat(&self, key: &str) -> u64 {
+        let line = self
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("mem-trace: stats: "))
+            .unwrap_or_else(|| panic!("no statistics line\n{}", self.describe()));
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {key}= in {line}"))
+    }
+
     /// A readable account of the run, for assertion messages.
     pub fn describe(&self) -> String {
         format!(
