@@ -11,7 +11,7 @@
 mod common;
 
 use common::mtrace::{gdb, with_entry_script};
-use common::{c_shared_library, cpp_fixture, fixture_run, Fixture, Output};
+use common::{c_fixture, c_shared_library, cpp_fixture, fixture_run, Fixture, Output};
 
 fn fixture() -> Fixture {
     cpp_fixture("junctions.cpp")
@@ -135,4 +135,31 @@ fn after_dlclose_and_dlopen_of_other_code_at_the_same_address() {
 #[test]
 fn blocks_after_each_junction_name_the_frames_the_thread_has_then() {
     gdb(&with_entry_script(fixture()), "");
+}
+
+/// Stacks twice as deep as the frames kept, with 8 frames kept (`tests/fixtures/few_frames.c`):
+/// a capture checks only the words that reach its 8 frames, so the last walk's outer steps go
+/// stale when the next descent starts. Naming new steps under them made a call-tree node for
+/// every pairing of an old descent's outer part with a new one's inner part: 109k nodes
+/// against 54k with 128 frames kept, and 3x the time on the `deep` benchmark. A node is now
+/// made only under steps the capture checked, so keeping fewer frames costs no more nodes.
+#[test]
+fn few_frames_kept_make_no_more_call_tree_nodes() {
+    let fixture = c_fixture("few_frames.c", &[]);
+    // Debug mode captures each free's stack too: twice the captures.
+    for (mode, captures) in [("profile", 24_000), ("debug", 48_000)] {
+        let nodes = |name: &str| {
+            let run = fixture_run(&fixture, name).with_env(&[("MEM_TRACE_MODE", mode)]);
+            let out = run.run_same_as_plain();
+            assert_every_stack_identical(&out, captures);
+            (out.stat("call_nodes"), out)
+        };
+        let (few, out) = nodes("few");
+        let (all, _) = nodes("all");
+        assert!(
+            few <= all + all / 10,
+            "{mode} mode: {few} call-tree nodes with 8 frames kept, {all} with 128\n{}",
+            out.describe()
+        );
+    }
 }

@@ -325,8 +325,9 @@ fn window_holds(stack: Stack, window: &[Step]) -> bool {
 /// What [`take_over_record`] made of the record from step `d`.
 pub(super) enum FromRecord {
     /// The walk is complete: `walk`; the record's steps `..=d` are its outer part as they
-    /// stand, and `Outer` says which of them are its frames, still to be written.
-    Done(Walk, Outer),
+    /// stand, and `Outer` says which of them are its frames, still to be written. The
+    /// pairs of steps below the `usize` (outwards of the frames kept) were not checked.
+    Done(Walk, Outer, usize),
     /// Walk on, and try no step of the record at or above this index again (a word it
     /// read no longer holds, see [`take_over`]'s `Retry`).
     Retry(usize),
@@ -342,7 +343,9 @@ pub(super) enum FromRecord {
 /// the stack id the call tree gives is that of the same frames, because a node names the
 /// record's steps from the outermost on and the kept frames are a prefix, innermost first,
 /// of that path. Steps past the window may be stale, which only makes a later capture that
-/// reaches them check them then.
+/// reaches them check them then. They are checked before a node is made under them
+/// ([`outer_holds`]): the tree would otherwise name every pairing of a stale outer part with
+/// a new inner one.
 #[inline(never)]
 pub(super) fn take_over_record(
     rec: &Trail,
@@ -401,7 +404,15 @@ pub(super) fn take_over_record(
         top: d - skip.min(d),
         count: count.min(room),
     };
-    FromRecord::Done(walk, outer)
+    FromRecord::Done(walk, outer, d - reach)
+}
+
+/// Whether the stack still holds what the record's steps `..=upto` read, pair by pair:
+/// the part a take-over left unchecked (see [`take_over_record`]).
+pub(super) fn outer_holds(rec: &Trail, stack: Stack, upto: usize) -> bool {
+    rec.steps[..=upto]
+        .windows(2)
+        .all(|w| still_holds(stack, w[1], w[0]))
 }
 
 /// The frames a take-over found in the record: steps `top`, `top - 1`, ... (`count` of

@@ -109,15 +109,21 @@ pub(super) fn prefetch(cache: &[Entry; CACHE], path: u64) {
 }
 
 /// The node of frame `pc` called from `parent` (0: the outermost frame), whose path hash is
-/// `path`, made if new; 0 when no id or memory is left (the caller then names the stack by
-/// its frames).
+/// `path`, made if new and `make` allows; 0 when it is new and may not be made, or when no id
+/// or memory is left (the caller then names the stack by its frames).
 #[inline(always)]
-pub(super) fn child(cache: &mut [Entry; CACHE], path: u64, parent: u32, pc: u64) -> u32 {
+pub(super) fn child(
+    cache: &mut [Entry; CACHE],
+    path: u64,
+    parent: u32,
+    pc: u64,
+    make: bool,
+) -> u32 {
     let e = &mut cache[(path as usize) & (CACHE - 1)];
     if e.pc == pc && e.parent == parent {
         return e.node;
     }
-    let id = find_or_make(&GROWING, hash(parent, pc), parent, pc);
+    let id = find_or_make(&GROWING, make, hash(parent, pc), parent, pc);
     if id != 0 {
         *e = Entry {
             pc,
@@ -128,9 +134,9 @@ pub(super) fn child(cache: &mut [Entry; CACHE], path: u64, parent: u32, pc: u64)
     id
 }
 
-/// The node of `(parent, pc)` (hashed `h`), made if new while `growing` says so.
+/// The node of `(parent, pc)` (hashed `h`), made if new, `may_make` and `growing`.
 #[inline(never)]
-fn find_or_make(growing: &AtomicBool, h: u64, parent: u32, pc: u64) -> u32 {
+fn find_or_make(growing: &AtomicBool, may_make: bool, h: u64, parent: u32, pc: u64) -> u32 {
     // The shard from bits the table itself does not use: hashbrown places entries by the low
     // bits and tells them apart in a group by the top 7. Sharding by the top 4 left 3 bits
     // to tell entries apart, so a probe compared ~1 in 8 entries of its group in full.
@@ -146,7 +152,7 @@ fn find_or_make(growing: &AtomicBool, h: u64, parent: u32, pc: u64) -> u32 {
         return id;
     }
     // Read only here, where a node would be made: a lookup that finds one never pays for it.
-    if !growing.load(Ordering::Relaxed) {
+    if !may_make || !growing.load(Ordering::Relaxed) {
         return 0;
     }
     // Room first: `insert_unique` aborts the program when it cannot grow the table.
@@ -209,6 +215,11 @@ pub(super) fn set_stack(id: u32, stack: u32) {
     }
 }
 
+/// Whether new nodes may still be made (see [`stop_growing`]).
+pub(super) fn growing() -> bool {
+    GROWING.load(Ordering::Relaxed)
+}
+
 /// Makes no new node from now on (the stack store reached its cap): a node per new frame
 /// would grow without limit for the stacks the store no longer keeps whole.
 pub(crate) fn stop_growing() {
@@ -243,7 +254,7 @@ mod tests {
     /// A lookup at the path hash of `pc` under the root's, whatever `parent` is: entries are
     /// taken by their exact `(parent, pc)`, so any path works, only slower when it collides.
     fn at(cache: &mut [Entry; CACHE], parent: u32, pc: u64) -> u32 {
-        child(cache, path_hash(ROOT_PATH, pc), parent, pc)
+        child(cache, path_hash(ROOT_PATH, pc), parent, pc, true)
     }
 
     #[test]
@@ -274,7 +285,7 @@ mod tests {
         let mut cache = [Entry::default(); CACHE];
         let root = at(&mut cache, 0, 0x6000_1000);
         let a = at(&mut cache, root, 0x6000_2000);
-        let find = |parent, pc| find_or_make(&stopped, hash(parent, pc), parent, pc);
+        let find = |parent, pc| find_or_make(&stopped, true, hash(parent, pc), parent, pc);
         assert_eq!(find(0, 0x6000_1000), root);
         assert_eq!(find(root, 0x6000_2000), a);
         assert_eq!(find(root, 0x6000_3000), 0);
@@ -285,19 +296,39 @@ mod tests {
     }
 
     #[test]
+    fn a_lookup_that_may_not_make_finds_nodes_and_makes_none() {
+        let mut cache = [Entry::default(); CACHE];
+        let root = at(&mut cache, 0, 0x6800_1000);
+        let a = at(&mut cache, root, 0x6800_2000);
+        // From the shared index (another thread's cache is empty), and from this one's.
+        let mut other = [Entry::default(); CACHE];
+        let path = path_hash(ROOT_PATH, 0x6800_2000);
+        assert_eq!(child(&mut other, path, root, 0x6800_2000, false), a);
+        assert_eq!(child(&mut cache, path, root, 0x6800_2000, false), a);
+        // A new frame is not made: asked again, the shared index still does not have it.
+        for _ in 0..2 {
+            assert_eq!(child(&mut other, path, root, 0x6800_3000, false), 0);
+            assert_eq!(child(&mut other, path, a, 0x6800_2000, false), 0);
+        }
+        let b = child(&mut other, path, root, 0x6800_3000, true);
+        assert!(b != 0 && b != a);
+        assert_eq!(child(&mut cache, path, root, 0x6800_3000, false), b);
+    }
+
+    #[test]
     fn lookups_sharing_a_cache_entry_keep_their_own_nodes() {
         let mut cache = [Entry::default(); CACHE];
         let root = at(&mut cache, 0, 0x7000_1000);
         // Every lookup at one path: each evicts the other's entry, none takes it.
         let path = 12345;
-        let a = child(&mut cache, path, root, 0x7000_2000);
-        let b = child(&mut cache, path, root, 0x7000_3000);
-        let c = child(&mut cache, path, a, 0x7000_2000);
+        let a = child(&mut cache, path, root, 0x7000_2000, true);
+        let b = child(&mut cache, path, root, 0x7000_3000, true);
+        let c = child(&mut cache, path, a, 0x7000_2000, true);
         assert!(a != 0 && b != 0 && c != 0);
         assert!(a != b && b != c && a != c);
-        assert_eq!(child(&mut cache, path, root, 0x7000_2000), a);
-        assert_eq!(child(&mut cache, path, a, 0x7000_2000), c);
-        assert_eq!(child(&mut cache, path, root, 0x7000_3000), b);
+        assert_eq!(child(&mut cache, path, root, 0x7000_2000, true), a);
+        assert_eq!(child(&mut cache, path, a, 0x7000_2000, true), c);
+        assert_eq!(child(&mut cache, path, root, 0x7000_3000, true), b);
         // The path hash is a function of the frames alone.
         let p = path_hash(path_hash(ROOT_PATH, 0x7000_1000), 0x7000_2000);
         assert_eq!(p, path_hash(path_hash(ROOT_PATH, 0x7000_1000), 0x7000_2000));
