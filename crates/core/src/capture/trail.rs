@@ -407,13 +407,13 @@ pub(super) fn take_over_record(
     FromRecord::Done(walk, outer, d - reach)
 }
 
-/// Whether the stack still holds what the record's steps `..=upto` read, pair by pair:
-/// the part a take-over left unchecked (see [`take_over_record`]). A step framehop unwound
-/// read words nobody knows, and counts as holding: no frame a capture keeps comes from this
-/// part, so a stale step here costs only nodes, where failing would make every capture that
-/// names a new stack below it walk the whole stack again.
-pub(super) fn outer_holds(rec: &Trail, stack: Stack, upto: usize) -> bool {
-    rec.steps[..=upto]
+/// Whether the stack still holds what the record's `steps` (its outermost ones) read, pair
+/// by pair: the part a take-over left unchecked (see [`take_over_record`]). A step framehop
+/// unwound read words nobody knows, and counts as holding: no frame a capture keeps comes
+/// from this part, so a stale step here costs only nodes, where failing would make every
+/// capture that names a new stack below it walk the whole stack again.
+pub(super) fn outer_holds(steps: &[Step], stack: Stack) -> bool {
+    steps
         .windows(2)
         .all(|w| w[1].flags & OPAQUE != 0 || still_holds(stack, w[1], w[0]))
 }

@@ -461,21 +461,25 @@ impl ThreadCache {
         // Naming stops at the first node the tree cannot give (out of ids or memory), or
         // above a step that was not named: the steps above stay unnamed.
         let mut checked = unchecked == 0;
-        for k in start..=top {
-            let (pc, p) = (rec.steps[k].pc, rec.paths[k]);
+        // The unchecked steps are below the junction, so below `start`.
+        let (outer, new) = rec.steps[..=top].split_at_mut(start);
+        for (s, &p) in new.iter_mut().zip(&rec.paths[start..=top]) {
             if named {
-                let mut id = tree::child(&mut self.tree, p, parent, pc, checked);
+                let mut id = tree::child(&mut self.tree, p, parent, s.pc, checked);
                 if id == 0 && !checked && tree::growing() {
-                    if !outer_holds(rec, stack, unchecked) {
+                    if !outer
+                        .get(..=unchecked)
+                        .is_some_and(|o| outer_holds(o, stack))
+                    {
                         return None;
                     }
                     checked = true;
-                    id = tree::child(&mut self.tree, p, parent, pc, true);
+                    id = tree::child(&mut self.tree, p, parent, s.pc, true);
                 }
                 parent = id;
                 named = parent != 0;
             }
-            rec.steps[k].node = if named { parent } else { 0 };
+            s.node = if named { parent } else { 0 };
         }
         Some(rec.steps[top].node)
     }
