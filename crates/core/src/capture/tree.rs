@@ -114,7 +114,7 @@ pub(super) fn child(
     }
     // The shared index is keyed by the path hash as well, not by `(parent, pc)`: its probe
     // then needs no node id, so it need not wait for the lookup of the caller's step, and no
-    // second hash is made (`deep`, profile mode: 2-5% in three A/B runs, within the machine's
+    // second hash is made (`deep`, profile mode: 3-5% in two A/B runs, within the machine's
     // noise). Both name the node alike: it is found by its exact `(parent, pc)`, and a node's
     // path hash is a function of its path, which its parent names.
     let id = find_or_make(&GROWING, make, path, parent, pc);
