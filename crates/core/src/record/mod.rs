@@ -281,6 +281,7 @@ pub fn free<R: RealAlloc>(g: &Guard, p: *mut c_void, real: &R) -> Disposition {
 #[inline(never)]
 pub fn free_tagged<R: RealAlloc>(g: &Guard, block: Block, real: &R) -> Option<*mut c_void> {
     let state = g.state();
+    quarantine::prefetch_next_release(&state.quarantine);
     remember_free(state, block, free_stack_here(state), false);
     let chunk = tags::chunk(block.addr as *mut c_void);
     let entry = chunk as u64 | quarantine::TAGGED;

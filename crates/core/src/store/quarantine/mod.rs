@@ -185,6 +185,13 @@ impl Recycled {
         }
     }
 
+    /// The block the clock hand would give glibc next, and its chunk size.
+    fn next_release(&self) -> Option<(u64, u64)> {
+        let k = self.filled.next_from(self.hand)?;
+        let &a = self.lists[k].get(0)?;
+        Some((a & !TAGGED, class_bytes(k)))
+    }
+
     /// The newest block of class `k`, if any.
     fn take(&mut self, k: usize) -> Option<u64> {
         let a = self.lists[k].pop_back()?;
@@ -484,6 +491,23 @@ const PREFETCH_AHEAD: usize = 4;
 const FIFO_AHEAD: usize = PREFETCH_AHEAD + 32;
 /// Granularity of `HISTORY.quarantined_bytes` per thread.
 const PUBLISH_STEP: u64 = 64 << 10;
+
+/// Starts loading what glibc's `free` will read of the block this thread's quarantine
+/// releases next, when it is over its share: the block's size word and the next chunk's.
+/// Called at the start of a free, so that the miss (and the page walk: the block was freed
+/// two quarantines ago, on a heap of any size) overlaps the free's own work before `hold`.
+#[inline]
+pub(crate) fn prefetch_next_release(local: &Local) {
+    let Some(q) = current(local) else {
+        return;
+    };
+    // SAFETY: called inside the guard (a free), as `hold`.
+    let held = unsafe { q.held.lock_unless_alone() };
+    if let Some((a, chunk)) = held.recycled.next_release() {
+        crate::prefetch::line(a.wrapping_sub(8) as *const u8);
+        crate::prefetch::line((a + chunk).wrapping_sub(8) as *const u8);
+    }
+}
 
 /// A block of `size` bytes out of this thread's recycling lists, or null: a chunk freed at
 /// least a quarantine ago that fits `size` exactly as a fresh one of glibc's would.
