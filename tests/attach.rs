@@ -426,7 +426,6 @@ fn cycles(n: usize) {
     let mut p = Running::start(plain(&f.bin));
     let mut after_first = 0;
     let started = Instant::now();
-    let mut missed = Vec::new();
     for i in 0..n {
         // Every other attach without waiting for a thread at malloc's entry: a busy program
         // then gets its main thread, blocked in read, which once found libc in the wrong
@@ -434,22 +433,10 @@ fn cycles(n: usize) {
         let wait = if i % 2 == 0 { "200" } else { "0" };
         let pid = p.pid.to_string();
         let vars = [("MEM_TRACE_ATTACH_WAIT_MS", wait)];
-        let mut a = mem_trace_env(&f, &format!("cycle{i}-attach"), &["attach", &pid], &vars);
-        // Not waiting, the attach sometimes finds no thread blocked in read either (about
-        // one such attach in 300, already at a5f2043; the cause is not found: the main
-        // thread was seen blocked in read just before). It refuses with nothing changed, as
-        // the command says, and is tried once more; such misses are counted, and more
-        // than one in fifty fails the test.
-        if wait == "0" && !a.success() && a.stderr.contains("no thread was at a safe point") {
-            missed.push(i);
-            std::thread::sleep(Duration::from_millis(50));
-            a = mem_trace_env(
-                &f,
-                &format!("cycle{i}-attach-again"),
-                &["attach", &pid],
-                &vars,
-            );
-        }
+        // Not waiting, the main thread is sometimes caught back on its `syscall`
+        // instruction, about to restart the `read` the attach's own first stop interrupted
+        // (about one attach in 300 was refused for it, "no thread was at a safe point").
+        let a = mem_trace_env(&f, &format!("cycle{i}-attach"), &["attach", &pid], &vars);
         assert!(a.success(), "cycle {i}: {}", a.describe());
         detach(&f, p.pid, &format!("cycle{i}-detach"));
         if i == 0 {
@@ -458,13 +445,8 @@ fn cycles(n: usize) {
     }
     let last = rss_kb(p.pid);
     eprintln!(
-        "{n} cycles in {:.1} s; RSS after the first {after_first} kB, after the last {last} kB; \
-         no safe point without waiting in cycles {missed:?}",
+        "{n} cycles in {:.1} s; RSS after the first {after_first} kB, after the last {last} kB",
         started.elapsed().as_secs_f64()
-    );
-    assert!(
-        missed.len() <= n.div_ceil(50),
-        "no safe point without waiting in cycles {missed:?}"
     );
     assert!(
         last <= after_first + CYCLES_RSS_SLACK_KB,
