@@ -9,7 +9,9 @@ use common::{c_fixture, fixture_run};
 
 #[test]
 fn the_malloc_family_behaves_like_glibc_under_the_tracer() {
-    fixture_run(&c_fixture("semantics.c", &[]), "").run_same_as_plain();
+    fixture_run(&c_fixture("semantics.c", &[]), "")
+        .labelled("debug")
+        .run_same_as_plain();
 }
 
 /// The same in profile mode, where small blocks carry their record in a tag in front of them
@@ -17,6 +19,7 @@ fn the_malloc_family_behaves_like_glibc_under_the_tracer() {
 #[test]
 fn the_malloc_family_behaves_like_glibc_with_tagged_blocks() {
     fixture_run(&c_fixture("semantics.c", &[]), "")
+        .labelled("tagged")
         .with_env(&[("MEM_TRACE_MODE", "profile"), ("MEM_TRACE_TAGS", "1")])
         .run_same_as_plain();
 }
@@ -27,6 +30,7 @@ fn the_malloc_family_behaves_like_glibc_with_tagged_blocks() {
 fn the_malloc_family_behaves_like_glibc_under_sampling() {
     for mode in ["debug", "profile"] {
         fixture_run(&c_fixture("semantics.c", &[]), "")
+            .labelled(&format!("sampled-{mode}"))
             .with_env(&[("MEM_TRACE_MODE", mode), ("MEM_TRACE_SAMPLE", "1K")])
             .run_same_as_plain();
     }

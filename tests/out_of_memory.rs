@@ -122,6 +122,7 @@ fn threads_get_no_extra_arena_and_no_null_under_a_tight_limit() {
 #[test]
 fn threads_get_no_extra_arena_under_sampling() {
     let traced = fixture_run(&c_fixture("oom_threads.c", &["-pthread"]), "")
+        .labelled("sampled")
         .with_env(&[("MEM_TRACE_SAMPLE", "512K")])
         .run_same_as_plain();
     assert_eq!(notes(&traced), 0, "{}", traced.describe());

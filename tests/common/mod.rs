@@ -689,6 +689,14 @@ pub fn fixture_run(fixture: &Fixture, name: &str) -> FixtureRun {
 }
 
 impl FixtureRun {
+    /// The same run with its output files named after `label`: tests run in parallel, and
+    /// two of them running one fixture under one label wrote each other's files (a plain run
+    /// read back empty while the other test's traced run wrote the same path).
+    pub fn labelled(mut self, label: &str) -> Self {
+        self.job.label = label.to_string();
+        self
+    }
+
     /// The same run with `vars` added to the program's environment (plain and traced runs
     /// alike).
     pub fn with_env(mut self, vars: &[(&str, &str)]) -> Self {
