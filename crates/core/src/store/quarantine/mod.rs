@@ -31,6 +31,7 @@
 //! double and invalid frees, rare in any program — so it is a scan of every thread's FIFO and
 //! lists rather than a set kept up to date on every free.
 
+mod recycled;
 mod ring;
 
 use super::freed::HISTORY;
@@ -41,6 +42,7 @@ use allocator_api2::vec::Vec;
 use core::cell::Cell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use recycled::{class_of, Recycled};
 use ring::Ring;
 
 /// The mark of a held entry that is a tagged block's chunk (chunks are 16-byte aligned).
@@ -91,11 +93,6 @@ impl Queued {
     }
 }
 
-/// Largest glibc chunk kept for reuse; larger blocks go back to glibc when pushed out.
-const REUSE_MAX: u64 = 4096;
-/// Chunk sizes 32, 48, ..., [`REUSE_MAX`]: one recycling list each.
-const CLASSES: usize = (REUSE_MAX / 16 - 1) as usize;
-
 /// The quarantine's per-thread part of `state::ThreadState`.
 pub struct Local {
     /// This thread's quarantine, null until its first held free.
@@ -138,138 +135,6 @@ struct Held {
     recycled: Box<Recycled, Arena>,
 }
 
-/// Blocks kept for reuse, per chunk size class.
-struct Recycled {
-    /// Oldest first; `malloc` takes the newest, the one most likely still in cache.
-    lists: [Ring<u64>; CLASSES],
-    /// The classes whose list is not empty: the hand visits only those (a program uses a
-    /// few classes of the 255; stepping over the others was 10% of python3's frees).
-    filled: Classes,
-    /// The classes that served a `malloc` since the clock hand last passed them.
-    used: Classes,
-    /// Sum of the chunk sizes in `lists`.
-    bytes: u64,
-    hand: usize,
-}
-
-impl Recycled {
-    /// Keeps `addr`, a block of chunk size class `k`, then gives glibc (through `released`)
-    /// what no longer fits under `cap` bytes.
-    fn keep(&mut self, k: usize, addr: u64, cap: u64, released: &mut Released) {
-        if !self.lists[k].push_back(addr) {
-            // No memory to keep it: glibc gets it now (`released` has room: the caller
-            // checked before calling).
-            released.push(addr);
-            return;
-        }
-        self.filled.insert(k);
-        self.bytes += class_bytes(k);
-        // Each filled class is passed at most twice: the first pass may only clear its mark.
-        let mut passes = 2 * CLASSES;
-        while self.bytes > cap && passes > 0 && !released.full() {
-            passes -= 1;
-            let Some(k) = self.filled.next_from(self.hand) else {
-                break;
-            };
-            self.hand = (k + 1) % CLASSES;
-            if self.used.remove(k) {
-                continue;
-            }
-            if let Some(a) = self.lists[k].pop_front() {
-                self.bytes -= class_bytes(k);
-                released.push(a);
-            }
-            if self.lists[k].is_empty() {
-                self.filled.remove(k);
-            }
-        }
-    }
-
-    /// The block the clock hand would give glibc next, and its chunk size.
-    fn next_release(&self) -> Option<(u64, u64)> {
-        let k = self.filled.next_from(self.hand)?;
-        let &a = self.lists[k].get(0)?;
-        Some((a & !TAGGED, class_bytes(k)))
-    }
-
-    /// The newest block of class `k`, if any.
-    fn take(&mut self, k: usize) -> Option<u64> {
-        let a = self.lists[k].pop_back()?;
-        match self.lists[k].back() {
-            // The block the next `malloc` of this class will get: its table line and its
-            // first bytes were last touched a quarantine ago, so start loading them now, a
-            // whole `malloc` ahead. (Prefetched only once `record` has it, the table line was
-            // still missing when the insert came: python3's dicts spent 15% of the run there,
-            // and 8% less time in all with this.)
-            Some(&next) => {
-                let next = next & !TAGGED;
-                crate::store::table::prefetch(next, class_bytes(k));
-                crate::prefetch::line(next as *const u8);
-            }
-            None => {
-                self.filled.remove(k);
-            }
-        }
-        self.bytes -= class_bytes(k);
-        self.used.insert(k);
-        Some(a & !TAGGED)
-    }
-
-    fn contains(&self, addr: u64) -> bool {
-        self.lists
-            .iter()
-            .any(|l| l.iter().any(|a| block_of(a) == addr))
-    }
-
-    /// Blocks kept, all classes.
-    fn count(&self) -> usize {
-        self.lists.iter().map(Ring::len).sum()
-    }
-
-    /// The oldest block of the first class that has one, if any (for [`drain`]).
-    fn take_oldest(&mut self) -> Option<u64> {
-        let k = self.filled.next_from(0)?;
-        let a = self.lists[k].pop_front()?;
-        if self.lists[k].is_empty() {
-            self.filled.remove(k);
-        }
-        self.bytes -= class_bytes(k);
-        Some(a)
-    }
-}
-
-/// A set of recycling classes.
-#[derive(Clone, Copy, Default)]
-struct Classes([u64; CLASSES.div_ceil(64)]);
-
-impl Classes {
-    fn insert(&mut self, k: usize) {
-        self.0[k / 64] |= 1 << (k % 64);
-    }
-
-    /// Removes `k`; whether it was there.
-    fn remove(&mut self, k: usize) -> bool {
-        let bit = 1 << (k % 64);
-        let was = self.0[k / 64] & bit != 0;
-        self.0[k / 64] &= !bit;
-        was
-    }
-
-    /// The first class in the set at or after `k`, wrapping around.
-    fn next_from(&self, k: usize) -> Option<usize> {
-        let words = self.0.len();
-        // The word holding `k` (from bit k), the others in order, then that word's low bits.
-        (0..=words).find_map(|i| {
-            let w = (k / 64 + i) % words;
-            let mut bits = self.0[w];
-            if i == 0 {
-                bits &= u64::MAX << (k % 64);
-            }
-            (bits != 0).then(|| w * 64 + bits.trailing_zeros() as usize)
-        })
-    }
-}
-
 /// Every thread's quarantine ever made (at most as many as threads alive at once).
 static ALL: SpinLock<Vec<&'static Quarantine, Arena>> = SpinLock::new(Vec::new_in(Arena));
 
@@ -278,16 +143,6 @@ static ALL: SpinLock<Vec<&'static Quarantine, Arena>> = SpinLock::new(Vec::new_i
 /// in place), never smaller, so a block of this class always fits a request of this class.
 fn chunk_of(n: u64) -> u64 {
     (n.saturating_add(8 + 15) & !15).max(32)
-}
-
-/// The recycling class of a chunk size, if it has one.
-fn class_of(chunk: u64) -> Option<usize> {
-    (chunk <= REUSE_MAX).then(|| (chunk / 16 - 2) as usize)
-}
-
-/// The chunk size of recycling class `k`.
-fn class_bytes(k: usize) -> u64 {
-    (k as u64 + 2) * 16
 }
 
 /// Blocks released from quarantine, to be freed for real by the caller. Left uninitialised
@@ -659,6 +514,7 @@ unsafe fn all_locked() -> &'static [&'static Quarantine] {
 
 #[cfg(test)]
 mod tests {
+    use super::recycled::{Classes, CLASSES};
     use super::*;
 
     /// The limit is process-wide: tests that set it take turns.
@@ -714,23 +570,6 @@ mod tests {
             assert!(hold(state, 0x7f00_0000_0000, QUEUED_MAX - 64, &mut r));
             assert_eq!(r.n, 0);
         });
-    }
-
-    #[test]
-    fn class_sets_find_the_next_member_wrapping_around() {
-        let mut s = Classes::default();
-        assert_eq!(s.next_from(0), None);
-        s.insert(3);
-        s.insert(70);
-        s.insert(254);
-        assert_eq!(s.next_from(0), Some(3));
-        assert_eq!(s.next_from(3), Some(3));
-        assert_eq!(s.next_from(4), Some(70));
-        assert_eq!(s.next_from(71), Some(254));
-        assert_eq!(s.next_from(254), Some(254));
-        assert!(s.remove(254) && !s.remove(254));
-        assert_eq!(s.next_from(71), Some(3), "wraps around");
-        assert_eq!(s.next_from(200), Some(3));
     }
 
     #[test]
