@@ -226,9 +226,12 @@ fn in_blocking_call(
             "tid {tid}: rip {:#x} rax {:#x} orig_rax {:#x}",
             r.rip, r.rax, r.orig_rax
         ));
-        let mut insn = [0u8; 2];
-        let restarts = mem.read(r.rip, &mut insn).is_ok() && restarting(&r, insn);
-        if chosen.is_none() && !skip.contains(&tid) && (interrupted(r.rax) || restarts) {
+        // The bytes at rip are read only for a thread that is not inside the call.
+        let restarts = || {
+            let mut insn = [0u8; 2];
+            mem.read(r.rip, &mut insn).is_ok() && restarting(&r, insn)
+        };
+        if chosen.is_none() && !skip.contains(&tid) && (interrupted(r.rax) || restarts()) {
             if let Some(name) = blocking_call(pid, &r) {
                 chosen = Some(SafePoint {
                     tid,
