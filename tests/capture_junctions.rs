@@ -52,10 +52,10 @@ fn every_capture_matches(name: &str, extra_args: &[String], at_least: u64) -> Ve
     ["debug", "profile"]
         .into_iter()
         .map(|mode| {
-            let mut run = fixture_run(&fixture(), name);
+            let mut run = fixture_run(&fixture(), name)
+                .labelled(&format!("{name}-{mode}"))
+                .with_env(&[("MEM_TRACE_MODE", mode)]);
             run.job.args.extend(extra_args.iter().cloned());
-            run.job.env.push(("MEM_TRACE_MODE".into(), mode.into()));
-            run.job.label = format!("{name}-{mode}");
             let out = run.run_same_as_plain();
             assert_every_stack_identical(&out, at_least);
             out

@@ -51,9 +51,8 @@ fn filling_memory_then_freeing_and_refilling_exits_as_without_the_tracer() {
 fn fill_free_refill(script: &str, sizes: &[usize]) {
     let fixture = c_fixture("oom_fill.c", &[]);
     for size in sizes {
-        let mut run = fixture_run(&fixture, script);
+        let mut run = fixture_run(&fixture, script).labelled(&format!("oom_fill.{script}{size}"));
         run.job.args.push(size.to_string());
-        run.job.label = format!("oom_fill.{script}{size}");
         let traced = match script {
             "" => run.run_same_as_plain(),
             _ => run.run(),
