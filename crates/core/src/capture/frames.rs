@@ -27,6 +27,21 @@ pub(super) struct How {
     /// The first pc is a return address (a hook's caller, see `start_at_return`), whose
     /// rule is that of the call before it; else the instruction executing there.
     pub(super) at_return: bool,
+    /// What the capture already knows of the kept walk for its stack.
+    pub(super) kept: Looked,
+}
+
+/// Whether the kept walk for a capture's stack was looked up before the walk began (by
+/// `capture_interned`'s repeat of a kept walk), and what was found.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Looked {
+    /// Not looked up: the walk looks.
+    Not,
+    /// None to take over: none is kept, or its flat check failed.
+    Missing,
+    /// Kept walk `k` matches the stack's key, and could not be repeated by its flat checks
+    /// alone: the walk takes it over step by step.
+    At(usize),
 }
 
 /// What to do with mem-trace's own frames.

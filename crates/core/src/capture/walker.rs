@@ -10,7 +10,7 @@
 use super::cache::ThreadCache;
 use super::cfi::Kind;
 use super::fp::fp_chain;
-use super::frames::{record, How, Walk};
+use super::frames::{record, How, Looked, Walk};
 use super::kept::{find_kept, Checks, Kept, Shape, KEPT_SETS, KEPT_STEPS, KEPT_WAYS, SHAPE_SCORE};
 use super::modules::ModuleSet;
 use super::rules::{EMPTY, FIRST};
@@ -37,41 +37,66 @@ impl ThreadCache {
         }
     }
 
-    /// The walk kept for the stack now at `(pc, sp, bp)`, taken over whole if the stack still
-    /// holds every word it read; `None` otherwise.
+    /// The kept walk for the stack now at `(pc, sp)`: one whose key the words at its shape's
+    /// slots give, and which started there. Only a candidate: the caller checks its words.
     #[inline(always)]
-    pub(super) fn take_kept(
-        &mut self,
-        stack: Stack,
-        (pc, sp, bp): (u64, u64, u64),
-        out: &mut [u64],
-        want_id: bool,
-    ) -> Option<Walk> {
+    pub(super) fn kept_for(&self, stack: Stack, pc: u64, sp: u64) -> Option<usize> {
         let shape = &self.shapes[Shape::index(pc, sp)];
         if shape.sp != sp || shape.pc != pc {
             return None;
         }
         let k = find_kept(&self.kept_keys, shape.key(stack))?;
+        let first = &self.kept[k].steps[0];
+        (first.sp == sp && first.pc == pc).then_some(k)
+    }
+
+    /// Kept walk `k` repeated by its flat checks alone (see `Checks`), for a capture into a
+    /// buffer of `len` frames that wants its stack id: `None` when that cannot tell (the
+    /// id is not known for such a buffer, or the walk has no flat checks), else whether the
+    /// stack still holds every checked word: the repeat, or `Some(None)`.
+    #[inline(always)]
+    pub(super) fn repeat_flat(
+        &mut self,
+        k: usize,
+        stack: Stack,
+        (pc, sp, bp): (u64, u64, u64),
+        len: usize,
+    ) -> Option<Option<Walk>> {
         let kept = &self.kept[k];
-        if kept.steps[0].sp != sp || kept.steps[0].pc != pc {
+        if kept.stack_id == 0 || kept.id_len as usize != len || kept.checks.n == 0 {
             return None;
         }
-        if want_id && kept.stack_id != 0 && kept.id_len as usize == out.len() && kept.checks.n != 0
-        {
-            // Exactly what `take_over` checks for this walk from step 0 (see `Checks`).
-            if !kept.checks.hold(stack, sp, bp) {
-                return None;
-            }
-            let count = kept.checks.count as usize;
-            let id = kept.stack_id;
-            self.repeated(k, (pc, sp));
-            return Some(Walk {
-                frames: count.min(out.len()),
-                outside: false,
-                id,
-                node: 0,
-            });
+        // Exactly what `take_over` checks for this walk from step 0 (see `Checks`).
+        if !kept.checks.hold(stack, sp, bp) {
+            return Some(None);
         }
+        let walk = Walk {
+            frames: (kept.checks.count as usize).min(len),
+            outside: false,
+            id: kept.stack_id,
+            node: 0,
+        };
+        self.repeated(k, (pc, sp));
+        Some(Some(walk))
+    }
+
+    /// Kept walk `k` (see [`Self::kept_for`]), taken over whole if the stack still holds
+    /// every word it read; `None` otherwise.
+    #[inline(always)]
+    fn take_kept(
+        &mut self,
+        k: usize,
+        stack: Stack,
+        (pc, sp, bp): (u64, u64, u64),
+        out: &mut [u64],
+        want_id: bool,
+    ) -> Option<Walk> {
+        if want_id {
+            if let Some(repeat) = self.repeat_flat(k, stack, (pc, sp, bp), out.len()) {
+                return repeat;
+            }
+        }
+        let kept = &self.kept[k];
         let view = Self::kept_view(kept);
         // Its frames are those interned as `stack_id` when the buffer is as long.
         let id = match want_id && kept.id_len as usize == out.len() {
@@ -161,6 +186,7 @@ impl ThreadCache {
             fp,
             want_id,
             at_return,
+            kept,
         }: How,
     ) -> Walk {
         if !core::ptr::eq(self.set, set) {
@@ -174,7 +200,12 @@ impl ThreadCache {
         }
         self.memo = None;
         if !fp {
-            if let Some(w) = self.take_kept(stack, (pc, sp, bp), out, want_id) {
+            let k = match kept {
+                Looked::Not => self.kept_for(stack, pc, sp),
+                Looked::Missing => None,
+                Looked::At(k) => Some(k),
+            };
+            if let Some(w) = k.and_then(|k| self.take_kept(k, stack, (pc, sp, bp), out, want_id)) {
                 return w;
             }
         }

@@ -17,6 +17,7 @@ const KEEP: How = How {
     fp: false,
     want_id: false,
     at_return: false,
+    kept: Looked::Not,
 };
 const KEEP_ID: How = How {
     want_id: true,
