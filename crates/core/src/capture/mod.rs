@@ -213,6 +213,16 @@ fn repeat_kept(
     if !core::ptr::eq(cache.set, set) || config::UNWIND_FP.load(Ordering::Relaxed) {
         return Err(Looked::Not);
     }
+    if let Some(k) = cache.last_for(regs.0, regs.1) {
+        if let Some(Some(w)) = cache.repeat_flat(k, stack, regs, len) {
+            cache.node = 0;
+            return Ok(Captured {
+                frames: w.frames,
+                id: w.id,
+                node: 0,
+            });
+        }
+    }
     let k = cache
         .kept_for(stack, regs.0, regs.1)
         .ok_or(Looked::Missing)?;

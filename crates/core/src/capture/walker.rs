@@ -37,6 +37,17 @@ impl ThreadCache {
         }
     }
 
+    /// The kept walk the last capture repeated, when this one starts where that one did: a
+    /// loop that allocates or frees at one call site (the `live` workload's frees) then
+    /// skips the shape's key, a hash of several stack words. Only a candidate: one call
+    /// site reached by many paths (churn's) starts at the same place with another stack.
+    #[inline(always)]
+    pub(super) fn last_for(&self, pc: u64, sp: u64) -> Option<usize> {
+        let k = self.last_kept?;
+        let first = &self.kept[k].steps[0];
+        (first.sp == sp && first.pc == pc).then_some(k)
+    }
+
     /// The kept walk for the stack now at `(pc, sp)`: one whose key the words at its shape's
     /// slots give, and which started there. Only a candidate: the caller checks its words.
     #[inline(always)]
