@@ -292,6 +292,63 @@ fn kept_walks_give_back_their_own_stack_id() {
     assert_eq!(IDS_GIVEN_BACK.get(), before);
 }
 
+thread_local! {
+    static REPEATS: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
+/// Captures as `capture_interned` does first ([`repeat_kept`]), falling back to the walk and
+/// its interning as [`interned`] does; checks every id against framehop's frames.
+fn repeated_first(out: &mut [u64]) -> usize {
+    let regs = registers();
+    let state = state();
+    let set = modules::current().unwrap();
+    let kept = match repeat_kept(state, set, stack_at(regs), regs, out.len()) {
+        Ok(c) => {
+            let mut slow = [0u64; 64];
+            let ns = reference_walk(regs, &mut slow);
+            assert_eq!(c.id, fake_id(&slow[..ns]), "another stack's id");
+            assert_eq!((c.frames, c.node), (ns, 0));
+            REPEATS.set(REPEATS.get() + 1);
+            return c.frames;
+        }
+        Err(kept) => kept,
+    };
+    let cache = cache_for(state).unwrap();
+    let how = How { kept, ..KEEP_ID };
+    let w = cache.walk(set, stack_at(regs), regs, out, how);
+    if w.id == 0 {
+        remember_id(state, fake_id(&out[..w.frames]), out.len());
+    }
+    w.frames
+}
+
+/// Two stacks in turn from one call site, so each capture starts where the last one did
+/// with the other stack above: the walk the last capture repeated is a candidate whose
+/// words differ, and the repeat must still find, by the shape's key, the walk of its own
+/// stack, and give its id.
+#[test]
+fn a_repeat_from_a_shared_call_site_gives_its_own_stack_id() {
+    let mut stacks = [[0u64; 64]; 2];
+    let callers: [Caller; 2] = [via_a, via_b];
+    REPEATS.set(0);
+    for k in 0..std::hint::black_box(12) {
+        std::hint::black_box(callers[k % 2])(&mut stacks[k % 2], repeated_first);
+    }
+    let repeats = REPEATS.get();
+    assert!(
+        repeats >= 8,
+        "{repeats} of 12 captures repeated a kept walk"
+    );
+    assert_ne!(stacks[0][2], stacks[1][2]);
+    // And one stack again and again (from another call site here: a new stack, walked and
+    // kept the first time): the walk the last capture repeated is the candidate.
+    let before = REPEATS.get();
+    for _ in 0..std::hint::black_box(4) {
+        via_a(&mut stacks[0], repeated_first);
+    }
+    assert_eq!(REPEATS.get(), before + 3);
+}
+
 /// A kept walk's checks are the words `take_over` would compare: return addresses and
 /// the saved rbp values a later step uses, within the stack; walks they cannot describe
 /// have none.
