@@ -265,16 +265,23 @@ fn interned(out: &mut [u64]) -> usize {
     w.frames
 }
 
+/// Captures `n` times through `via_a` and `via_b` in turn, from one call site (a loop the
+/// compiler cannot unroll), each stack into its own buffer.
+fn alternate(n: usize, leaf: Leaf) -> [[u64; 64]; 2] {
+    let mut stacks = [[0u64; 64]; 2];
+    let callers: [Caller; 2] = [via_a, via_b];
+    for k in 0..std::hint::black_box(n) {
+        std::hint::black_box(callers[k % 2])(&mut stacks[k % 2], leaf);
+    }
+    stacks
+}
+
 /// Two stacks in turn from one call site: once each has been interned, its kept walk
 /// gives its id back, and never the other one's.
 #[test]
 fn kept_walks_give_back_their_own_stack_id() {
-    let mut stacks = [[0u64; 64]; 2];
-    let callers: [Caller; 2] = [via_a, via_b];
     IDS_GIVEN_BACK.set(0);
-    for k in 0..std::hint::black_box(10) {
-        std::hint::black_box(callers[k % 2])(&mut stacks[k % 2], interned);
-    }
+    alternate(10, interned);
     let given = IDS_GIVEN_BACK.get();
     assert!(given >= 6, "{given} of 10 captures gave an id back");
     // A buffer of another length does not get an id made for this one.
@@ -328,12 +335,8 @@ fn repeated_first(out: &mut [u64]) -> usize {
 /// stack, and give its id.
 #[test]
 fn a_repeat_from_a_shared_call_site_gives_its_own_stack_id() {
-    let mut stacks = [[0u64; 64]; 2];
-    let callers: [Caller; 2] = [via_a, via_b];
     REPEATS.set(0);
-    for k in 0..std::hint::black_box(12) {
-        std::hint::black_box(callers[k % 2])(&mut stacks[k % 2], repeated_first);
-    }
+    let mut stacks = alternate(12, repeated_first);
     let repeats = REPEATS.get();
     assert!(
         repeats >= 8,
