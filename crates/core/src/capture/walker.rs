@@ -43,9 +43,7 @@ impl ThreadCache {
     /// site reached by many paths (churn's) starts at the same place with another stack.
     #[inline(always)]
     pub(super) fn last_for(&self, pc: u64, sp: u64) -> Option<usize> {
-        let k = self.last_kept?;
-        let first = &self.kept[k].steps[0];
-        (first.sp == sp && first.pc == pc).then_some(k)
+        self.last_kept.filter(|&k| self.kept_starts_at(k, pc, sp))
     }
 
     /// The kept walk for the stack now at `(pc, sp)`: one whose key the words at its shape's
@@ -56,9 +54,14 @@ impl ThreadCache {
         if shape.sp != sp || shape.pc != pc {
             return None;
         }
-        let k = find_kept(&self.kept_keys, shape.key(stack))?;
+        find_kept(&self.kept_keys, shape.key(stack)).filter(|&k| self.kept_starts_at(k, pc, sp))
+    }
+
+    /// Whether kept walk `k` started at `(pc, sp)`.
+    #[inline(always)]
+    fn kept_starts_at(&self, k: usize, pc: u64, sp: u64) -> bool {
         let first = &self.kept[k].steps[0];
-        (first.sp == sp && first.pc == pc).then_some(k)
+        first.sp == sp && first.pc == pc
     }
 
     /// Kept walk `k` repeated by its flat checks alone (see `Checks`), for a capture into a
