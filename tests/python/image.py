@@ -1,4 +1,4 @@
-"""Synthetic process images in the mem-trace layout, version 6.
+"""Synthetic process images in the mem-trace layout, version 7.
 
 Written from docs/LAYOUT.md with its own struct formats and constants, not with
 the decoder's, so a misreading of the contract in one does not hide in both.
@@ -126,7 +126,7 @@ class TraceBuilder:
         self.next_seq = 1
         self.flags = 1
         self.untracked = 0
-        self.version = 6
+        self.version = 7
         # The block tags' key (0: no block is tagged).
         self.tag_key = 0
         # Profiler words of the header (docs/LAYOUT.md "Header").

@@ -149,7 +149,7 @@ class GdbTests(unittest.TestCase):
 
     def test_core_file(self):
         out = self.gdb([self.prog, self.core], [f"source {ENTRY}", "mtrace-info", "mtrace-why buffer + 37"])
-        self.assertLine(out, r"mem-trace is loaded: header at 0x[0-9a-f]+, layout version 6")
+        self.assertLine(out, r"mem-trace is loaded: header at 0x[0-9a-f]+, layout version 7")
         self.assertLine(out, r"0x[0-9a-f]+ is 37 bytes inside a 100-byte block .*allocated by thread 1 \(#1\).*")
         self.assertLine(out, rf"#0 0x[0-9a-f]+ in make_buffer at \S*prog\.c:{marker_line('make_buffer-malloc')}")
 

@@ -68,7 +68,7 @@ class HeaderTests(Fixture):
     def test_header_fields(self):
         t = self.standard()
         h = t.header
-        self.assertEqual(h.version, 6)
+        self.assertEqual(h.version, 7)
         self.assertEqual(h.address, self.header_addr)
         self.assertEqual(h.shards, self.where["shards"])
         self.assertEqual(h.stacks, self.where["stacks"])
@@ -96,9 +96,9 @@ class HeaderTests(Fixture):
     def test_uninitialised_header_is_empty(self):
         img = Image()
         h = img.map(160)
-        # Version 6: shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked,
+        # Version 7: shards, stacks, threads, freed, next_seq, live_bytes, flags, untracked,
         # profile, peak_bytes, peak_seq, tree, sample_mean, tag_key, attached_at, reserved.
-        img.write(h, struct.pack("<8sIIIIII16Q", b"MEMTRACE", 6, 160, 24, 64, 129, 16,
+        img.write(h, struct.pack("<8sIIIIII16Q", b"MEMTRACE", 7, 160, 24, 64, 129, 16,
                                  0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
         t = Tracer.open(img, h)
         self.assertIsNone(t.find_block(HEAP))
@@ -355,14 +355,14 @@ class ErrorTests(Fixture):
 
     def test_version_mismatch_names_both(self):
         # Versions 1 and 2 (32-byte thread records, other header offsets) are refused too.
-        for version in (1, 2, 3, 4, 5, 0xFFFF_FFFF):
+        for version in (1, 2, 3, 4, 5, 6, 0xFFFF_FFFF):
             self.standard()
             self.img.write_u32(self.header_addr + 8, version)
             msg = self.assert_only(VersionMismatch, lambda: Tracer.open(self.img, self.header_addr))
             self.assertEqual(
                 msg,
                 f"mem-trace layout version {version} in the process, this gdb script reads "
-                "version 6: use the gdb/mem_trace.py from the same build",
+                "version 7: use the gdb/mem_trace.py from the same build",
             )
 
     def test_wrong_sizes(self):
@@ -377,7 +377,7 @@ class ErrorTests(Fixture):
     def test_short_header(self):
         img = Image()
         h = img.map(100)  # the mapping ends inside the header
-        img.write(h, b"MEMTRACE" + struct.pack("<I", 6))
+        img.write(h, b"MEMTRACE" + struct.pack("<I", 7))
         self.assert_only(Inaccessible, lambda: Tracer.open(img, h))
 
     def test_reader_returning_short_bytes(self):

@@ -1,4 +1,4 @@
-"""Tagged blocks (docs/LAYOUT.md "Block tags", version 6) on synthetic images: found from
+"""Tagged blocks (docs/LAYOUT.md "Block tags", version 6; "Freed tags", version 7) on synthetic images: found from
 any of their bytes and from nothing else, enumerated from memory full of other words, and
 answered by the commands' text without an event number.
 
@@ -285,6 +285,64 @@ class LongTagTests(unittest.TestCase):
         self.assertEqual((above.block.addr, above.block.seq), (HEAP + 0x1020, 901))
         self.assertEqual([(b.addr, b.seq) for b in t.tagged_blocks()],
                          [(HEAP + 0x1020, 901), (HEAP + tags.SCAN_PIECE + 16, 902)])
+
+
+def write_freed_tag(img, q, size, thread, stack, seq, free_seq, free_stack, free_thread):
+    """A freed tag (docs/LAYOUT.md "Freed tags"): who freed the block, then ``~(q ^ key)``
+    and the live tag's record word."""
+    img.write(q - 32, struct.pack(
+        "<QQQQ", free_seq | free_stack << 40, seq | free_thread << 40,
+        (q ^ KEY) ^ 0xFFFF_FFFF_FFFF_FFFF, size | thread << 16 | stack << 40))
+
+
+class FreedTagTests(unittest.TestCase):
+    def test_a_held_freed_block_is_answered_from_its_tag_once(self):
+        """A freed tag answers for its block's bytes only, is no live block, and a free the
+        history also holds is listed once."""
+        img = Image()
+        img.map_at(HEAP, HEAP_SIZE)
+        live, held, both = HEAP + 0x1020, HEAP + 0x1060, HEAP + 0x2000
+        img.write_tag(KEY, live, 40, 2, 9)
+        img.write(live - 32, struct.pack("<QQ", 0, 905))
+        write_freed_tag(img, held, 48, 2, 9, seq=910, free_seq=930, free_stack=11,
+                        free_thread=3)
+        write_freed_tag(img, both, 100, 1, 9, seq=940, free_seq=950, free_stack=11,
+                        free_thread=1)
+        # A freed tag's words copied elsewhere are bound to their own address.
+        img.write(HEAP + 0x3020, bytes(img.read(held - 32, 32)))
+        b = TraceBuilder()
+        b.tag_key = KEY
+        b.flags |= 1 << 5
+        b.add_freed(both, 100, thread=1, stack=9, seq=940, free_seq=950, free_stack=11)
+        img, header, _ = b.build(img)
+        t = Tracer.open(ImageReader(img), header)
+
+        [f] = t.freed_blocks_containing(held + 47)
+        self.assertEqual(
+            (f.addr, f.size, f.allocation.thread, f.allocation.stack, f.allocation.seq,
+             f.free_seq, f.free_stack, f.free_thread, f.by_realloc),
+            (held, 48, 2, 9, 910, 930, 11, 3, False))
+        self.assertEqual(t.freed_blocks_containing(held + 48), [])
+        self.assertEqual(t.freed_blocks_containing(live + 3), [])
+        self.assertEqual(t.freed_blocks_containing(HEAP + 0x3020), [])
+        self.assertIsNone(t.find_block(held, max_gap=0))
+        self.assertEqual([b.addr for b in t.tagged_blocks()], [live])
+        self.assertEqual([(r.addr, r.free_seq) for r in t.freed_blocks_containing(both + 99)],
+                         [(both, 950)])
+        self.assertEqual([(e.kind, e.seq) for e in t.history(held)],
+                         [("free", 930), ("allocation", 910)])
+
+    def test_short_tags_are_never_read_as_freed(self):
+        """Without FLAG_TAG_SEQ no tag is freed: the words are not read as one."""
+        img = Image()
+        img.map_at(HEAP, HEAP_SIZE)
+        q = HEAP + 0x1060
+        write_freed_tag(img, q, 48, 2, 9, seq=910, free_seq=930, free_stack=11, free_thread=3)
+        b = TraceBuilder()
+        b.tag_key = KEY
+        img, header, _ = b.build(img)
+        t = Tracer.open(ImageReader(img), header)
+        self.assertEqual(t.freed_blocks_containing(q), [])
 
 
 if __name__ == "__main__":

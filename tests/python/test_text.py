@@ -437,7 +437,7 @@ class InfoTextTests(unittest.TestCase):
     def test_loaded(self):
         facts, _, _ = self.facts()
         self.assertEqual(info.lines(facts), [
-            f"mem-trace is loaded: header at {facts.header.address:#x}, layout version 6",
+            f"mem-trace is loaded: header at {facts.header.address:#x}, layout version 7",
             "  live blocks:     1 (100 bytes)",
             "  distinct stacks: 1",
             "  threads seen:    1",

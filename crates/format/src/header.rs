@@ -10,7 +10,7 @@ use core::sync::atomic::AtomicU64;
 
 /// Layout version; bumped on any change of a field's meaning or position. Readers refuse
 /// versions they do not know, naming both.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// `b"MEMTRACE"`, the header's first eight bytes.
 pub const MAGIC: [u8; 8] = *b"MEMTRACE";
 

@@ -53,7 +53,10 @@ pub use table::{
     shard_of, Shard, Slot, SlotArray, LARGE_SHARD, REGION_SHARDS, REGION_SHIFT, SHARD_COUNT,
     SLOT_EMPTY, SLOT_MOVING,
 };
-pub use tag::{pack_tag, tag_check, tag_key, unpack_tag, SEQ_TAG_SIZE, TAG_MAX_SIZE, TAG_SIZE};
+pub use tag::{
+    freed_check, pack_freed_tag, pack_tag, tag_check, tag_key, unpack_freed_tag, unpack_tag,
+    SEQ_TAG_SIZE, TAG_MAX_SIZE, TAG_SIZE,
+};
 pub use threads::{
     ThreadRecord, ThreadTable, MAX_THREAD_INDEX, THREAD_CHUNKS, THREAD_CHUNK_BITS, THREAD_EXITED,
 };

@@ -1,4 +1,4 @@
-"""The layout contract, version 6 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
+"""The layout contract, version 7 (docs/LAYOUT.md): sizes, bit fields, flags, struct formats.
 
 What the tracer writes and this reader must agree on, byte for byte. A change here
 is a change to docs/LAYOUT.md and to the tracer (crates/format), and bumps
@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from typing import List
 
-LAYOUT_VERSION = 6
+LAYOUT_VERSION = 7
 MAGIC = b"MEMTRACE"
 
 HEADER_SIZE = 160
@@ -86,6 +86,11 @@ THREAD_EXITED = 1 << 0
 # Tagged blocks are under TAG_MAX_SIZE bytes.
 TAG_SIZE = 16
 TAG_MAX_SIZE = 1 << 16
+# Freed tags (version 7, "Freed tags"): a long tag whose block was freed and is still held
+# by the tracer has `~(q ^ tag_key)` at q - 16; q - 32 holds the free's sequence number and
+# stack (as a freed record's free_seq_stack), q - 24 the block's sequence number (bits
+# 0..40) and the freeing thread's index (40..64); q - 8 is unchanged.
+SEQ_TAG_SIZE = 32
 # The `seq` of a block whose tag has none (the table's numbers start at 1).
 NO_SEQ = 0
 

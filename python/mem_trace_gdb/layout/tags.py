@@ -1,5 +1,5 @@
-"""Tagged blocks (docs/LAYOUT.md "Block tags", version 6): the twin of the Rust reader's
-`crates/read/src/layout/tags.rs`.
+"""Tagged blocks (docs/LAYOUT.md "Block tags", version 6; "Freed tags", version 7): the twin
+of the Rust reader's `crates/read/src/layout/tags.rs`.
 
 A small block is in no table: the 16 bytes in front of it hold ``q ^ tag_key`` (``q`` its
 address) and its size, thread and stack; with ``FLAG_TAG_SEQ`` (debug mode) the word at
@@ -8,6 +8,10 @@ starts a live tagged block exactly when the word at ``q - 16`` is ``q ^ tag_key`
 top 16 bits are neither all zero nor all one, and a user-space address has none of them
 set, so a check word's last two bytes are the key's: the enumeration finds candidates with
 ``bytes.find`` on those two bytes (C speed) and checks only them in Python.
+
+A long tag whose block was freed and is still held by the tracer is a freed tag (version 7,
+"Freed tags"): its check word is ``~(q ^ tag_key)``, and :func:`freed_below` reads who freed
+it.
 
 Memory is read in big pieces: one read of at most 64 KiB for the backward scan, 1 MiB per
 read for the enumeration; a piece that cannot be read whole is read page by page, and what
@@ -19,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from .contract import MASK64, NO_SEQ, TAG_MAX_SIZE, TAG_SIZE
+from .contract import FIELD_BITS, FIELD_MASK, MASK64, NO_SEQ, SEQ_TAG_SIZE, TAG_MAX_SIZE, TAG_SIZE
 from .errors import MemTraceError
-from .records import Block
+from .records import Block, FreedBlock
 
 SCAN_PIECE = 1 << 20
 PAGE = 4096
@@ -106,6 +110,33 @@ def tagged_below(reader, key: int, addr: int, floor: int = 0, seq: bool = False
         q = start + TAG_SIZE * (k + 1)
         if words[2 * k] == q ^ key:
             return _block(reader, q, words[2 * k + 1], words[2 * k - 1] if k else None, seq)
+    return None
+
+
+def freed_below(reader, key: int, addr: int, floor: int = 0) -> Optional[FreedBlock]:
+    """The block freed and still held by the tracer (its freed tag) nearest at or below
+    ``addr`` and at most 64 KiB below it, its tag at or above ``floor``. It holds ``addr``
+    when it contains it; otherwise no held freed block does (a held block's memory is no
+    other block's). Only long tags are ever freed."""
+    if not key:
+        return None
+    top = addr & ~15
+    lowest = max(top - (TAG_MAX_SIZE - TAG_SIZE), floor + SEQ_TAG_SIZE)
+    if top < lowest:
+        return None
+    start, data = _read_down(reader, lowest - SEQ_TAG_SIZE, top)
+    n = len(data) // 16
+    words = memoryview(data[: n * 16]).cast("Q")
+    # Pair k (words 2k, 2k + 1) is the check and record of q = start + 16 (k + 1); the two
+    # words before it complete a long tag.
+    for k in range(n - 1, 0, -1):
+        q = start + TAG_SIZE * (k + 1)
+        if words[2 * k] == (q ^ key) ^ MASK64:
+            free, seq = words[2 * k - 2], words[2 * k - 1]
+            return FreedBlock(
+                allocation=block_from_tag(q, words[2 * k + 1], seq & FIELD_MASK),
+                free_seq=free & FIELD_MASK, free_stack=free >> FIELD_BITS,
+                free_thread=seq >> FIELD_BITS, flags=0)
     return None
 
 

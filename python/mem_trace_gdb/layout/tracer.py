@@ -844,8 +844,21 @@ class Tracer:
             out = self._indexed_frees(index, addr)
         else:
             out = [r for cols in self._ring_parts() for _, r in _containing(cols, addr)]
+        held = self.freed_tag_containing(addr)
+        if held is not None and not any(r.addr == held.addr and r.free_seq == held.free_seq
+                                        for r in out):
+            out.append(held)
         out.sort(key=lambda r: r.free_seq, reverse=True)
         return out
+
+    def freed_tag_containing(self, addr: int) -> Optional[FreedBlock]:
+        """The block freed and still held by the tracer whose freed tag says it held
+        ``addr`` (docs/LAYOUT.md "Freed tags"): its free is there before it reaches the
+        history, and after the history forgot it."""
+        if not self.header.tag_key or not self._long_tags():
+            return None
+        f = tags.freed_below(self.reader, self.header.tag_key, addr, self._bounds(addr)[0])
+        return f if f is not None and _holds(f.allocation, addr) else None
 
     # -- the freed-block index
 

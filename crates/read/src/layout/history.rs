@@ -128,13 +128,22 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
         }))
     }
 
-    /// Remembered freed blocks containing `addr`, newest free first; none when the process
-    /// keeps no history.
+    /// Remembered freed blocks containing `addr`, newest free first: the history's, and the
+    /// block's own freed tag while the tracer holds it (its free may not have reached the
+    /// history yet, or may have left it); none when the process keeps no history.
     pub fn freed_blocks_containing(&self, addr: u64) -> Result<Vec<Freed>, Error> {
-        match self.history_header()? {
-            Some(h) if h.held() > 0 && h.records != 0 => self.frees_containing(addr),
-            _ => Ok(Vec::new()),
+        let mut found = match self.history_header()? {
+            Some(h) if h.held() > 0 && h.records != 0 => self.frees_containing(addr)?,
+            _ => Vec::new(),
+        };
+        if let Some(f) = self.freed_tag_containing(addr) {
+            let same = |r: &Freed| r.block.addr == f.block.addr && r.free_seq == f.free_seq;
+            if !found.iter().any(same) {
+                found.push(f);
+                found.sort_by_key(|r| core::cmp::Reverse(r.free_seq));
+            }
         }
+        Ok(found)
     }
 
     /// Every remembered event touching `addr`, newest first: the allocation of each live

@@ -7,7 +7,7 @@
 use super::tags::{self, region_of};
 use super::{Error, Tables};
 use crate::memory::Memory;
-use mem_trace_format::{shard_of, Block, LARGE_SHARD, REGION_SHIFT, SHARD_COUNT};
+use mem_trace_format::{shard_of, Block, Freed, LARGE_SHARD, REGION_SHIFT, SHARD_COUNT};
 
 /// How far from a block an address may be and still be reported as "N bytes after/before"
 /// it. Overflows and underflows land within a few elements of the block; 4 KiB also covers a
@@ -105,6 +105,14 @@ impl<M: Memory + ?Sized> Tables<'_, M> {
     pub fn tagged_below(&self, addr: u64) -> Option<Block> {
         let (floor, _) = self.bounds_of(addr);
         tags::tagged_block_below(self.memory(), self.tag_format(), addr, floor)
+    }
+
+    /// The block freed and still held by the tracer whose freed tag says it held `addr`, if
+    /// any (docs/LAYOUT.md "Freed tags").
+    pub fn freed_tag_containing(&self, addr: u64) -> Option<Freed> {
+        let (floor, _) = self.bounds_of(addr);
+        tags::freed_block_below(self.memory(), self.tag_format(), addr, floor)
+            .filter(|f| f.block.contains(addr))
     }
 
     /// The tagged block holding `addr`, if any.

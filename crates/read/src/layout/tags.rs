@@ -9,12 +9,19 @@
 //! it) and every live tagged block of a set of mappings (a scan in 1 MiB pieces). They are
 //! public so that the in-process leak check reads its own tagged blocks the same way.
 //!
+//! A long tag whose block was freed and is still held by the tracer is rewritten as a freed
+//! tag (version 7, "Freed tags"): its check word is the complement of the live one, and the two
+//! words before it hold who freed the block and when. [`freed_block_below`] reads it.
+//!
 //! A short tag has no sequence number: its block's [`Block::seq`] is [`NO_SEQ`], which no
 //! table entry holds (the writer's counter starts at 1).
 
 use crate::memory::Memory;
 use crate::target::Mapping;
-use mem_trace_format::{tag_check, unpack_tag, Block, FLAG_TAG_SEQ, TAG_MAX_SIZE, TAG_SIZE};
+use mem_trace_format::{
+    freed_check, tag_check, unpack_freed_tag, unpack_tag, Block, Freed, FLAG_TAG_SEQ, SEQ_TAG_SIZE,
+    TAG_MAX_SIZE, TAG_SIZE,
+};
 
 /// The `seq` of a block whose tag has none.
 pub const NO_SEQ: u64 = 0;
@@ -213,6 +220,42 @@ pub fn tagged_block_above(
         let q = lo + TAG_SIZE * (k as u64 + 1);
         let before = (2 * k).checked_sub(1).map(|i| pairs[i]);
         (q > addr && pair[0] == tag_check(q, key)).then(|| tags.block(mem, q, pair[1], before))
+    })
+}
+
+/// The block freed and still held by the tracer (its freed tag) nearest at or below `addr`
+/// and no more than 64 KiB below it, whose tag lies at or above `floor` (as for
+/// [`tagged_block_below`]): it holds `addr` when `freed.block.contains(addr)`; otherwise no
+/// held freed block does (a held block's memory is no other block's). Only long tags are
+/// ever freed.
+pub fn freed_block_below(
+    mem: &(impl Memory + ?Sized),
+    tags: TagFormat,
+    addr: u64,
+    floor: u64,
+) -> Option<Freed> {
+    let key = tags.key;
+    if key == 0 || !tags.seq {
+        return None;
+    }
+    let top = addr & !15;
+    let lowest = top
+        .saturating_sub(TAG_MAX_SIZE - TAG_SIZE)
+        .max(floor.saturating_add(SEQ_TAG_SIZE));
+    if top < lowest {
+        return None;
+    }
+    // The tags of q in [lowest, top]: the 32 bytes before each.
+    let (start, bytes) = read_down(mem, lowest - SEQ_TAG_SIZE, top);
+    let w: Vec<u64> = words(&bytes).collect();
+    // Pair k (words 2k, 2k + 1) is the check and record of q = start + 16 (k + 1); the two
+    // words before it complete a long tag.
+    (1..w.len() / 2).rev().find_map(|k| {
+        let q = start + TAG_SIZE * (k as u64 + 1);
+        (w[2 * k] == freed_check(q, key)).then(|| {
+            let tag = [w[2 * k - 2], w[2 * k - 1], w[2 * k], w[2 * k + 1]];
+            unpack_freed_tag(q, tag)
+        })
     })
 }
 

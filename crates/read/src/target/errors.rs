@@ -238,7 +238,7 @@ mod tests {
             ),
             (
                 TargetError::Layout(layout::Error::Version { found: 2 }),
-                "the target's libmem_trace.so writes layout version 2, this mem-trace reads version 6: use the mem-trace that came with that libmem_trace.so",
+                "the target's libmem_trace.so writes layout version 2, this mem-trace reads version 7: use the mem-trace that came with that libmem_trace.so",
             ),
             (
                 TargetError::Layout(layout::Error::Corrupt("5 stacks".into())),

@@ -45,7 +45,7 @@ fn loaded() {
         out,
         [
             format!(
-                "mem-trace is loaded: header at {:#x}, layout version 6",
+                "mem-trace is loaded: header at {:#x}, layout version 7",
                 facts.header
             )
             .as_str(),

@@ -3,7 +3,7 @@
 
 use super::super::{Relation, Tables};
 use super::*;
-use crate::test_image::{Built, Image, TraceBuilder};
+use crate::test_image::{Built, Free, Image, TraceBuilder};
 
 /// A key as the writer makes them: top 16 bits neither all zero nor all one.
 const KEY: u64 = 0x9c3e_1f2a_5b6d_7e81;
@@ -301,7 +301,7 @@ fn version_5_is_refused() {
     assert_eq!(err, super::super::Error::Version { found: 5 });
     assert_eq!(
         err.to_string(),
-        "the process writes layout version 5, this reader knows version 6: use the mem-trace build that traced it"
+        "the process writes layout version 5, this reader knows version 7: use the mem-trace build that traced it"
     );
 }
 
@@ -388,4 +388,88 @@ fn long_tags_give_their_sequence_numbers() {
         got,
         vec![(HEAP + 0x1020, 901), (HEAP + SCAN_PIECE + 16, 902)]
     );
+}
+
+/// The four words of a freed tag (docs/LAYOUT.md "Freed tags") of the block `f` describes.
+fn freed_tag_words(f: &Freed) -> [u64; 4] {
+    let [free, seq] = mem_trace_format::pack_freed_tag(f);
+    let record = mem_trace_format::pack_tag(f.block.size, f.block.thread, f.block.stack);
+    [free, seq, freed_check(f.block.addr, KEY), record]
+}
+
+fn freed_at(addr: u64, size: u64, seq: u64, free_seq: u64) -> Freed {
+    Freed {
+        block: Block {
+            addr,
+            size,
+            thread: 2,
+            seq,
+            stack: 9,
+        },
+        free_seq,
+        free_stack: 11,
+        free_thread: 3,
+        by_realloc: false,
+    }
+}
+
+/// A freed tag answers for its block's bytes only, is no live block, and a free the history
+/// also holds is listed once; a copy of its words elsewhere is bound to its own address.
+#[test]
+fn a_held_freed_block_is_answered_from_its_tag_once() {
+    let mut img = Image::new();
+    img.map_at(HEAP, HEAP_SIZE);
+    let (live, held, both) = (HEAP + 0x1020, HEAP + 0x1060, HEAP + 0x2000);
+    img.write_tag(KEY, live, 40, 2, 9);
+    img.write_u64s(live - 32, &[0, 905]);
+    let (f_held, f_both) = (freed_at(held, 48, 910, 930), freed_at(both, 100, 940, 950));
+    img.write_u64s(held - 32, &freed_tag_words(&f_held));
+    img.write_u64s(both - 32, &freed_tag_words(&f_both));
+    img.write_u64s(HEAP + 0x3020 - 32, &freed_tag_words(&f_held));
+    let mut b = TraceBuilder::new();
+    b.tag_key = KEY;
+    b.flags |= mem_trace_format::FLAG_TAG_SEQ;
+    b.add_freed(Free {
+        addr: both,
+        size: 100,
+        thread: 2,
+        seq: 940,
+        stack: 9,
+        free_seq: 950,
+        free_stack: 11,
+        free_thread: 3,
+        realloc: false,
+    });
+    let built = b.build_into(img);
+    let t = tables(&built);
+
+    assert_eq!(t.freed_blocks_containing(held + 47).unwrap(), vec![f_held]);
+    assert_eq!(t.freed_blocks_containing(held + 48).unwrap(), vec![]);
+    assert_eq!(t.freed_blocks_containing(live + 3).unwrap(), vec![]);
+    assert_eq!(t.freed_blocks_containing(HEAP + 0x3020).unwrap(), vec![]);
+    assert_eq!(t.freed_blocks_containing(both + 99).unwrap(), vec![f_both]);
+    assert_eq!(holder(&built, held), None, "no live block");
+    let mut got = Vec::new();
+    t.for_each_tagged(&mut |b| got.push(b.addr));
+    assert_eq!(got, vec![live]);
+    let events: Vec<(u64, bool)> = t
+        .history_events(held)
+        .unwrap()
+        .iter()
+        .map(|e| (e.seq, e.freed.is_some()))
+        .collect();
+    assert_eq!(events, vec![(930, true), (910, true)]);
+}
+
+/// Without `FLAG_TAG_SEQ` no tag is freed: the words are not read as one.
+#[test]
+fn short_tags_are_never_read_as_freed() {
+    let mut img = Image::new();
+    img.map_at(HEAP, HEAP_SIZE);
+    let q = HEAP + 0x1060;
+    img.write_u64s(q - 32, &freed_tag_words(&freed_at(q, 48, 910, 930)));
+    let mut b = TraceBuilder::new();
+    b.tag_key = KEY;
+    let built = b.build_into(img);
+    assert_eq!(tables(&built).freed_blocks_containing(q).unwrap(), vec![]);
 }
