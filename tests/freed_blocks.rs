@@ -3,7 +3,8 @@
 //! from reuse (and reuse when it is off); blocks freed by `realloc`; free stacks turned off;
 //! double and invalid frees reported on stderr while the program goes on, or aborting with
 //! `MEM_TRACE_ON_ERROR=abort`; a bad `MEM_TRACE_QUARANTINE`; a ring large enough to be indexed
-//! by address, answered through its index by gdb and by the `mem-trace` command.
+//! by address, answered through its index by gdb and by the `mem-trace` command; frees still
+//! in a thread's batch, and a thread's batch recorded at its exit.
 //!
 //! What runs and what it must print are the directive comments at the top of the fixtures
 //! (see `tests/common/script.rs`): gdb scripts and direct runs in
@@ -348,6 +349,25 @@ fn an_indexed_history_answers_live_on_a_core_and_from_the_command() {
             "`mem-trace {command} {address}` on the core differs from gdb's answer\n{}",
             dead.report()
         );
+    }
+    fixture_run(&fixture, "double").run();
+}
+
+// ----------------------------------------------------------------------------- batches
+
+/// Debug mode records and holds a run of frees of small blocks in batches
+/// (`record::deferred`). At a stop after a thread that freed three blocks in a row exited,
+/// the two frees of its batch are in the history (recorded at its exit, their tags erased)
+/// and its three chunks held (432 bytes); main's last free, still in its batch, is explained
+/// from the block's freed tag alone. The same answers from a core written at the stop. A
+/// second free of that block while the first is in the batch is reported with the first
+/// free's stack, and glibc never sees it.
+#[test]
+fn frees_still_in_a_batch_are_answered_and_a_threads_batch_is_recorded_at_its_exit() {
+    let fixture = with_entry_script(c_fixture("freed_batches.c", &["-pthread"]));
+    let (live, dead) = live_then_core(&fixture, "freed_batches.core");
+    for (start, end) in [("thread", "own"), ("own", "answers-end")] {
+        same_live_and_core(&live, &dead, start, end);
     }
     fixture_run(&fixture, "double").run();
 }

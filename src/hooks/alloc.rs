@@ -140,15 +140,16 @@ pub(super) unsafe extern "C" fn malloc_from(size: usize, sp: u64, bp: u64) -> *m
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
     if let Some(room) = tagged::room(size) {
-        let mut p0 = record::reuse(&g, room);
+        let stack = tagged::stack(&g);
+        let mut p0 = record::reuse(&g, room, &Glibc);
         if p0.is_null() {
             // SAFETY: glibc's malloc has no preconditions.
             p0 = from_glibc(&g, room, || unsafe { glibc::__libc_malloc(room) });
         }
         // SAFETY: a fresh or recycled chunk of `room` bytes, or null.
-        return unsafe { tagged::tag(&g, p0, size) };
+        return unsafe { tagged::tag(&g, p0, size, stack) };
     }
-    let mut p = record::reuse(&g, size);
+    let mut p = record::reuse(&g, size, &Glibc);
     if p.is_null() {
         // SAFETY: glibc's malloc has no preconditions.
         p = from_glibc(&g, size, || unsafe { glibc::__libc_malloc(size) });
@@ -287,7 +288,8 @@ pub(super) unsafe extern "C" fn calloc_from(
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
     if let Some(room) = n.checked_mul(size).and_then(tagged::room) {
-        let mut p0 = record::reuse(&g, room);
+        let stack = tagged::stack(&g);
+        let mut p0 = record::reuse(&g, room, &Glibc);
         if p0.is_null() {
             // SAFETY: glibc's calloc has no preconditions.
             p0 = from_glibc(&g, room, || unsafe { glibc::__libc_calloc(1, room) });
@@ -296,11 +298,11 @@ pub(super) unsafe extern "C" fn calloc_from(
             unsafe { ptr::write_bytes(p0.cast::<u8>(), 0, room) };
         }
         // SAFETY: a fresh or recycled chunk of `room` bytes, or null.
-        return unsafe { tagged::tag(&g, p0, n * size) };
+        return unsafe { tagged::tag(&g, p0, n * size, stack) };
     }
     let recycled = n
         .checked_mul(size)
-        .map(|total| (total, record::reuse(&g, total)));
+        .map(|total| (total, record::reuse(&g, total, &Glibc)));
     let p = match recycled {
         Some((total, p)) if !p.is_null() => {
             // SAFETY: a recycled block of at least `total` bytes, now this call's.

@@ -37,6 +37,8 @@ pub(crate) struct ThreadState {
     pub stacks: stacks::Local,
     /// Records of the freed-block history this thread has claimed.
     pub history: freed::Claim,
+    /// This thread's frees waiting for their record and hold (`record::deferred`).
+    pub deferred: crate::record::deferred::Local,
     /// This thread's quarantine.
     pub quarantine: quarantine::Local,
     /// This thread's cache of per-stack counter deltas.
@@ -56,6 +58,7 @@ impl ThreadState {
             capture: capture::Local::new(),
             stacks: stacks::Local::new(),
             history: freed::Claim::new(),
+            deferred: crate::record::deferred::Local::new(),
             quarantine: quarantine::Local::new(),
             profile: crate::profile::counters::Local::new(),
         }

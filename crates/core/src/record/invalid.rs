@@ -6,7 +6,8 @@ use crate::capture::modules;
 use crate::glibc_heap;
 use crate::report::{self, Op, Why};
 use crate::state::ThreadState;
-use crate::store::{self, freed, quarantine};
+use crate::store::{self, freed, quarantine, tags};
+use core::ffi::c_void;
 use core::sync::atomic::{AtomicI64, Ordering};
 
 /// A pointer given to `free` or `realloc` that is not a live block start. Returns whether glibc
@@ -32,6 +33,12 @@ pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op, glibc: boo
     // bounds: all set by registration, which a thread whose first allocator call is this one
     // has not had yet.
     thread_index(state);
+    // SAFETY: `addr` is what the program passed to `free` or `realloc` (`read_freed`'s
+    // contract).
+    if let Some(f) = unsafe { tags::read_freed(addr as *mut c_void) } {
+        report::double_free(state, addr, Some(f), op);
+        return false;
+    }
     if quarantine::contains(addr) {
         report::double_free(state, addr, freed::newest_at(addr), op);
         return false;

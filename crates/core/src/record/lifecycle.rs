@@ -23,7 +23,9 @@ use crate::store::{freed, quarantine, stacks, table, tags, threads};
 use crate::{arena, config};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use mem_trace_format::{CUT_MARKER, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE};
+use mem_trace_format::{
+    CUT_MARKER, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE, SEQ_TAG_SIZE,
+};
 
 const UNINIT: u8 = 0;
 const INITIALISING: u8 = 1;
@@ -147,6 +149,9 @@ fn init() -> bool {
         c.tags_carry_seq(),
     );
     super::tagged::configure(c.freed != 0 || c.free_stacks || c.quarantine != 0);
+    super::deferred::configure(
+        tags::bytes() == SEQ_TAG_SIZE && c.freed != 0 && c.quarantine >= quarantine::MIN_SHARE,
+    );
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: creates a key with a destructor that only touches our own state.
     if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } == 0 {
@@ -222,6 +227,7 @@ fn register_thread(state: &ThreadState) -> u32 {
 unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
     let state = state::current();
     capture::drop_cache(&state.capture);
+    super::deferred::thread_exiting(state);
     quarantine::thread_exiting(&state.quarantine);
     crate::profile::counters::thread_exiting(&state.profile, state.thread.record());
     crate::profile::roots::thread_exited(value as usize as u32);

@@ -7,6 +7,7 @@
 //! it, and forgetting afterwards would erase that new block.
 
 mod attached;
+pub(crate) mod deferred;
 mod invalid;
 mod lifecycle;
 pub mod nested;
@@ -87,6 +88,10 @@ fn untracked() {
 #[cold]
 #[inline(never)]
 pub fn give_back<R: RealAlloc>(g: &Guard, real: &R) -> bool {
+    // This thread's batch of frees first, so that the drain finds them held.
+    if deferred::on() {
+        deferred::flush(g, real);
+    }
     let mut at = quarantine::Drain::default();
     let mut released = quarantine::released();
     let mut any = false;
@@ -281,6 +286,10 @@ pub fn free<R: RealAlloc>(g: &Guard, p: *mut c_void, real: &R) -> Disposition {
 #[inline(never)]
 pub fn free_tagged<R: RealAlloc>(g: &Guard, block: Block, real: &R) -> Option<*mut c_void> {
     let state = g.state();
+    if deferred::defers(state) {
+        deferred::free(g, block, free_stack_here(state), real);
+        return None;
+    }
     quarantine::prefetch_next_release(&state.quarantine);
     remember_free(state, block, free_stack_here(state), false);
     let chunk = tags::chunk(block.addr as *mut c_void);
@@ -352,13 +361,17 @@ fn forget_freed(g: &Guard, p: *mut c_void, glibc: bool) -> Result<Block, Disposi
 
 /// A block (or a tagged block's chunk) of `size` bytes the quarantine recycles, or null (see
 /// `quarantine::reuse`). Only a quarantine recycles, and there is one only where frees are
-/// kept: elsewhere (profile mode) this costs one flag's load.
+/// kept: elsewhere (profile mode) this costs one flag's load. This thread's batch of frees is
+/// held first (see `deferred::allocating`); the caller captures its stack before (see
+/// `tagged::stack`).
 #[inline(always)]
-pub fn reuse(g: &Guard, size: usize) -> *mut c_void {
+pub fn reuse<R: RealAlloc>(g: &Guard, size: usize, real: &R) -> *mut c_void {
     if !tagged::frees_kept() {
         return core::ptr::null_mut();
     }
-    quarantine::reuse(&g.state().quarantine, size)
+    let state = g.state();
+    deferred::allocating(g, size, real);
+    quarantine::reuse(&state.quarantine, size)
 }
 
 /// Records what the real `realloc` of `p` did: `old` is what [`take`] returned for `p` before
@@ -419,22 +432,29 @@ fn free_stack_here(state: &ThreadState) -> u32 {
 }
 
 fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc: bool) {
+    freed::push(
+        &state.history,
+        &freed_now(state, block, free_stack, by_realloc),
+    );
+}
+
+/// The free of `block` happening now: counted (its sequence number taken, the live bytes
+/// lowered), with this thread and `free_stack`.
+#[inline(always)]
+fn freed_now(state: &ThreadState, block: Block, free_stack: u32, by_realloc: bool) -> Freed {
     // A shared counter costs a cache-line transfer per free between threads: count only
     // when the statistics line was asked for.
     if config::STATS.load(Ordering::Relaxed) {
         FREES.fetch_add(1, Ordering::Relaxed);
     }
     let free_thread = thread_index(state);
-    freed::push(
-        &state.history,
-        &Freed {
-            block,
-            free_seq: profile::tick(sample::counted(block.addr, block.size).0.wrapping_neg()).0,
-            free_stack,
-            free_thread,
-            by_realloc,
-        },
-    );
+    Freed {
+        block,
+        free_seq: profile::tick(sample::counted(block.addr, block.size).0.wrapping_neg()).0,
+        free_stack,
+        free_thread,
+        by_realloc,
+    }
 }
 
 /// Whether `realloc` may pass `p` to the real allocator `_real` (see

@@ -17,8 +17,8 @@ use core::ffi::c_void;
 use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::{Relaxed, Release};
 use mem_trace_format::{
-    pack_tag, tag_check, tag_key, unpack_tag, Block, FLAG_TAG_SEQ, SEQ_TAG_SIZE, TAG_MAX_SIZE,
-    TAG_SIZE,
+    freed_check, pack_freed_tag, pack_tag, tag_check, tag_key, unpack_freed_tag, unpack_tag, Block,
+    Freed, FLAG_TAG_SEQ, SEQ_TAG_SIZE, TAG_MAX_SIZE, TAG_SIZE,
 };
 
 /// Bytes of each tag: 0 (no tags), [`TAG_SIZE`] or [`SEQ_TAG_SIZE`].
@@ -200,6 +200,76 @@ pub unsafe fn erase(p: *mut c_void) -> *mut c_void {
         AtomicU64::from_ptr(p.cast::<u64>().sub(2)).store(0, Relaxed);
     }
     chunk(p)
+}
+
+/// Rewrites the erased long tag of the block `f` describes as a freed tag (docs/LAYOUT.md
+/// "Freed tags"): its free is then answered from the block's own memory while the tracer
+/// holds the chunk.
+///
+/// # Safety
+/// Tags are long ([`SEQ_TAG_SIZE`]); [`erase`] erased the tag of `f.block`, whose chunk the
+/// tracer holds (no longer the program's, not yet glibc's).
+#[inline(always)]
+pub unsafe fn mark_freed(f: &Freed) {
+    let [free, seq] = pack_freed_tag(f);
+    let q = f.block.addr as *mut u64;
+    // SAFETY: forwarded contract: the long tag's four words are in the chunk, 8-byte aligned.
+    unsafe {
+        q.sub(4).write(free);
+        q.sub(3).write(seq);
+        // Last, as a live tag's: a reader that sees it sees the words it vouches for.
+        AtomicU64::from_ptr(q.sub(2)).store(freed_check(f.block.addr, key()), Release);
+    }
+}
+
+/// The free recorded in the freed tag of `p`, if `p` is a block freed and still held
+/// ([`mark_freed`]): the cheap answer to a second `free` of it.
+///
+/// # Safety
+/// As for [`read`].
+#[inline]
+pub unsafe fn read_freed(p: *mut c_void) -> Option<Freed> {
+    let key = key();
+    let q = p as u64;
+    if key == 0 || bytes() != SEQ_TAG_SIZE || !q.is_multiple_of(16) || q < SEQ_TAG_SIZE {
+        return None;
+    }
+    if !marked(q - 16) {
+        return None;
+    }
+    let mut w = [0u64; 4];
+    if q & 4095 < SEQ_TAG_SIZE {
+        // The tag may start on the previous page, which may be unmapped.
+        if !read_self(q - SEQ_TAG_SIZE, &mut w) {
+            return None;
+        }
+    } else {
+        // SAFETY: the same page as `p`, as in `read`.
+        w = unsafe { p.cast::<[u64; 4]>().sub(1).read() };
+    }
+    (w[2] == freed_check(q, key)).then(|| unpack_freed_tag(q, w))
+}
+
+/// The free [`mark_freed`] recorded in the tag of `q`.
+///
+/// # Safety
+/// [`mark_freed`] wrote the freed tag of the block at `q`, whose chunk the tracer still holds.
+#[inline(always)]
+pub unsafe fn held_freed(q: u64) -> Freed {
+    // SAFETY: forwarded contract: the tag's four words are in the held chunk.
+    unpack_freed_tag(q, unsafe { (q as *const [u64; 4]).sub(1).read() })
+}
+
+/// Erases the check word of a held tagged block's chunk, its free recorded in the history: a
+/// freed tag must not outlive the hold, since glibc writes its own links over the words before
+/// it once it has the chunk.
+///
+/// # Safety
+/// `chunk` is a tagged block's chunk the tracer holds.
+#[inline(always)]
+pub unsafe fn erase_chunk(chunk: u64) {
+    // SAFETY: forwarded contract: the check word is in the chunk, 16 bytes before the block.
+    unsafe { AtomicU64::from_ptr((chunk + bytes() - 16) as *mut u64).store(0, Relaxed) };
 }
 
 /// Puts back the tag [`erase`] erased, for a `realloc` that failed and left the block as it was.
@@ -433,6 +503,70 @@ pub(crate) mod tests {
         let _on = tags_on(false);
         assert_eq!(room(100), Some(116));
         assert_eq!(room(TAG_MAX_SIZE as usize), None);
+    }
+
+    /// The free of the long-tagged block at `q`, as `record::deferred` makes it.
+    fn freed(q: u64) -> Freed {
+        Freed {
+            block: Block {
+                addr: q,
+                size: 40,
+                thread: 2,
+                seq: 901,
+                stack: 7,
+            },
+            free_seq: 950,
+            free_stack: 11,
+            free_thread: 3,
+            by_realloc: false,
+        }
+    }
+
+    #[test]
+    fn a_freed_tag_answers_a_second_free_until_erased_and_is_no_live_block() {
+        let _on = tags_on(true);
+        let pages = Pages::new();
+        // One chunk in a page, one whose tag starts on the page before its block's.
+        for at in [64, 4096 - 16] {
+            // SAFETY: 32 bytes at a 16-byte aligned offset of the accessible pages.
+            let q = unsafe { write(pages.at(at), 40, 2, 7, 901) } as u64;
+            let p = q as *mut c_void;
+            // SAFETY: the block just tagged; the program gives it up and the tracer holds it.
+            unsafe {
+                erase(p);
+                mark_freed(&freed(q));
+            }
+            // SAFETY: `p` is a pointer the program passes to `free` (a second time).
+            assert_eq!(unsafe { read_freed(p) }, Some(freed(q)));
+            // SAFETY: as above.
+            assert_eq!(unsafe { held_freed(q) }, freed(q));
+            // SAFETY: as above: a freed tag is no live tag.
+            assert!(unsafe { read(p) }.is_none());
+            assert!(find_containing(q + 1).is_none());
+            // SAFETY: the chunk of the held block, about to leave the tracer.
+            unsafe { erase_chunk(chunk(p) as u64) };
+            // SAFETY: as above.
+            assert!(unsafe { read_freed(p) }.is_none(), "erased at {at}");
+        }
+    }
+
+    #[test]
+    fn short_tags_are_never_read_as_freed() {
+        let _on = tags_on(false);
+        let pages = Pages::new();
+        let q = tag_at(&pages, 64, 40);
+        let f = freed(q);
+        let [free, seq] = mem_trace_format::pack_freed_tag(&f);
+        // The words a long freed tag would hold, in front of a short tag's block.
+        // SAFETY: 32 bytes at a 16-byte aligned offset of the accessible pages.
+        unsafe {
+            let w = (q as *mut u64).sub(4);
+            w.write(free);
+            w.add(1).write(seq);
+            w.add(2).write(freed_check(q, key()));
+        }
+        // SAFETY: a pointer the program passes to `free`.
+        assert!(unsafe { read_freed(q as *mut c_void) }.is_none());
     }
 
     #[test]

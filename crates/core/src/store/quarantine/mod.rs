@@ -323,6 +323,24 @@ pub(crate) fn hold(local: &Local, addr: u64, size: u64, released: &mut Released)
     true
 }
 
+/// Holds a block as [`hold`] does, but lets none go even past the limit: for a thread that
+/// exits, which must not call the allocator (its quarantine's next owner's frees bring it back
+/// under the limit). Whether it was taken; if not, the caller keeps the block for good.
+pub(crate) fn keep(local: &Local, addr: u64, size: u64) -> bool {
+    let (Some(entry), Some(quarantine)) = (Queued::new(addr, chunk_of(size)), mine(local)) else {
+        return false;
+    };
+    let mut q = quarantine.held.lock();
+    let kept = q.fifo.push_back(entry);
+    if kept {
+        q.bytes += entry.chunk();
+        // Readers see what an exited thread left held; exits are rare enough to pay the
+        // shared line.
+        q.publish();
+    }
+    kept
+}
+
 impl Held {
     /// Brings `HISTORY.quarantined_bytes` up to date with this quarantine's FIFO.
     fn publish(&mut self) {
@@ -377,6 +395,12 @@ pub(crate) fn reuse(local: &Local, size: usize) -> *mut core::ffi::c_void {
         .take(k)
         .unwrap_or(0);
     a as *mut core::ffi::c_void
+}
+
+/// Whether a block of `size` bytes may come out of the recycling lists.
+#[inline(always)]
+pub(crate) fn recycles(size: usize) -> bool {
+    class_of(chunk_of(size as u64)).is_some()
 }
 
 /// An empty release list.
@@ -631,6 +655,24 @@ mod tests {
                 !hold(state, 0x40, 101, &mut r),
                 "larger than the whole quarantine"
             );
+        });
+    }
+
+    #[test]
+    fn an_exiting_threads_batch_is_kept_past_the_limit_without_a_release() {
+        held_here(100, false, |state| {
+            let mut r = released();
+            assert!(hold(state, 0x10, 40, &mut r));
+            assert!(hold(state, 0x20, 40, &mut r));
+            // Past the limit: kept all the same, nothing let go.
+            assert!(keep(state, 0x30, 40));
+            assert!(keep(state, 0x40 | TAGGED, 16));
+            assert!(contains(0x30) && contains(0x40 + crate::store::tags::bytes()));
+            assert!(contains(0x10) && contains(0x20));
+            // The next hold brings the FIFO back under the limit.
+            assert!(hold(state, 0x50, 40, &mut r));
+            let held = current(state).expect("a quarantine").held.lock().bytes;
+            assert!(held <= 100, "{held} bytes held");
         });
     }
 
