@@ -140,14 +140,13 @@ pub(super) unsafe extern "C" fn malloc_from(size: usize, sp: u64, bp: u64) -> *m
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
     if let Some(room) = tagged::room(size) {
-        let stack = tagged::stack(&g);
         let mut p0 = record::reuse(&g, room, &Glibc);
         if p0.is_null() {
             // SAFETY: glibc's malloc has no preconditions.
             p0 = from_glibc(&g, room, || unsafe { glibc::__libc_malloc(room) });
         }
         // SAFETY: a fresh or recycled chunk of `room` bytes, or null.
-        return unsafe { tagged::tag(&g, p0, size, stack) };
+        return unsafe { tagged::tag(&g, p0, size) };
     }
     let mut p = record::reuse(&g, size, &Glibc);
     if p.is_null() {
@@ -288,7 +287,6 @@ pub(super) unsafe extern "C" fn calloc_from(
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
     if let Some(room) = n.checked_mul(size).and_then(tagged::room) {
-        let stack = tagged::stack(&g);
         let mut p0 = record::reuse(&g, room, &Glibc);
         if p0.is_null() {
             // SAFETY: glibc's calloc has no preconditions.
@@ -298,7 +296,7 @@ pub(super) unsafe extern "C" fn calloc_from(
             unsafe { ptr::write_bytes(p0.cast::<u8>(), 0, room) };
         }
         // SAFETY: a fresh or recycled chunk of `room` bytes, or null.
-        return unsafe { tagged::tag(&g, p0, n * size, stack) };
+        return unsafe { tagged::tag(&g, p0, n * size) };
     }
     let recycled = n
         .checked_mul(size)

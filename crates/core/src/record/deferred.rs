@@ -102,7 +102,7 @@ pub(super) fn free<R: RealAlloc>(g: &Guard, block: Block, free_stack: u32, real:
     batch.blocks[n as usize].set(block.addr);
     batch.n.set(n + 1);
     if n as usize + 1 == BATCH {
-        flush(g, real);
+        let _ = flush(g, real);
     }
 }
 
@@ -126,7 +126,7 @@ pub(super) fn allocating<R: RealAlloc>(g: &Guard, size: usize, real: &R) {
     let batch = &g.state().deferred;
     batch.run.set(0);
     if batch.n.get() != 0 && quarantine::recycles(size) {
-        flush(g, real);
+        let _ = flush(g, real);
     }
 }
 
@@ -137,8 +137,9 @@ pub(super) fn allocating<R: RealAlloc>(g: &Guard, size: usize, real: &R) {
 /// `hold`'s time on py_records). What the holds let go is given to glibc after all of them,
 /// each chunk's header loaded from when it was let go: those chunks were freed a quarantine
 /// ago, long out of the cache, and given back one hold at a time each waited for its own.
+/// Whether anything went back to glibc.
 #[inline(never)]
-pub(super) fn flush<R: RealAlloc>(g: &Guard, real: &R) {
+pub(super) fn flush<R: RealAlloc>(g: &Guard, real: &R) -> bool {
     let state = g.state();
     record_all(state);
     let mut out = LetGo::new();
@@ -164,6 +165,7 @@ pub(super) fn flush<R: RealAlloc>(g: &Guard, real: &R) {
         }
     }
     out.free(g, real);
+    out.any
 }
 
 /// Chunks a batch lets go, to give glibc together. Left uninitialised beyond `n`: a program
@@ -171,6 +173,8 @@ pub(super) fn flush<R: RealAlloc>(g: &Guard, real: &R) {
 struct LetGo {
     n: usize,
     chunks: [MaybeUninit<u64>; 2 * BATCH],
+    /// Whether any was given to glibc.
+    any: bool,
 }
 
 impl LetGo {
@@ -178,6 +182,7 @@ impl LetGo {
         LetGo {
             n: 0,
             chunks: [MaybeUninit::uninit(); 2 * BATCH],
+            any: false,
         }
     }
 
@@ -200,6 +205,7 @@ impl LetGo {
             // SAFETY: a block the program freed and the tracer held; nobody else owns it.
             g.in_glibc(|| unsafe { real.free(a) });
         }
+        self.any |= self.n != 0;
         self.n = 0;
     }
 }

@@ -117,6 +117,9 @@ fn stop_taking_memory() {
     config::UNWIND.store(false, Ordering::Relaxed);
     config::FREE_STACKS.store(false, Ordering::Relaxed);
     quarantine::stop();
+    // A batch waits for a hold that will not come: frees go back at once. (Batches already
+    // open go at their thread's next allocation, `give_back` or exit.)
+    super::deferred::configure(false);
 }
 
 #[cold]

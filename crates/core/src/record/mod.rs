@@ -88,13 +88,11 @@ fn untracked() {
 #[cold]
 #[inline(never)]
 pub fn give_back<R: RealAlloc>(g: &Guard, real: &R) -> bool {
-    // This thread's batch of frees first, so that the drain finds them held.
-    if deferred::on() {
-        deferred::flush(g, real);
-    }
+    // This thread's batch of frees first, so that the drain finds them held (or, once the
+    // quarantine stopped holding, so that they go back now).
+    let mut any = deferred::flush(g, real);
     let mut at = quarantine::Drain::default();
     let mut released = quarantine::released();
-    let mut any = false;
     loop {
         let more = quarantine::drain(&mut at, &mut released);
         for &a in released.addrs() {
@@ -362,8 +360,7 @@ fn forget_freed(g: &Guard, p: *mut c_void, glibc: bool) -> Result<Block, Disposi
 /// A block (or a tagged block's chunk) of `size` bytes the quarantine recycles, or null (see
 /// `quarantine::reuse`). Only a quarantine recycles, and there is one only where frees are
 /// kept: elsewhere (profile mode) this costs one flag's load. This thread's batch of frees is
-/// held first (see `deferred::allocating`); the caller captures its stack before (see
-/// `tagged::stack`).
+/// held first (see `deferred::allocating`).
 #[inline(always)]
 pub fn reuse<R: RealAlloc>(g: &Guard, size: usize, real: &R) -> *mut c_void {
     if !tagged::frees_kept() {

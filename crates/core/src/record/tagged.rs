@@ -40,27 +40,17 @@ pub fn room(size: usize) -> Option<usize> {
     tags::room(size).filter(|_| !not_recording())
 }
 
-/// The stack to tag a new block with: captured before the block is looked for, so that
-/// nothing the search does first (a batch of frees given to the quarantine and glibc, see
-/// `record::reuse`) has written over the stack below the caller's frames, which a capture
-/// that repeats a kept walk compares (with the batch flushed first, churn's captures walked
-/// three times as often).
-#[inline(always)]
-pub fn stack(g: &Guard) -> u32 {
-    stack_here(g.state())
-}
-
 /// Tags and counts the chunk `p0` that glibc returned for a block of `size` bytes (asked with
-/// [`room`]) allocated at `stack` ([`stack`]), and returns the block the program gets; null
-/// stays null.
+/// [`room`]), and returns the block the program gets; null stays null.
 ///
 /// # Safety
 /// `p0` is null or a fresh chunk of glibc's of at least `room(size)` bytes.
 #[inline(always)]
-pub unsafe fn tag(g: &Guard, p0: *mut c_void, size: usize, stack: u32) -> *mut c_void {
+pub unsafe fn tag(g: &Guard, p0: *mut c_void, size: usize) -> *mut c_void {
     if p0.is_null() {
         return p0;
     }
+    let stack = stack_here(g.state());
     // SAFETY: forwarded contract.
     unsafe { tag_with(g, p0, size, stack) }
 }
