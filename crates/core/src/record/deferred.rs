@@ -116,16 +116,16 @@ pub(super) fn defers(state: &ThreadState) -> bool {
     on() && before != 0
 }
 
-/// This thread allocates `size` bytes, out of the recycling lists if they hold one: its batch
-/// is held first when they may, as each of its frees would have been at its `free`, so that
-/// what they pushed out of the quarantine is there to reuse as without batches (python3's
-/// py_records ran 10% longer when its allocations found the lists emptied for up to 32
-/// frees). What the quarantine lets go goes through `real`.
+/// This thread allocates: its batch is held first, as each of its frees would have been at
+/// its `free`, so that what they pushed out of the quarantine is there to reuse as without
+/// batches (python3's py_records ran 10% longer when its allocations found the recycling lists
+/// emptied for up to 32 frees), and a batch of blocks too large to recycle does not wait past
+/// the run of frees that made it. What the quarantine lets go goes through `real`.
 #[inline(always)]
-pub(super) fn allocating<R: RealAlloc>(g: &Guard, size: usize, real: &R) {
+pub(super) fn allocating<R: RealAlloc>(g: &Guard, real: &R) {
     let batch = &g.state().deferred;
     batch.run.set(0);
-    if batch.n.get() != 0 && quarantine::recycles(size) {
+    if batch.n.get() != 0 {
         let _ = flush(g, real);
     }
 }

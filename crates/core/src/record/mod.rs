@@ -367,7 +367,7 @@ pub fn reuse<R: RealAlloc>(g: &Guard, size: usize, real: &R) -> *mut c_void {
         return core::ptr::null_mut();
     }
     let state = g.state();
-    deferred::allocating(g, size, real);
+    deferred::allocating(g, real);
     quarantine::reuse(&state.quarantine, size)
 }
 

@@ -397,12 +397,6 @@ pub(crate) fn reuse(local: &Local, size: usize) -> *mut core::ffi::c_void {
     a as *mut core::ffi::c_void
 }
 
-/// Whether a block of `size` bytes may come out of the recycling lists.
-#[inline(always)]
-pub(crate) fn recycles(size: usize) -> bool {
-    class_of(chunk_of(size as u64)).is_some()
-}
-
 /// An empty release list.
 pub(crate) fn released() -> Released {
     Released {
