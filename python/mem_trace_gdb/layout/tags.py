@@ -90,6 +90,21 @@ def _read_down(reader, lo: int, hi: int) -> Tuple[int, bytes]:
     return start, b"".join(reversed(parts))
 
 
+def _tag_words_below(reader, addr: int, floor: int, tag_bytes: int
+                     ) -> Tuple[int, Sequence[int]]:
+    """``(start, words)``: the words of the tags (``tag_bytes`` each, 16 or 32) of every
+    candidate block start ``q`` at or below ``addr`` and at most 64 KiB below it, the tag at
+    or above ``floor``, read down from the top as far as memory can be read; pair ``k``
+    (words ``2k``, ``2k + 1``) is the check word and record of ``q = start + 16 (k + 1)``.
+    No words when no tag is within reach."""
+    top = addr & ~15
+    lowest = max(top - (TAG_MAX_SIZE - TAG_SIZE), floor + tag_bytes)
+    if top < lowest:
+        return 0, ()
+    start, data = _read_down(reader, lowest - tag_bytes, top)
+    return start, memoryview(data[: len(data) // 16 * 16]).cast("Q")
+
+
 def tagged_below(reader, key: int, addr: int, floor: int = 0, seq: bool = False
                  ) -> Optional[Block]:
     """The nearest live tagged block starting at or below ``addr`` and at most 64 KiB
@@ -97,15 +112,8 @@ def tagged_below(reader, key: int, addr: int, floor: int = 0, seq: bool = False
     It holds ``addr`` when it contains it; otherwise no tagged block does."""
     if not key:
         return None
-    top = addr & ~15
-    lowest = max(top - (TAG_MAX_SIZE - TAG_SIZE), floor + TAG_SIZE)
-    if top < lowest or top < TAG_SIZE:
-        return None
-    start, data = _read_down(reader, lowest - TAG_SIZE, top)
-    n = len(data) // 16
-    if not n:
-        return None
-    words = memoryview(data[: n * 16]).cast("Q")
+    start, words = _tag_words_below(reader, addr, floor, TAG_SIZE)
+    n = len(words) // 2
     for k in range(n - 1, -1, -1):
         q = start + TAG_SIZE * (k + 1)
         if words[2 * k] == q ^ key:
@@ -120,13 +128,8 @@ def freed_below(reader, key: int, addr: int, floor: int = 0) -> Optional[FreedBl
     other block's). Only long tags are ever freed."""
     if not key:
         return None
-    top = addr & ~15
-    lowest = max(top - (TAG_MAX_SIZE - TAG_SIZE), floor + SEQ_TAG_SIZE)
-    if top < lowest:
-        return None
-    start, data = _read_down(reader, lowest - SEQ_TAG_SIZE, top)
-    n = len(data) // 16
-    words = memoryview(data[: n * 16]).cast("Q")
+    start, words = _tag_words_below(reader, addr, floor, SEQ_TAG_SIZE)
+    n = len(words) // 2
     # Pair k (words 2k, 2k + 1) is the check and record of q = start + 16 (k + 1); the two
     # words before it complete a long tag.
     for k in range(n - 1, 0, -1):

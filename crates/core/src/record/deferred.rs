@@ -26,7 +26,7 @@
 //! for memory. What a `fork` leaves of other threads' batches in the child stays held there:
 //! at most [`BATCH`] small blocks per thread, never reused.
 
-use super::freed_now;
+use super::{freed_now, held_entry};
 use crate::guard::Guard;
 use crate::real::RealAlloc;
 use crate::state::ThreadState;
@@ -50,7 +50,7 @@ pub(crate) fn configure(on: bool) {
 
 /// Whether frees of tagged blocks go into a batch.
 #[inline(always)]
-pub(crate) fn on() -> bool {
+fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
@@ -130,33 +130,24 @@ pub(super) fn allocating<R: RealAlloc>(g: &Guard, real: &R) {
     }
 }
 
-/// Records this thread's batch in the history, then holds its blocks. Once its record is in
-/// the history a block's freed tag is erased: the history answers for it from then on, and no
-/// freed tag outlives its batch (the quarantine hands its chunks on to glibc or to a `malloc`,
-/// and an erase there, on a block freed a quarantine ago, waited for its page walk: 15% of
-/// `hold`'s time on py_records). What the holds let go is given to glibc after all of them,
-/// each chunk's header loaded from when it was let go: those chunks were freed a quarantine
-/// ago, long out of the cache, and given back one hold at a time each waited for its own.
-/// Whether anything went back to glibc.
+/// Records each free of this thread's batch in the history, then holds its block. Once its
+/// record is in the history a block's freed tag is erased: the history answers for it from
+/// then on, and no freed tag outlives its batch (the quarantine hands its chunks on to glibc
+/// or to a `malloc`, and an erase there, on a block freed a quarantine ago, waited for its
+/// page walk: 15% of `hold`'s time on py_records). What the holds let go is given to glibc
+/// after all of them, each chunk's header loaded from when it was let go: those chunks were
+/// freed a quarantine ago, long out of the cache, and given back one hold at a time each
+/// waited for its own. Whether anything went back to glibc.
 #[inline(never)]
 pub(super) fn flush<R: RealAlloc>(g: &Guard, real: &R) -> bool {
     let state = g.state();
-    record_all(state);
     let mut out = LetGo::new();
     let mut released = quarantine::released();
     for q in state.deferred.take() {
-        // SAFETY: a block of the batch: its freed tag is intact while the tracer holds it.
-        let size = unsafe { tags::held_freed(q) }.block.size;
-        let chunk = tags::chunk(q as *mut c_void) as u64;
-        // SAFETY: as above; its free is in the history now.
-        unsafe { tags::erase_chunk(chunk) };
-        let entry = chunk | quarantine::TAGGED;
-        if quarantine::hold(
-            &state.quarantine,
-            entry,
-            size + tags::bytes(),
-            &mut released,
-        ) {
+        let (entry, bytes) = record(state, q);
+        // SAFETY: a block of the batch, its free now in the history.
+        let chunk = unsafe { tags::erase(q as *mut c_void) } as u64;
+        if quarantine::hold(&state.quarantine, entry, bytes, &mut released) {
             for &a in released.addrs() {
                 out.add(g, real, a);
             }
@@ -166,6 +157,16 @@ pub(super) fn flush<R: RealAlloc>(g: &Guard, real: &R) -> bool {
     }
     out.free(g, real);
     out.any
+}
+
+/// Puts the free of `q`, a block of this thread's batch, in the history; returns its chunk's
+/// quarantine entry and size (see `held_entry`).
+#[inline(always)]
+fn record(state: &ThreadState, q: u64) -> (u64, u64) {
+    // SAFETY: a block of the batch: its freed tag is intact while the tracer holds it.
+    let f = unsafe { tags::held_freed(q) };
+    freed::push(&state.history, &f);
+    held_entry(&f.block)
 }
 
 /// Chunks a batch lets go, to give glibc together. Left uninitialised beyond `n`: a program
@@ -210,32 +211,16 @@ impl LetGo {
     }
 }
 
-/// Puts every free of this thread's batch in the history (the batch stays as it is).
-fn record_all(state: &ThreadState) {
-    let batch = &state.deferred;
-    for b in &batch.blocks[..batch.n.get() as usize] {
-        // SAFETY: a block of the batch, as in `flush`.
-        freed::push(&state.history, &unsafe { tags::held_freed(b.get()) });
-    }
-}
-
 /// The thread is exiting: its batch is recorded and held in its quarantine, which is then
 /// orphaned with them (nothing is given back to glibc here: no allocator call).
 pub(super) fn thread_exiting(state: &ThreadState) {
-    record_all(state);
     for q in state.deferred.take() {
-        // SAFETY: a block of the batch, as in `flush`.
-        let size = unsafe { tags::held_freed(q) }.block.size;
-        let chunk = tags::chunk(q as *mut c_void) as u64;
+        let (entry, bytes) = record(state, q);
         // Refused (no memory for the quarantine): the block stays held for good, and its
         // freed tag with it.
-        if quarantine::keep(
-            &state.quarantine,
-            chunk | quarantine::TAGGED,
-            size + tags::bytes(),
-        ) {
-            // SAFETY: as in `flush`.
-            unsafe { tags::erase_chunk(chunk) };
+        if quarantine::keep(&state.quarantine, entry, bytes) {
+            // SAFETY: a block of the batch, its free now in the history.
+            unsafe { tags::erase(q as *mut c_void) };
         }
     }
 }

@@ -290,9 +290,17 @@ pub fn free_tagged<R: RealAlloc>(g: &Guard, block: Block, real: &R) -> Option<*m
     }
     quarantine::prefetch_next_release(&state.quarantine);
     remember_free(state, block, free_stack_here(state), false);
+    let (entry, bytes) = held_entry(&block);
     let chunk = tags::chunk(block.addr as *mut c_void);
-    let entry = chunk as u64 | quarantine::TAGGED;
-    (!held(g, entry, block.size + tags::bytes(), real)).then_some(chunk)
+    (!held(g, entry, bytes, real)).then_some(chunk)
+}
+
+/// The quarantine's entry for the chunk of the tagged block `block` (see `quarantine::hold`),
+/// and the bytes asked of glibc for it.
+#[inline(always)]
+fn held_entry(block: &Block) -> (u64, u64) {
+    let chunk = tags::chunk(block.addr as *mut c_void) as u64;
+    (chunk | quarantine::TAGGED, block.size + tags::bytes())
 }
 
 /// Offers the quarantine a freed block (`entry`, of `size` bytes asked of glibc, see

@@ -187,10 +187,14 @@ pub unsafe fn read(p: *mut c_void) -> Option<Block> {
 }
 
 /// Erases the tag of the tagged block `p` (before its chunk goes back to glibc, or is handed
-/// to `realloc`), so that no stale tag is ever read as a live block. Returns the chunk.
+/// to `realloc`), so that no stale tag is ever read as a live block; or the freed tag of a
+/// block whose free is in the history now ([`mark_freed`]: a freed tag must not outlive the
+/// hold, since glibc writes its own links over the words before it once it has the chunk).
+/// Returns the chunk.
 ///
 /// # Safety
-/// [`read`] said `p` is a tagged block, and the program gives it up now.
+/// [`read`] said `p` is a tagged block, and the program gives it up now; or [`mark_freed`]
+/// wrote `p`'s freed tag, and the tracer still holds its chunk.
 #[inline(always)]
 pub unsafe fn erase(p: *mut c_void) -> *mut c_void {
     // SAFETY: forwarded contract: the check word is 16 bytes before the block, in its chunk,
@@ -258,18 +262,6 @@ pub unsafe fn read_freed(p: *mut c_void) -> Option<Freed> {
 pub unsafe fn held_freed(q: u64) -> Freed {
     // SAFETY: forwarded contract: the tag's four words are in the held chunk.
     unpack_freed_tag(q, unsafe { (q as *const [u64; 4]).sub(1).read() })
-}
-
-/// Erases the check word of a held tagged block's chunk, its free recorded in the history: a
-/// freed tag must not outlive the hold, since glibc writes its own links over the words before
-/// it once it has the chunk.
-///
-/// # Safety
-/// `chunk` is a tagged block's chunk the tracer holds.
-#[inline(always)]
-pub unsafe fn erase_chunk(chunk: u64) {
-    // SAFETY: forwarded contract: the check word is in the chunk, 16 bytes before the block.
-    unsafe { AtomicU64::from_ptr((chunk + bytes() - 16) as *mut u64).store(0, Relaxed) };
 }
 
 /// Puts back the tag [`erase`] erased, for a `realloc` that failed and left the block as it was.
@@ -543,8 +535,8 @@ pub(crate) mod tests {
             // SAFETY: as above: a freed tag is no live tag.
             assert!(unsafe { read(p) }.is_none());
             assert!(find_containing(q + 1).is_none());
-            // SAFETY: the chunk of the held block, about to leave the tracer.
-            unsafe { erase_chunk(chunk(p) as u64) };
+            // SAFETY: the held block's freed tag, its free recorded.
+            unsafe { erase(p) };
             // SAFETY: as above.
             assert!(unsafe { read_freed(p) }.is_none(), "erased at {at}");
         }

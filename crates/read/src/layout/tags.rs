@@ -154,6 +154,30 @@ fn read_down(mem: &(impl Memory + ?Sized), lo: u64, hi: u64) -> (u64, Vec<u8>) {
     (start, buf)
 }
 
+/// The words of the tags (`tag_bytes` each, 16 or 32) of every candidate block start `q` at
+/// or below `addr` and no more than 64 KiB below it, whose tag lies at or above `floor`, as
+/// `(start, words)`: read down from the top as far as memory can be read, so that pair `k`
+/// (words `2k`, `2k + 1`) is the check word and record of `q = start + 16 (k + 1)`. `None`
+/// when no tag is within reach.
+fn tag_words_below(
+    mem: &(impl Memory + ?Sized),
+    addr: u64,
+    floor: u64,
+    tag_bytes: u64,
+) -> Option<(u64, Vec<u64>)> {
+    let top = addr & !15;
+    // A block of TAG_MAX_SIZE - 1 bytes at q ends at q + 0xfffe: its last byte rounds down
+    // to q + 0xfff0.
+    let lowest = top
+        .saturating_sub(TAG_MAX_SIZE - TAG_SIZE)
+        .max(floor.saturating_add(tag_bytes));
+    if top < lowest {
+        return None;
+    }
+    let (start, bytes) = read_down(mem, lowest - tag_bytes, top);
+    Some((start, words(&bytes).collect()))
+}
+
 /// The nearest live tagged block starting at or below `addr` and no more than 64 KiB below
 /// it, whose tag lies at or above `floor` (the start of the mapping holding `addr`; 0 when
 /// not known, and then the reads end where memory does). It holds `addr` when
@@ -168,18 +192,7 @@ pub fn tagged_block_below(
     if key == 0 {
         return None;
     }
-    let top = addr & !15;
-    // A block of TAG_MAX_SIZE - 1 bytes at q ends at q + 0xfffe: its last byte rounds down
-    // to q + 0xfff0.
-    let lowest = top
-        .saturating_sub(TAG_MAX_SIZE - TAG_SIZE)
-        .max(floor.saturating_add(TAG_SIZE));
-    if top < lowest || top < TAG_SIZE {
-        return None;
-    }
-    // The tags of q in [lowest, top]: the 16 bytes before each.
-    let (start, bytes) = read_down(mem, lowest - TAG_SIZE, top);
-    let pairs: Vec<u64> = words(&bytes).collect();
+    let (start, pairs) = tag_words_below(mem, addr, floor, TAG_SIZE)?;
     pairs
         .chunks_exact(2)
         .enumerate()
@@ -238,16 +251,7 @@ pub fn freed_block_below(
     if key == 0 || !tags.seq {
         return None;
     }
-    let top = addr & !15;
-    let lowest = top
-        .saturating_sub(TAG_MAX_SIZE - TAG_SIZE)
-        .max(floor.saturating_add(SEQ_TAG_SIZE));
-    if top < lowest {
-        return None;
-    }
-    // The tags of q in [lowest, top]: the 32 bytes before each.
-    let (start, bytes) = read_down(mem, lowest - SEQ_TAG_SIZE, top);
-    let w: Vec<u64> = words(&bytes).collect();
+    let (start, w) = tag_words_below(mem, addr, floor, SEQ_TAG_SIZE)?;
     // Pair k (words 2k, 2k + 1) is the check and record of q = start + 16 (k + 1); the two
     // words before it complete a long tag.
     (1..w.len() / 2).rev().find_map(|k| {
