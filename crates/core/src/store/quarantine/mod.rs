@@ -542,7 +542,18 @@ mod tests {
     /// the end, as at a real thread exit, emptied first unless `keep` (the addresses are made
     /// up: they must not reach a later test's thread, which may adopt the quarantine).
     fn held_here(limit: u64, keep: bool, f: impl FnOnce(&Local) + Send) {
-        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = turn();
+        held_in_turn(limit, keep, f);
+    }
+
+    /// The turn to set the limit and use quarantines, for a test that spans several threads:
+    /// between two of its [`held_in_turn`], another test's thread would adopt its orphan.
+    fn turn() -> std::sync::MutexGuard<'static, ()> {
+        TURN.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`held_here`] for a caller that holds the [`turn`].
+    fn held_in_turn(limit: u64, keep: bool, f: impl FnOnce(&Local) + Send) {
         std::thread::scope(|s| {
             s.spawn(|| {
                 configure(limit);
@@ -592,7 +603,7 @@ mod tests {
 
     #[test]
     fn threads_that_free_share_the_limit() {
-        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = turn();
         let before = OWNERS.load(Ordering::Relaxed);
         for (owners, limit, share_of_each) in [
             (0, 4 << 20, 4 << 20),
@@ -783,12 +794,13 @@ mod tests {
 
     #[test]
     fn an_exited_threads_blocks_stay_held_and_its_quarantine_is_adopted() {
-        held_here(1000, true, |state| {
+        let _turn = turn();
+        held_in_turn(1000, true, |state| {
             let mut r = released();
             assert!(hold(state, 0x7000, 100, &mut r));
         });
         assert!(contains(0x7000), "orphaned, still held");
-        held_here(1000, false, |state| {
+        held_in_turn(1000, false, |state| {
             let mut r = released();
             // The next thread that frees adopts an orphan: the first block is still there.
             assert!(hold(state, 0x8000, 100, &mut r));
@@ -806,7 +818,7 @@ mod tests {
                 "adopted with its blocks: {fifo:x?}"
             );
         });
-        held_here(0, false, |state| {
+        held_in_turn(0, false, |state| {
             let mut r = released();
             assert!(!hold(state, 0x50, 8, &mut r), "off");
         });
