@@ -247,19 +247,36 @@ pub(crate) fn learn_static_offset() -> u64 {
 mod tests {
     use super::*;
 
+    /// Fills the stack below the caller with `fill`: a state built there and copied out
+    /// brings its padding from it, which must follow the fill too (left as the earlier tests
+    /// on this thread left it, a padding byte came out equal and non-zero under both fills).
+    #[inline(never)]
+    fn dirty_stack(fill: u8) {
+        let mut page = [fill; 64 << 10];
+        core::hint::black_box(&mut page);
+    }
+
+    /// A new state written over `fill`, as bytes.
+    #[inline(never)]
+    fn new_state_over(fill: u8) -> Vec<u8> {
+        let n = core::mem::size_of::<ThreadState>();
+        let mut buf = Box::new(core::mem::MaybeUninit::<ThreadState>::uninit());
+        // SAFETY: the buffer holds one ThreadState; filling it first is allowed.
+        unsafe {
+            core::ptr::write_bytes(buf.as_mut_ptr() as *mut u8, fill, n);
+            core::ptr::write(buf.as_mut_ptr(), ThreadState::new());
+            core::slice::from_raw_parts(buf.as_ptr() as *const u8, n).to_vec()
+        }
+    }
+
     /// The TLS symbol starts zero-filled: every byte of a new state that is not padding must
     /// be zero. Padding is told from data by writing the state over two different fills.
     #[test]
     fn a_new_state_is_all_zeros() {
         let n = core::mem::size_of::<ThreadState>();
         let bytes = |fill: u8| {
-            let mut buf = Box::new(core::mem::MaybeUninit::<ThreadState>::uninit());
-            // SAFETY: the buffer holds one ThreadState; filling it first is allowed.
-            unsafe {
-                core::ptr::write_bytes(buf.as_mut_ptr() as *mut u8, fill, n);
-                core::ptr::write(buf.as_mut_ptr(), ThreadState::new());
-                core::slice::from_raw_parts(buf.as_ptr() as *const u8, n).to_vec()
-            }
+            dirty_stack(fill);
+            new_state_over(fill)
         };
         let (a, b) = (bytes(0x00), bytes(0xff));
         let data_nonzero: Vec<usize> = (0..n).filter(|&i| a[i] == b[i] && a[i] != 0).collect();
