@@ -367,44 +367,92 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// `free` on the full path, called by its entry with the caller's registers (see
 /// [`Caller`]), `p` not null.
 ///
+/// Profile mode's free of a tagged block (most frees there) is done here; the other cases
+/// are functions of their own. With all of them inlined here, `live` ran 1.57x plain in
+/// profile mode against 1.38x split so (docs/FINDINGS.md, "Profile mode on `live`").
+///
 /// # Safety
 /// As for [`free`]; `sp` and `bp` as [`Caller`] says.
 pub(super) unsafe extern "C" fn free_from(p: *mut c_void, sp: u64, bp: u64) {
     let caller = Caller { sp, bp };
-    let disposition = match Guard::enter() {
-        Some(g) => {
-            // SAFETY: forwarded contract.
-            if let Some(block) = unsafe { tagged::untag(&g, p) } {
-                let chunk = match tagged::frees_kept() {
-                    false => Some(tagged::freed(&block)),
-                    true => {
-                        // SAFETY: forwarded contract.
-                        let _start = unsafe { caller.start(&g) };
-                        record::free_tagged(&g, block, &Glibc)
-                    }
-                };
-                if let Some(chunk) = chunk {
-                    // SAFETY: the tagged block's chunk, which the tracer no longer refers to.
-                    g.in_glibc(|| unsafe { glibc::__libc_free(chunk) });
-                }
-                return;
+    let Some(g) = Guard::enter() else {
+        // SAFETY: forwarded contract.
+        return unsafe { free_nested(p) };
+    };
+    if !tagged::frees_kept() {
+        // SAFETY: forwarded contract.
+        match unsafe { tagged::untag(&g, p) } {
+            Some(block) => {
+                let chunk = tagged::freed(&block);
+                // SAFETY: the tagged block's chunk, which the tracer no longer refers to.
+                g.in_glibc(|| unsafe { glibc::__libc_free(chunk) });
             }
             // SAFETY: forwarded contract.
-            let _start = unsafe { caller.start(&g) };
-            record::free(&g, p, &Glibc)
+            None => unsafe { free_recorded(g, p, caller) },
         }
+        return;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { free_kept(g, p, caller) }
+}
+
+/// [`free_from`] when frees are kept (debug mode): a tagged block's free is recorded and held.
+///
+/// # Safety
+/// As for [`free_from`].
+#[inline(never)]
+unsafe fn free_kept(g: Guard, p: *mut c_void, caller: Caller) {
+    // SAFETY: forwarded contract.
+    let Some(block) = (unsafe { tagged::untag(&g, p) }) else {
         // SAFETY: forwarded contract.
-        None if unsafe { nested::free(p) } => return,
-        // SAFETY: forwarded contract.
-        None => match unsafe { tagged::untag_uncounted(p) } {
-            // SAFETY: the tagged block's chunk, given up by the program.
-            Some(p0) => return unsafe { glibc::__libc_free(p0) },
-            None => Disposition::Release,
-        },
+        return unsafe { free_recorded(g, p, caller) };
     };
+    let chunk = {
+        // SAFETY: forwarded contract.
+        let _start = unsafe { caller.start(&g) };
+        record::free_tagged(&g, block, &Glibc)
+    };
+    if let Some(chunk) = chunk {
+        // SAFETY: the tagged block's chunk, which the tracer no longer refers to.
+        g.in_glibc(|| unsafe { glibc::__libc_free(chunk) });
+    }
+}
+
+/// [`free_from`] for a block with no tag: recorded in the table (or not the tracer's).
+///
+/// # Safety
+/// As for [`free_from`].
+#[inline(never)]
+unsafe fn free_recorded(g: Guard, p: *mut c_void, caller: Caller) {
+    let disposition = {
+        // SAFETY: forwarded contract.
+        let _start = unsafe { caller.start(&g) };
+        record::free(&g, p, &Glibc)
+    };
+    // The tracer no longer refers to the block: glibc gets it outside the guard.
+    drop(g);
     if disposition == Disposition::Release {
-        // SAFETY: forwarded contract; the tracer no longer refers to the block.
+        // SAFETY: forwarded contract.
         unsafe { glibc::__libc_free(p) };
+    }
+}
+
+/// [`free_from`] inside the tracer (a nested call, or a signal handler's).
+///
+/// # Safety
+/// As for [`free_from`].
+#[inline(never)]
+unsafe fn free_nested(p: *mut c_void) {
+    // SAFETY: forwarded contract.
+    if unsafe { nested::free(p) } {
+        return;
+    }
+    // SAFETY: forwarded contract.
+    match unsafe { tagged::untag_uncounted(p) } {
+        // SAFETY: the tagged block's chunk, given up by the program.
+        Some(p0) => unsafe { glibc::__libc_free(p0) },
+        // SAFETY: forwarded contract; the tracer does not refer to the block.
+        None => unsafe { glibc::__libc_free(p) },
     }
 }
 
