@@ -110,11 +110,23 @@ pub fn bytes() -> u64 {
 
 /// Bytes to ask glibc for so that a block of `size` bytes can carry a tag, or `None` when
 /// it goes to the table (tags off, or too large for one).
+///
+/// A block of 1 to 8 bytes is asked for as if it were [`TINY_ROOM`] bytes. With its tag in
+/// front, glibc's smallest chunk would end exactly where the block starts (a 16 or 32-byte
+/// tag plus 8 bytes fill the chunk, and glibc lends the next chunk's first word to this one),
+/// so the next chunk's header would begin at the block's first byte: glibc's `top` or a bin
+/// in `main_arena` (libc's data, a root of the leak check) would then hold the block's exact
+/// address, and a lone leaked `malloc(4)` would read as "still reachable". Asked for as 9
+/// bytes, the chunk is 16 bytes longer and the next header lies 16 bytes into the block's
+/// room, past its last byte.
 #[inline(always)]
 pub fn room(size: usize) -> Option<usize> {
     let bytes = bytes();
-    (bytes != 0 && (size as u64) < TAG_MAX_SIZE).then_some(size + bytes as usize)
+    (bytes != 0 && (size as u64) < TAG_MAX_SIZE).then_some(size.max(TINY_ROOM) + bytes as usize)
 }
+
+/// The least a tagged block is asked for as (see [`room`]).
+pub const TINY_ROOM: usize = 9;
 
 /// Writes the tag of a block of `size` bytes (sequence number `seq`, kept only by long tags)
 /// at the start of the chunk `p0` glibc returned, and returns the block's address, [`bytes`]
