@@ -83,6 +83,10 @@ impl Drop for Guard {
     fn drop(&mut self) {
         self.state.busy.set(false);
         self.state.entry_sp.set(self.outer_sp);
+        // The exit report's leak scan is stopping the threads: wait outside the tracer.
+        if crate::profile::world::STOPPING.load(Ordering::Relaxed) != 0 {
+            crate::profile::world::park();
+        }
     }
 }
 

@@ -116,6 +116,31 @@ pub fn find(addr: u64) -> Place {
     }
 }
 
+/// Calls `f` on every mapping of the process, in address order; whether the whole file was
+/// read.
+pub fn for_each(mut f: impl FnMut(&Mapping)) -> bool {
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/maps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    let mut lines = Lines::new(fd);
+    while let Some(line) = lines.next() {
+        if let Some(m) = line {
+            f(&m);
+        }
+    }
+    let failed = lines.failed;
+    // SAFETY: our own descriptor, closed once.
+    unsafe { libc::close(fd) };
+    !failed
+}
+
 /// Reads a maps file line by line through a fixed buffer.
 struct Lines {
     fd: i32,

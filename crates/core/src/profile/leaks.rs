@@ -14,10 +14,11 @@
 
 use crate::arena::Arena;
 use crate::profile::roots;
+use crate::profile::world::{NotStopped, Stopped, World};
 use crate::store::table;
 use allocator_api2::vec::Vec as AVec;
 use mem_trace_read::layout::tags;
-use mem_trace_read::leaks::Scan;
+use mem_trace_read::leaks::{Root, Scan};
 use mem_trace_read::memory::{Memory, Process};
 
 pub(crate) use mem_trace_read::leaks::{Live, Total};
@@ -33,28 +34,204 @@ pub(crate) struct Leaks {
     pub indirect: Total,
     pub possibly: Total,
     pub reachable: Total,
+    /// At exit: whether the other threads were stopped for the scan, and for how long.
+    pub stop: Option<Result<Pause, NotStopped>>,
 }
 
-/// Runs the check. `own_sp`: see [`roots::for_each`]. `None` when out of memory.
-pub(crate) fn check(own_sp: Option<u64>) -> Option<Leaks> {
+/// How the other threads were held for the scan.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pause {
+    pub threads: usize,
+    pub ms: u64,
+    /// Threads left running for lack of room.
+    pub left: usize,
+}
+
+/// Runs the check. `own_sp`: see [`roots::for_each`]. `stop`: stop the other threads for the
+/// scan (at exit). `None` when out of memory.
+pub(crate) fn check(own_sp: Option<u64>, stop: bool) -> Option<Leaks> {
+    let modules = roots::Modules::now();
+    let world = stop.then(|| World::stop(roots::busy_below()));
+    let stopped = match &world {
+        Some(Ok(w)) => Some(w.threads()),
+        _ => None,
+    };
     let mut blocks = snapshot()?;
     let me = Process::this();
+    let mut extra: ArenaVec<Root> = AVec::new_in(Arena);
+    let own: &[(u64, u64)] = match &world {
+        Some(Ok(w)) => &w.own_ranges(),
+        _ => &[],
+    };
+    program_mappings(&blocks, &modules, own, own_sp, stopped, &mut extra);
     let mut scan = Scan::new(&me, &mut blocks)?;
-    roots::for_each(own_sp, |r| scan.root(r));
+    roots::for_each(own_sp, &modules, stopped, |r| scan.root(r));
+    for r in extra.iter() {
+        scan.root(*r);
+    }
     scan.words(&crate::profile::exit_registers(own_sp));
+    for t in stopped.unwrap_or(&[]) {
+        scan.words(&t.words());
+    }
     roots::for_each_tcb(|tcb| {
         if let Some(dtv) = dtv_of(&me, tcb) {
             scan.words(&[dtv]);
         }
     });
     let outcome = scan.finish();
+    let stop = world.map(|w| {
+        w.map(|w| Pause {
+            threads: w.threads().len(),
+            ms: w.elapsed_ms(),
+            left: w.left_running(),
+        })
+    });
     Some(Leaks {
         blocks,
         lost: outcome.lost,
         indirect: outcome.indirect,
         possibly: outcome.possibly,
         reachable: outcome.reachable,
+        stop,
     })
+}
+
+/// The program's own anonymous writable memory, as memcheck scans it: a pool or arena the
+/// program mapped itself (CPython's object arenas, Ruby's heap pages) holds pointers to
+/// blocks. Left out: what is not the program's data — this library's arena and the stop's own
+/// mappings, glibc's heaps (the program break, other arenas' 64 MiB heaps, `mmap`ed chunks:
+/// freed chunks there hold stale pointers, and live blocks are reached as blocks), thread
+/// stacks (read from their stack pointers, the dead part below left out; stacks glibc keeps
+/// for the next thread), the modules' segments (scanned already), and pages never touched.
+fn program_mappings(
+    blocks: &[Live],
+    modules: &roots::Modules,
+    own: &[(u64, u64)],
+    own_sp: Option<u64>,
+    stopped: Option<&[Stopped]>,
+    out: &mut ArenaVec<Root>,
+) {
+    let sps = || {
+        own_sp
+            .into_iter()
+            .chain(stopped.unwrap_or(&[]).iter().map(|t| t.regs.rsp))
+    };
+    crate::maps::for_each(|m| {
+        let name = m.name();
+        if !m.readable() || !m.writable() || !(name.is_empty() || name.starts_with(b"[anon:")) {
+            return;
+        }
+        let (lo, hi) = (m.start, m.end);
+        if sps().any(|sp| (lo..hi).contains(&sp)) || roots::holds_a_stack(lo, hi) {
+            return;
+        }
+        let mut at = lo;
+        // glibc's `mmap`ed chunks, one after the other where the kernel merged their mappings.
+        while let Some(size) = mmapped_chunk(at, hi) {
+            at += size;
+        }
+        if at >= hi || glibc_heap(at, hi) || holds_a_block(blocks, at, hi) {
+            return;
+        }
+        // The modules' segments and the stop's own mappings may share a mapping with the
+        // program's, where the kernel merged neighbours: only they are left out.
+        let mut cut: [(u64, u64); 8] = [(0, 0); 8];
+        let mut n = 0;
+        for &(a, b) in modules.ranges().iter().chain(own) {
+            if a < hi && at < b && n < cut.len() {
+                cut[n] = (a.max(at), b.min(hi));
+                n += 1;
+            }
+        }
+        let cut = &mut cut[..n];
+        cut.sort_unstable();
+        for &(a, b) in cut.iter() {
+            if at < a {
+                resident(at, a, &mut |lo, hi| out.push(Root::range(lo, hi)));
+            }
+            at = at.max(b);
+        }
+        if at < hi {
+            resident(at, hi, &mut |lo, hi| out.push(Root::range(lo, hi)));
+        }
+    });
+}
+
+/// The size of the glibc `mmap`ed chunk at `at` (page-aligned, its header's size word with
+/// `IS_MMAPPED` set and within `[at, hi)`), if one starts there.
+fn mmapped_chunk(at: u64, hi: u64) -> Option<u64> {
+    let mut head = [0u8; 16];
+    Process::this().read(at, &mut head).ok()?;
+    let size = u64::from_ne_bytes(head[8..].try_into().expect("8 bytes"));
+    let prev = u64::from_ne_bytes(head[..8].try_into().expect("8 bytes"));
+    let bytes = size & !7;
+    (size & 2 != 0 && prev == 0 && bytes >= 4096 && bytes % 4096 == 0 && bytes <= hi - at)
+        .then_some(bytes)
+}
+
+/// Whether a glibc heap of a non-main arena starts at the 64 MiB-aligned address in
+/// `[lo, hi)`: its `heap_info` (arena, previous heap, size, protected size) is there.
+fn glibc_heap(lo: u64, hi: u64) -> bool {
+    const HEAP_MAX: u64 = 64 << 20;
+    let first = lo.next_multiple_of(HEAP_MAX);
+    let mut a = first;
+    while a < hi {
+        let mut info = [0u8; 32];
+        if Process::this().read(a, &mut info).is_ok() {
+            let w = |i: usize| u64::from_ne_bytes(info[i * 8..i * 8 + 8].try_into().expect("8"));
+            let (arena, size, protected) = (w(0), w(2), w(3));
+            if arena != 0
+                && (4096..=HEAP_MAX).contains(&size)
+                && (size..=HEAP_MAX).contains(&protected)
+            {
+                return true;
+            }
+        }
+        a += HEAP_MAX;
+    }
+    false
+}
+
+/// Whether a live block starts in `[lo, hi)` (`blocks` sorted by address).
+fn holds_a_block(blocks: &[Live], lo: u64, hi: u64) -> bool {
+    let i = blocks.partition_point(|b| b.addr < lo);
+    blocks.get(i).is_some_and(|b| b.addr < hi)
+}
+
+/// Calls `f` on each run of resident pages of `[lo, hi)` (`mincore`) that are not the arena's:
+/// a mapping reserved but never touched costs nothing to skip, however large.
+fn resident(lo: u64, hi: u64, f: &mut impl FnMut(u64, u64)) {
+    const PAGE: u64 = 4096;
+    const CHUNK: usize = 4096;
+    let mut vec = [0u8; CHUNK];
+    let mut at = lo & !(PAGE - 1);
+    let mut run: Option<u64> = None;
+    while at < hi {
+        let len = (hi - at).min(CHUNK as u64 * PAGE);
+        // SAFETY: `[at, at + len)` is page-aligned and within a mapping; `vec` has a byte for
+        // each of its pages.
+        let ok =
+            unsafe { libc::mincore(at as *mut libc::c_void, len as usize, vec.as_mut_ptr()) } == 0;
+        let pages = len.div_ceil(PAGE) as usize;
+        for (i, v) in vec[..pages].iter().enumerate() {
+            let page = at + i as u64 * PAGE;
+            // The arena's pages (the tracer's tables hold every block's address) may share a
+            // mapping with the program's, where the kernel merged neighbours.
+            let wanted = ok && v & 1 != 0 && !crate::arena::owns(page as *const u8);
+            match (wanted, run) {
+                (true, None) => run = Some(page),
+                (false, Some(start)) => {
+                    f(start, page);
+                    run = None;
+                }
+                _ => {}
+            }
+        }
+        at += len;
+    }
+    if let Some(start) = run {
+        f(start, hi);
+    }
 }
 
 /// The start of the dynamic thread vector of the thread whose control block is at `tcb`, if

@@ -51,6 +51,7 @@ pub(crate) mod roots;
 mod signal;
 mod svg;
 mod unseen;
+pub(crate) mod world;
 
 use crate::state::ThreadState;
 use mem_trace_format::Block;

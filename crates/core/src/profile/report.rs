@@ -102,7 +102,11 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
     } else {
         at_peak.len()
     };
-    let leaks = if full { leaks::check(own_sp) } else { None };
+    let leaks = if full {
+        leaks::check(own_sp, kind == Kind::Exit)
+    } else {
+        None
+    };
     let groups = leaks.as_ref().and_then(|l| group(&l.blocks));
 
     let (mut out, path) = match to {
@@ -503,6 +507,30 @@ fn write_leaks(
         t(&l.reachable).0,
         blocks(t(&l.reachable).1)
     )?;
+    match l.stop {
+        Some(Ok(p)) if p.left > 0 => writeln!(
+            out,
+            "mem-trace: leak check: stopped {} other threads for {} ms; {} more ran on (no room to stop them): blocks they changed meanwhile may be misclassified",
+            p.threads, p.ms, p.left
+        )?,
+        Some(Ok(p)) => writeln!(
+            out,
+            "mem-trace: leak check: stopped {} for {} ms",
+            Counted(p.threads as u64, "other thread"),
+            p.ms
+        )?,
+        Some(Err(e)) => {
+            write!(out, "mem-trace: leak check: other threads not stopped ({}", e.what)?;
+            if e.errno != 0 {
+                write!(out, ": {}", std::io::Error::from_raw_os_error(e.errno))?;
+            }
+            writeln!(
+                out,
+                "): blocks they changed during the scan may be misclassified, and their registers and the dead part of their stacks are not told apart"
+            )?;
+        }
+        None => {}
+    }
     for (class, name) in [
         (0, "definitely lost"),
         (1, "possibly lost"),

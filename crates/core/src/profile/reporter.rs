@@ -116,9 +116,15 @@ pub(crate) fn wake() {
     }
 }
 
-/// The exit report begins: no more reports from the thread.
+/// The exit report begins: no more reports from the thread, which is gone on return. The
+/// exit report's leak scan stops every other thread, and waits for those inside the tracer
+/// to leave it; this one is inside for its whole life.
 pub(crate) fn stop() {
     EXITING.store(true, Relaxed);
+    let running = THREAD.lock().running.take();
+    if let Some(t) = running {
+        end(t);
+    }
 }
 
 /// Runs `change`, a call that changes the process's credentials, with the thread stopped,

@@ -14,6 +14,7 @@
 //! never lost. Nor are other threads' registers read. The calling thread's stack is scanned
 //! from the stack pointer its caller hands in, so the scan's own frames are left out.
 
+use super::world::Stopped;
 use crate::capture::Bounds;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
@@ -151,17 +152,22 @@ pub(crate) use mem_trace_read::leaks::Root;
 
 /// Calls `f` on every root. `own_sp`: the calling thread's stack pointer, whose stack is then
 /// scanned from there up only; `None` when the caller is not a program thread (the profiler's
-/// own thread, which is never registered).
-pub(crate) fn for_each(own_sp: Option<u64>, mut f: impl FnMut(Root)) {
-    modules(&mut f);
+/// own thread, which is never registered). `modules`: the modules' writable segments, taken
+/// before any thread was stopped ([`Modules::now`]). `stopped`: the other threads, when they
+/// are stopped ([`super::world`]): their stacks are then read from their stack pointers and
+/// their TLS from their thread pointers, registered or not; otherwise the registered threads'
+/// whole stacks are.
+pub(crate) fn for_each(
+    own_sp: Option<u64>,
+    modules: &Modules,
+    stopped: Option<&[Stopped]>,
+    mut f: impl FnMut(Root),
+) {
+    for &(lo, hi) in modules.ranges() {
+        f(Root::range(lo, hi));
+    }
     // SAFETY: pthread_self has no preconditions.
     let me = unsafe { libc::pthread_self() } as u64;
-    let tls = TLS_STATIC_SIZE.load(Relaxed) as u64;
-    // Each thread's tracer state lies in static TLS at the same distance below its thread
-    // pointer. It holds copies of stack words the unwinder read (the last walk, kept for the
-    // next capture), so the program's dead pointers would come back as roots from it.
-    let own_below = me.wrapping_sub(crate::state::current() as *const _ as u64);
-    let own_len = core::mem::size_of::<crate::state::ThreadState>() as u64;
     for s in &THREAD_STACKS {
         if s.index.load(Relaxed) == 0 {
             continue;
@@ -170,34 +176,149 @@ pub(crate) fn for_each(own_sp: Option<u64>, mut f: impl FnMut(Root)) {
         if hi == 0 {
             continue;
         }
+        let mine = tp == me;
         match own_sp {
-            Some(sp) if tp == me && (lo..hi).contains(&sp) => f(Root {
-                lo: sp,
-                hi,
-                downward: false,
-            }),
+            Some(sp) if mine && (lo..hi).contains(&sp) => f(Root::range(sp, hi)),
+            // Another thread, scanned below from its stack pointer.
+            _ if !mine && stopped.is_some() => continue,
             _ => f(Root {
                 lo,
                 hi,
                 downward: true,
             }),
         }
-        if tp != 0 {
-            let (lo, hi) = (tp.saturating_sub(tls), tp + TCB_BYTES);
-            let skip = tp.wrapping_sub(own_below);
-            let pieces = if lo <= skip && skip.saturating_add(own_len) <= hi {
-                [(lo, skip), (skip + own_len, hi)]
-            } else {
-                [(lo, hi), (hi, hi)]
-            };
-            for (lo, hi) in pieces.into_iter().filter(|(lo, hi)| lo < hi) {
+        tls(tp, &mut f);
+    }
+    for t in stopped.unwrap_or(&[]) {
+        let (sp, tp) = (t.regs.rsp, t.regs.fs_base);
+        if sp == 0 {
+            continue;
+        }
+        // The red zone below the stack pointer holds a leaf function's live locals.
+        let lo = sp.saturating_sub(RED_ZONE);
+        let known = THREAD_STACKS
+            .iter()
+            .find(|s| s.index.load(Relaxed) != 0 && s.tp.load(Relaxed) == tp && tp != 0);
+        match known.map(|s| (s.lo.load(Relaxed), s.hi.load(Relaxed))) {
+            Some((slo, shi)) if shi != 0 && (slo..shi).contains(&sp) => f(Root::range(lo, shi)),
+            // On another stack (a signal stack, a coroutine's): that one from the stack pointer
+            // to its mapping's end, and the thread's own stack whole, as LSan does.
+            Some((slo, shi)) if shi != 0 => {
                 f(Root {
-                    lo,
-                    hi,
-                    downward: false,
+                    lo: slo,
+                    hi: shi,
+                    downward: true,
                 });
+                if let Some(end) = mapping_end(sp) {
+                    f(Root::range(lo, end));
+                }
+            }
+            _ => {
+                if let Some(end) = mapping_end(sp) {
+                    f(Root::range(lo, end));
+                }
             }
         }
+        tls(tp, &mut f);
+    }
+}
+
+/// Bytes below a stack pointer that a leaf function may use without moving it (x86-64 ABI).
+const RED_ZONE: u64 = 128;
+
+/// The end of the stack-like mapping that holds `sp`, found with `maps::find`: `None` for the
+/// program break's heap (a stack pointer into the heap is a coroutine on a block, which the
+/// scan reaches as a block).
+fn mapping_end(sp: u64) -> Option<u64> {
+    match crate::maps::find(sp) {
+        crate::maps::Place::In(m) if m.name() != b"[heap]" && m.readable() => Some(m.end),
+        _ => None,
+    }
+}
+
+/// The static TLS below the thread pointer `tp` and glibc's thread control block above it,
+/// without the tracer's own per-thread state, which holds copies of stack words the unwinder
+/// read (the last walk, kept for the next capture): the program's dead pointers would come
+/// back as roots from it.
+fn tls(tp: u64, f: &mut impl FnMut(Root)) {
+    if tp == 0 {
+        return;
+    }
+    let size = TLS_STATIC_SIZE.load(Relaxed) as u64;
+    let (lo, hi) = (tp.saturating_sub(size), tp + TCB_BYTES);
+    let (skip, own_len) = own_state_below(tp);
+    let pieces = if lo <= skip && skip.saturating_add(own_len) <= hi {
+        [(lo, skip), (skip + own_len, hi)]
+    } else {
+        [(lo, hi), (hi, hi)]
+    };
+    for (lo, hi) in pieces.into_iter().filter(|(lo, hi)| lo < hi) {
+        f(Root::range(lo, hi));
+    }
+}
+
+/// Where the tracer's state of the thread whose thread pointer is `tp` lies, and its length:
+/// each thread's lies at the same distance below its thread pointer.
+fn own_state_below(tp: u64) -> (u64, u64) {
+    (
+        tp.wrapping_sub(state_below()),
+        core::mem::size_of::<crate::state::ThreadState>() as u64,
+    )
+}
+
+/// How far below its thread pointer a thread's tracer state lies.
+fn state_below() -> u64 {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    me.wrapping_sub(crate::state::current() as *const _ as u64)
+}
+
+/// Where every thread's `busy` flag lies below its thread pointer, when the tracer's state is
+/// in static TLS (the library preloaded, not loaded later by `mem-trace attach`, whose
+/// dynamic TLS lies elsewhere in each thread).
+pub(crate) fn busy_below() -> Option<u64> {
+    let below = state_below();
+    let size = TLS_STATIC_SIZE.load(Relaxed) as u64;
+    (below > 0 && below <= size).then(|| below - crate::state::offsets::BUSY as u64)
+}
+
+/// Whether `[lo, hi)` overlaps a stack the threads table knows, or holds one of the control
+/// blocks of threads the program made (a live thread's stack, or one glibc keeps for the
+/// next thread, whose stale words are no roots).
+pub(crate) fn holds_a_stack(lo: u64, hi: u64) -> bool {
+    THREAD_STACKS.iter().any(|s| {
+        let (slo, shi) = (s.lo.load(Relaxed), s.hi.load(Relaxed));
+        s.index.load(Relaxed) != 0 && shi != 0 && slo < hi && lo < shi
+    }) || TCBS.iter().any(|t| (lo..hi).contains(&t.load(Relaxed)))
+}
+
+/// The writable segments of the loaded modules, this library's excepted.
+pub(crate) struct Modules {
+    ranges: [(u64, u64); MAX_MODULE_RANGES],
+    n: usize,
+}
+
+const MAX_MODULE_RANGES: usize = 512;
+
+impl Modules {
+    /// The segments now. Taken before the other threads are stopped: `dl_iterate_phdr`
+    /// takes the loader's lock, which a stopped thread may hold.
+    pub(crate) fn now() -> Self {
+        let mut m = Modules {
+            ranges: [(0, 0); MAX_MODULE_RANGES],
+            n: 0,
+        };
+        modules(&mut |r: Root| {
+            if m.n < MAX_MODULE_RANGES {
+                m.ranges[m.n] = (r.lo, r.hi);
+                m.n += 1;
+            }
+        });
+        m
+    }
+
+    pub(crate) fn ranges(&self) -> &[(u64, u64)] {
+        &self.ranges[..self.n]
     }
 }
 
