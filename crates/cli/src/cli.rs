@@ -381,6 +381,11 @@ pub struct LeaksArgs {
     /// Do not list the still reachable blocks (the summary counts them).
     #[arg(long)]
     pub no_reachable: bool,
+    /// Read a running process without stopping it: blocks it changes during the read may be
+    /// misclassified, and its threads' registers are not roots (by default the process is
+    /// stopped with ptrace for the scan and resumed as it was).
+    #[arg(long)]
+    pub no_stop: bool,
     /// Frames and symbolization.
     #[command(flatten)]
     pub stacks: StackOptions,

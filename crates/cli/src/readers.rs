@@ -6,6 +6,7 @@
 //! by the decoder, and when allocations happened during the read, a note on stderr says how
 //! many, so the answer is known for what it is (a snapshot over the read's duration).
 
+use crate::attach::pause::Pause;
 use crate::cli::{HistoryArgs, InfoArgs, LeaksArgs, PeaksArgs, StackOptions, TopArgs, WhyArgs};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
@@ -15,7 +16,7 @@ use mem_trace_read::answer::{
 };
 use mem_trace_read::layout::Tables;
 use mem_trace_read::memory::{read_plain, Memory};
-use mem_trace_read::target::{Symbols, Target};
+use mem_trace_read::target::{Source, Symbols, Target};
 use mem_trace_read::text::NamesTally;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt as _;
@@ -57,16 +58,43 @@ pub fn leaks(args: &LeaksArgs) -> Result<()> {
         frames: answer::all_if_zero(args.stacks.frames),
         no_reachable: args.no_reachable,
     };
-    let target = args.target.open()?;
+    let pause = match args.target.source() {
+        Source::Pid(pid) if !args.no_stop => Some(Pause::stop(pid).map_err(|e| {
+            Error::new(format!(
+                "cannot stop process {pid} for the leak scan ({e}); mem-trace leaks --no-stop {pid} reads it running, where blocks it changes meanwhile may be misclassified"
+            ))
+        })?),
+        Source::Pid(pid) => {
+            eprintln!(
+                "mem-trace: process {pid} read while running (--no-stop): blocks it changed during the read may be misclassified, and its threads' registers are not roots"
+            );
+            None
+        }
+        _ => None,
+    };
+    let mut target = args.target.open()?;
+    if let Some(p) = &pause {
+        target.set_stopped_threads(p.thread_states());
+    }
+    let target = target;
     let roots = LeakTarget {
         header: target.header(),
         modules: target.modules(),
         mappings: target.mappings(),
         threads: target.threads(),
     };
-    answer_with(&target, &args.stacks, "scanning for leaks", |t, l| {
+    let answered = answer_with(&target, &args.stacks, "scanning for leaks", |t, l| {
         answer::leaks(t, l, &roots, &options)
-    })
+    });
+    if let (Some(p), Some(pid)) = (pause, target.pid()) {
+        let (threads, took) = p.resume();
+        eprintln!(
+            "mem-trace: stopped {threads} thread{} of process {pid} for {} ms",
+            if threads == 1 { "" } else { "s" },
+            took.as_millis()
+        );
+    }
+    answered
 }
 
 /// `mem-trace why TARGET ADDR [-n N] [--gap BYTES] [-r]`.

@@ -31,6 +31,7 @@ mod inject;
 mod loader;
 mod locks;
 mod memory;
+pub mod pause;
 mod ptrace;
 mod safepoint;
 mod supervise;

@@ -513,6 +513,7 @@ fn write_leaks(
             "mem-trace: leak check: stopped {} other threads for {} ms; {} more ran on (no room to stop them): blocks they changed meanwhile may be misclassified",
             p.threads, p.ms, p.left
         )?,
+        Some(Ok(p)) if p.threads == 0 => {}
         Some(Ok(p)) => writeln!(
             out,
             "mem-trace: leak check: stopped {} for {} ms",

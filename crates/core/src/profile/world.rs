@@ -217,15 +217,20 @@ impl World {
         // SAFETY: as above.
         sh.me = unsafe { libc::gettid() };
         sh.busy_below = busy_below;
-        // SAFETY: pthread_self has no preconditions.
-        STOPPER.store(unsafe { libc::pthread_self() } as u64, SeqCst);
-        STOPPING.store(1, SeqCst);
         let mut world = World {
             shared,
             stack,
             child: 0,
             started: now_ms(),
         };
+        // The usual case, a program that ends with one thread: nothing to stop.
+        let mut tids = [0i32; MAX_THREADS];
+        if list_tasks(sh.pid, &mut tids).is_some_and(|n| tids[..n] == [sh.me]) {
+            return Ok(world);
+        }
+        // SAFETY: pthread_self has no preconditions.
+        STOPPER.store(unsafe { libc::pthread_self() } as u64, SeqCst);
+        STOPPING.store(1, SeqCst);
         // SAFETY: the task runs `tracer` on its own stack, sharing our memory; `shared`
         // outlives it (unmapped only after it has been reaped, in `drop`).
         let child = unsafe {

@@ -194,6 +194,13 @@ impl Target {
         self.process.executable.as_ref() == Some(&module.path)
     }
 
+    /// The threads of a running process as a reader that stopped it found them (stack
+    /// pointers and registers): its leak scan then reads each stack from its stack pointer
+    /// and takes the registers as roots, as for a core.
+    pub fn set_stopped_threads(&mut self, threads: Vec<ThreadState>) {
+        self.threads = threads;
+    }
+
     /// A running process (answers may change between two reads) rather than a core.
     pub fn is_live(&self) -> bool {
         self.live
