@@ -62,6 +62,14 @@ fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::
         )?;
         let h = mem_trace_core::store::header::header();
         let relaxed = core::sync::atomic::Ordering::Relaxed;
+        if h.flags.load(relaxed) & mem_trace_core::format::FLAG_PROFILE_MODE != 0 {
+            // As the readers say it (crates/read answer::why::NO_FREES_KEPT).
+            writeln!(
+                out,
+                "mem-trace: (this process kept no record of frees (profile mode): the address \
+                 may be a dangling pointer; run with --mode debug to have frees answered)"
+            )?;
+        }
         if h.flags.load(relaxed) & mem_trace_core::format::FLAG_ATTACHED != 0 {
             // As the readers say it (crates/read answer::why::attached_line).
             writeln!(

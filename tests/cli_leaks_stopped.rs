@@ -55,7 +55,11 @@ fn a_stopped_busy_process_answers_as_its_core_every_time() {
         );
     }
     // --no-stop reads it running, and says so.
-    let out = mem_trace_run(&f, "leaks.no-stop", &["leaks", "--no-stop", "-n", "1", &pid]);
+    let out = mem_trace_run(
+        &f,
+        "leaks.no-stop",
+        &["leaks", "--no-stop", "-n", "1", &pid],
+    );
     assert!(out.success(), "{}", out.describe());
     assert!(
         out.stderr
@@ -63,7 +67,11 @@ fn a_stopped_busy_process_answers_as_its_core_every_time() {
         "{}",
         out.describe()
     );
-    assert!(!out.stderr.contains("mem-trace: stopped "), "{}", out.describe());
+    assert!(
+        !out.stderr.contains("mem-trace: stopped "),
+        "{}",
+        out.describe()
+    );
     // The program went on as it would have: it ends when told, with its own status, and said
     // nothing more.
     drop(child.stdin.take());
@@ -73,4 +81,3 @@ fn a_stopped_busy_process_answers_as_its_core_every_time() {
     stdout.read_to_string(&mut rest).expect("stdout");
     assert_eq!(rest, "");
 }
-

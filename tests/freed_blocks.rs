@@ -296,6 +296,20 @@ fn without_free_stacks_the_freed_block_is_still_explained() {
     );
 }
 
+/// Profile mode keeps no record of frees: `mtrace-why` and `print_trace` on the dangling
+/// pointer say so and name `--mode debug` (the fixture's checks), rather than explaining a
+/// neighbour.
+#[test]
+fn without_a_record_of_frees_the_answers_say_so() {
+    let run = gdb(&dangling(), "profile");
+    let answer = section(&run, "profile", "end");
+    assert!(
+        !answer.iter().any(|l| l.contains("destroy_node")),
+        "no free can be named in profile mode\n{}",
+        run.report()
+    );
+}
+
 /// A ring of 2097152 records (`MEM_TRACE_FREED=2097152`), wrapped by 2.5 million frees of small
 /// blocks whose addresses glibc hands out again and again, then blocks of 48 bytes, 5 KiB,
 /// 200 KiB and 2 MiB (mmapped) freed: `mtrace-why` inside each names its free and allocation

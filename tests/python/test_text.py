@@ -160,6 +160,17 @@ class WhyLiveBlockTests(unittest.TestCase):
              "(3 blocks could not be tracked; it may be one of them)"],
         )
 
+    def test_without_a_record_of_frees_an_unknown_address_names_debug_mode(self):
+        note = ("this process kept no record of frees (profile mode): the address may be a "
+                "dangling pointer; run with --mode debug to have frees answered")
+        self.assertEqual(
+            why_lines(0x10, history=None, no_frees_kept=True),
+            ["0x10 is not inside any block tracked by mem-trace", f"({note})"],
+        )
+        lines = why_lines(BLOCK.end + 4, Match(BLOCK.end + 4, BLOCK, "after", 4),
+                          history=None, no_frees_kept=True)
+        self.assertEqual(lines[1], f"    (not inside any live block, and {note})")
+
     def test_nothing_tracked_in_an_attached_process_says_when_it_was_attached(self):
         self.assertEqual(
             why_lines(0x10, attached_at=4321),

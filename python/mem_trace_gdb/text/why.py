@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from ..layout import FLAG_ATTACHED, FreedBlock, History, Match, MemTraceError, Tracer, sample
+from ..layout import FLAG_ATTACHED, FLAG_PROFILE_MODE, FreedBlock, History, Match, MemTraceError, Tracer, sample
 from .parts import (
     Lookups,
     block_text,
@@ -61,6 +61,9 @@ class WhyFacts:
     # In a process `mem-trace attach` loaded the tracer into: the first event after the last
     # attach (header.attached_at); blocks from before it are unknown. None otherwise.
     attached_at: Optional[int] = None
+    # The process kept no record of frees (profile mode): an address in no live block may be
+    # in a freed one, which nothing remembers.
+    no_frees_kept: bool = False
 
     @classmethod
     def read(cls, tracer: Tracer, address: int, max_gap: int) -> "WhyFacts":
@@ -72,17 +75,27 @@ class WhyFacts:
             freed, freed_error = tracer.freed_blocks_containing(address), None
         except MemTraceError as e:
             freed, freed_error = [], str(e)
+        history = history_or_none(tracer)
         return cls(
             address=address,
             match=match,
             freed=tuple(freed),
             freed_error=freed_error,
-            history=history_or_none(tracer),
+            history=history,
+            # Profile mode writes nothing to the history, which may still be mapped.
+            no_frees_kept=((history is None or history.written == 0)
+                           and bool(tracer.header.flags & FLAG_PROFILE_MODE)),
             untracked=tracer.header.untracked,
             sample_mean=tracer.header.sample_mean,
             attached_at=(tracer.header.attached_at
                          if tracer.header.flags & FLAG_ATTACHED else None),
         )
+
+
+# The line for an address in no live block of a process that kept no record of frees: it may
+# be a dangling pointer, which only debug mode can answer (crates/read answer::why).
+NO_FREES_KEPT = ("this process kept no record of frees (profile mode): the address may be a "
+                 "dangling pointer; run with --mode debug to have frees answered")
 
 
 def attached_line(seq: int) -> str:
@@ -170,14 +183,19 @@ def lines(facts: WhyFacts, lookups: Lookups, max_frames: Optional[int] = None) -
             out.append(f"({facts.untracked} blocks could not be tracked; it may be one of them)")
         if facts.attached_at is not None:
             out.append(attached_line(facts.attached_at))
+        if facts.no_frees_kept:
+            out.append(f"({NO_FREES_KEPT})")
         return out + tail
     out = [describe_match(match) + thread_details(lookups, match.block.thread)]
     # Glibc packs small blocks 16 bytes apart, so a pointer to a block freed too
     # long ago for the history is "N bytes before/after" a live neighbour.
-    out.append(
-        "    (not inside any live block nor any remembered freed block: an overflow, "
-        "or a pointer to an untracked or long-freed block)"
-    )
+    if facts.no_frees_kept:
+        out.append(f"    (not inside any live block, and {NO_FREES_KEPT})")
+    else:
+        out.append(
+            "    (not inside any live block nor any remembered freed block: an overflow, "
+            "or a pointer to an untracked or long-freed block)"
+        )
     if facts.attached_at is not None:
         out.append("    " + attached_line(facts.attached_at))
     out += stack_lines(lookups, match.block.stack, max_frames, option=FRAMES_OPTION)

@@ -59,6 +59,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let lib = library::find()?;
     let path = child::resolve("run", program)?;
     let dir = out_dir(args.output.as_deref(), &path)?;
+    let run_mode = mode(args.mode, std::env::var_os("MEM_TRACE_MODE"));
+    let profile_mode = run_mode == Mode::Profile.as_env();
     let mut env: Vec<(&str, OsString)> = vec![
         ("LD_PRELOAD", preload(&lib, std::env::var_os("LD_PRELOAD"))),
         ("MEM_TRACE_PROFILE", "1".into()),
@@ -66,10 +68,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         ("MEM_TRACE_LEAKS", "1".into()),
         ("MEM_TRACE_REQUESTS", "1".into()),
         ("MEM_TRACE_DEFER_SYMBOLS", "1".into()),
-        (
-            "MEM_TRACE_MODE",
-            mode(args.mode, std::env::var_os("MEM_TRACE_MODE")),
-        ),
+        ("MEM_TRACE_MODE", run_mode),
     ];
     if !args.profile {
         env.push(("MEM_TRACE_PROFILE_INTERVAL", "0".into()));
@@ -130,6 +129,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         signal: std::os::unix::process::ExitStatusExt::signal(&status),
         unfinished: stop::unfinished(&dir),
         ended_first: stop::ended_first(),
+        profile_mode,
     };
     let reports = outputs::finish(&dir, ranked_by(), &ended, args.all_reports);
     if let Some(written) = profiles.filter(|_| args.pprof) {

@@ -63,6 +63,8 @@ pub struct Ended {
     /// The signal `run` was told to stop by, when the program had ended before `run` could
     /// pass it on (it reached the program directly, sent to the whole group).
     pub ended_first: Option<i32>,
+    /// The program ran in profile mode, which keeps no record of frees.
+    pub profile_mode: bool,
 }
 
 /// Completes the directory's files and says on stderr where they are. `by` is what the reports
@@ -248,6 +250,7 @@ pub fn summary(dir: &Path, reports: &[Report], dropped: &[Dropped], ended: &Ende
     }
     lines.extend(not_kept(dropped, ended.program));
     lines.extend(missing(reports, ended));
+    lines.extend(crash_without_frees(ended));
     let others = reports.iter().filter(|r| !the_end(r)).count();
     if others > 0 {
         lines.push(format!(
@@ -401,6 +404,20 @@ fn missing(reports: &[Report], ended: &Ended) -> Vec<String> {
     lines
 }
 
+/// The line for a program that crashed (SIGSEGV, SIGBUS, SIGABRT: a dangling pointer is a
+/// usual cause) in a run that kept no record of frees, which could not answer for it.
+fn crash_without_frees(ended: &Ended) -> Option<String> {
+    let crashed = matches!(
+        ended.signal,
+        Some(libc::SIGSEGV | libc::SIGBUS | libc::SIGABRT)
+    );
+    (crashed && ended.profile_mode).then(|| {
+        "mem-trace:   this run kept no record of frees (profile mode): if the crash is a \
+         use after free, run with --mode debug to have mem-trace why name the free"
+            .to_string()
+    })
+}
+
 /// Why the program killed by `sig` has no report; `ended_first`: the signal `run` was told to
 /// stop by, which had ended the program before `run` passed it on: sent to `run` and the
 /// program together (to their process group), it killed the program before `run` could ask
@@ -463,12 +480,34 @@ mod tests {
     }
 
     #[test]
+    fn a_crash_in_profile_mode_says_no_frees_were_kept() {
+        let ended = |signal, profile_mode| Ended {
+            program: 10,
+            signal: Some(signal),
+            ended_first: None,
+            profile_mode,
+            unfinished: Vec::new(),
+        };
+        let line = "mem-trace:   this run kept no record of frees (profile mode): if the crash \
+                    is a use after free, run with --mode debug to have mem-trace why name the free";
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT] {
+            assert_eq!(
+                crash_without_frees(&ended(sig, true)).as_deref(),
+                Some(line)
+            );
+            assert_eq!(crash_without_frees(&ended(sig, false)), None);
+        }
+        assert_eq!(crash_without_frees(&ended(libc::SIGTERM, true)), None);
+    }
+
+    #[test]
     fn processes_without_an_exit_report_are_named() {
         let dir = Path::new("/d");
         let ended = Ended {
             program: 10,
             signal: Some(libc::SIGKILL),
             ended_first: None,
+            profile_mode: false,
             unfinished: vec![
                 Unfinished {
                     pid: 10,
@@ -501,6 +540,7 @@ mod tests {
             signal: Some(libc::SIGTERM),
             unfinished: vec![],
             ended_first: None,
+            profile_mode: false,
         };
         let lines = summary(
             dir,
@@ -540,6 +580,7 @@ mod tests {
             program: 31,
             signal: None,
             ended_first: None,
+            profile_mode: false,
             unfinished: (50..56)
                 .map(|pid| Unfinished {
                     pid,
@@ -576,6 +617,7 @@ mod tests {
             signal: Some(libc::SIGTERM),
             unfinished: vec![],
             ended_first: Some(libc::SIGTERM),
+            profile_mode: false,
         };
         let lines = summary(Path::new("/d"), &[], &[], &ended);
         assert_eq!(

@@ -47,6 +47,9 @@ pub struct WhyFacts {
     /// In a process `mem-trace attach` loaded the tracer into: the first event after the
     /// last attach (`header.attached_at`); blocks from before it are unknown.
     pub attached_at: Option<u64>,
+    /// The process kept no record of frees (profile mode): an address in no live block may
+    /// be in a freed one, which nothing remembers.
+    pub no_frees_kept: bool,
 }
 
 impl WhyFacts {
@@ -63,12 +66,16 @@ impl WhyFacts {
             Ok(freed) => (freed, None),
             Err(e) => (Vec::new(), Some(error_text(&e))),
         };
+        let history = history_or_none(tables);
         Ok(WhyFacts {
             address,
             found,
             freed,
             freed_error,
-            history: history_or_none(tables),
+            // Profile mode writes nothing to the history, which may still be mapped.
+            no_frees_kept: history.as_ref().is_none_or(|h| h.written == 0)
+                && tables.header().flags.load(Relaxed) & mem_trace_format::FLAG_PROFILE_MODE != 0,
+            history,
             untracked: tables.header().untracked.load(Relaxed),
             sample_mean: tables.sample_mean(),
             attached_at: attached_at(tables.header()),
@@ -89,6 +96,11 @@ pub fn attached_line(seq: u64) -> String {
          that are unknown to it; it may be one of them)"
     )
 }
+
+/// The line for an address in no live block of a process that kept no record of frees: it
+/// may be a dangling pointer, which only debug mode can answer.
+pub const NO_FREES_KEPT: &str = "this process kept no record of frees (profile mode): the \
+     address may be a dangling pointer; run with --mode debug to have frees answered";
 
 /// The answer for an address in no sampled block of a process that samples.
 pub fn not_sampled(address: u64, mean: u64) -> String {
@@ -238,16 +250,21 @@ pub fn lines(
             ));
         }
         out.extend(facts.attached_at.map(attached_line));
+        if facts.no_frees_kept {
+            out.push(format!("({NO_FREES_KEPT})"));
+        }
         return [out, tail].concat();
     };
     let mut out = vec![describe_match(&m) + &thread_details(lookups, m.block.thread)];
     // Glibc packs small blocks 16 bytes apart, so a pointer to a block freed too long ago for
     // the history is "N bytes before/after" a live neighbour.
-    out.push(
+    out.push(if facts.no_frees_kept {
+        format!("    (not inside any live block, and {NO_FREES_KEPT})")
+    } else {
         "    (not inside any live block nor any remembered freed block: an overflow, \
          or a pointer to an untracked or long-freed block)"
-            .to_string(),
-    );
+            .to_string()
+    });
     out.extend(
         facts
             .attached_at

@@ -53,6 +53,7 @@ fn facts(address: u64, found: Option<Match>, freed: Vec<Freed>) -> WhyFacts {
         untracked: 0,
         sample_mean: 0,
         attached_at: None,
+        no_frees_kept: false,
     }
 }
 
@@ -403,5 +404,20 @@ fn a_tagged_block_has_no_event_number() {
     assert_eq!(
         why(&facts(a, found(a, tagged, Relation::Inside, 4), vec![])),
         want
+    );
+}
+
+#[test]
+fn without_a_record_of_frees_an_unknown_address_says_so_and_names_debug_mode() {
+    let mut f = facts(0x10, None, vec![]);
+    f.history = None;
+    f.no_frees_kept = true;
+    assert_eq!(
+        why(&f),
+        [
+            "0x10 is not inside any block tracked by mem-trace",
+            "(this process kept no record of frees (profile mode): the address may be a \
+             dangling pointer; run with --mode debug to have frees answered)",
+        ]
     );
 }
