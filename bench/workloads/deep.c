@@ -162,7 +162,10 @@ int main(int argc, char **argv)
     long descents = argc > 1 ? atol(argv[1]) : 50000;
     uint64_t rng = 0x9e3779b97f4a7c15ULL;
     for (long d = 0; d < descents; d++) {
-        struct frame f;
+        /* Zeroed: `inner` and `call` must start at 0. Left to whatever lay on the stack, they
+         * made the descent endless (a stack overflow) once a preloaded library's start-up
+         * had written there, though not in a plain run. */
+        struct frame f = {0};
         f.program = (unsigned)(next_rand(&rng) % PROGRAMS);
         f.depth = 40 + f.program % 41;
         f.rng = rng;
