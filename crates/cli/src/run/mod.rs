@@ -37,6 +37,7 @@ pub(crate) mod child;
 pub(crate) mod library;
 mod names;
 mod outputs;
+mod python;
 mod stop;
 mod symbolize;
 mod worth;
@@ -72,6 +73,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     ];
     if !args.profile {
         env.push(("MEM_TRACE_PROFILE_INTERVAL", "0".into()));
+    }
+    if let Some((value, said)) = python::pythonmalloc(std::env::var_os("PYTHONMALLOC"), &path) {
+        env.push(("PYTHONMALLOC", value));
+        if let Some(line) = said {
+            eprintln!("{line}");
+        }
     }
     let control = Arc::new(crate::push::Control::default());
     let program_pid = Arc::new(AtomicU32::new(0));

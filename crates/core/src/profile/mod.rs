@@ -43,6 +43,7 @@ mod leaks;
 mod output;
 pub mod peaks;
 mod pprof;
+mod python;
 mod rank;
 mod report;
 mod reporter;
@@ -97,6 +98,7 @@ pub(crate) fn init() {
 /// needs, and the profiler thread if it has work.
 pub(crate) fn started() {
     roots::init();
+    python::check();
     crate::sync::find_single_threaded();
     reporter::start();
 }

@@ -142,6 +142,9 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
             seconds_since_start(),
             blocks(live_blocks),
         )?;
+        if super::python::bypassed_here() {
+            writeln!(out, "{}", super::python::LINE)?;
+        }
         if let mean @ 1.. = crate::sample::mean() {
             // The same line the readers print: every count below is scaled from samples.
             writeln!(
