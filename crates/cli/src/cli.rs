@@ -170,12 +170,10 @@ pub struct RunArgs {
     /// the end of `exit`.
     #[arg(long)]
     pub pprof: bool,
-    /// The program and its arguments.
-    #[arg(
-        value_name = "PROGRAM",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    /// The program and its arguments. Words after the program are its own, dashes and all;
+    /// before it, an unknown option is refused as one (not run as a program named
+    /// `--no-such-flag`).
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
     pub command: Vec<std::ffi::OsString>,
 }
 

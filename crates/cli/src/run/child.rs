@@ -53,6 +53,25 @@ pub fn resolve(who: &str, program: &OsStr) -> Result<PathBuf> {
         })
 }
 
+/// Why `path` could not be run, in the user's terms rather than `execve`'s error alone.
+fn cannot_run(path: &Path, e: &std::io::Error) -> String {
+    let shown = path.display();
+    match e.raw_os_error() {
+        Some(libc::EACCES) if path.is_dir() => format!("cannot execute {shown}: it is a directory"),
+        Some(libc::EACCES) if !is_executable(path) => {
+            format!("cannot execute {shown}: it is not an executable file (no execute permission)")
+        }
+        Some(libc::EACCES) => format!("cannot execute {shown}: permission denied"),
+        Some(libc::ENOEXEC) => format!(
+            "cannot execute {shown}: not a program this system can run (no #! line, not an ELF file)"
+        ),
+        Some(libc::ENOENT) => format!(
+            "cannot execute {shown}: it or the interpreter its #! line names does not exist"
+        ),
+        _ => format!("cannot execute {shown}: {e}"),
+    }
+}
+
 fn is_executable(p: &Path) -> bool {
     p.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -94,7 +113,7 @@ pub fn run(
             std::io::ErrorKind::NotFound => NOT_FOUND,
             _ => CANNOT_RUN,
         };
-        Error::with_code(format!("run: {}: {e}", path.display()), code)
+        Error::with_code(format!("run: {}", cannot_run(path, &e)), code)
     })?;
     super::stop::watch(child.id(), dir.to_path_buf());
     started(child.id());
