@@ -539,7 +539,7 @@ fn processes_that_cannot_be_read() {
     match result {
         Err(e @ TargetError::NotLoaded { .. }) => assert_eq!(
             e.to_string(),
-            format!("process {pid} (sleep) has no MEM_TRACE_HEADER, so libmem_trace.so is not loaded in it: start the program with `LD_PRELOAD=/path/to/libmem_trace.so PROGRAM` or `mem-trace run PROGRAM`")
+            format!("process {pid} (sleep) has no MEM_TRACE_HEADER, so libmem_trace.so is not loaded in it: load it into the running process with `mem-trace attach {pid}`, or start the program with `LD_PRELOAD=/path/to/libmem_trace.so PROGRAM` or `mem-trace run PROGRAM`")
         ),
         other => panic!("{:?}", other.map(|t| t.name().to_string())),
     }

@@ -103,6 +103,12 @@ pub fn scope_advice(scope: Option<u32>) -> String {
     format!("{PTRACE_SCOPE} is {what}")
 }
 
+/// The pid of a target named `process PID (...)`, as a running process is.
+fn running_pid(target: &str) -> Option<&str> {
+    let pid = target.strip_prefix("process ")?.split(' ').next()?;
+    (!pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())).then_some(pid)
+}
+
 impl fmt::Display for TargetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -115,10 +121,23 @@ impl fmt::Display for TargetError {
                 "not allowed to read process {pid}: reading a process needs the rights a debugger needs (the same user, or root); {}",
                 scope_advice(*ptrace_scope)
             ),
-            TargetError::NotLoaded { target } => write!(
-                f,
-                "{target} has no MEM_TRACE_HEADER, so libmem_trace.so is not loaded in it: start the program with `LD_PRELOAD=/path/to/libmem_trace.so PROGRAM` or `mem-trace run PROGRAM`"
-            ),
+            TargetError::NotLoaded { target } => {
+                write!(
+                    f,
+                    "{target} has no MEM_TRACE_HEADER, so libmem_trace.so is not loaded in it: "
+                )?;
+                // A running process can take the library now; a core cannot.
+                match running_pid(target) {
+                    Some(pid) => write!(
+                        f,
+                        "load it into the running process with `mem-trace attach {pid}`, or start the program with `LD_PRELOAD=/path/to/libmem_trace.so PROGRAM` or `mem-trace run PROGRAM`"
+                    ),
+                    None => write!(
+                        f,
+                        "start the program with `LD_PRELOAD=/path/to/libmem_trace.so PROGRAM` or `mem-trace run PROGRAM`"
+                    ),
+                }
+            }
             TargetError::NotACore { path, why } => write!(
                 f,
                 "{} is not an x86_64 ELF core file ({why}): give a core dump (from `gcore PID` or the kernel) or the PID of a running process",
@@ -218,7 +237,7 @@ mod tests {
             (TargetError::NoSuchProcess(99), "no process 99: it has exited or the PID is wrong (check with `ps -p 99`); to read a program that has ended, give its core file"),
             (
                 TargetError::NotLoaded { target: "process 7 (sleep)".into() },
-                "process 7 (sleep) has no MEM_TRACE_HEADER, so libmem_trace.so is not loaded in it: start the program with `LD_PRELOAD=/path/to/libmem_trace.so PROGRAM` or `mem-trace run PROGRAM`",
+                "process 7 (sleep) has no MEM_TRACE_HEADER, so libmem_trace.so is not loaded in it: load it into the running process with `mem-trace attach 7`, or start the program with `LD_PRELOAD=/path/to/libmem_trace.so PROGRAM` or `mem-trace run PROGRAM`",
             ),
             (
                 TargetError::NotACore { path: "/bin/true".into(), why: "an ELF executable, not a core".into() },
