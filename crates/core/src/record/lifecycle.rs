@@ -137,7 +137,7 @@ fn init() -> bool {
     arena::when_short(degrade);
     arena::keep_reserve();
     // Before the first note (a bad variable's), and before the program can close fd 2.
-    crate::out::keep_stderr();
+    crate::out::remember_stderr();
     let c = config::load();
     crate::profile::init();
     freed::configure(c.freed, c.free_stacks);
