@@ -456,7 +456,8 @@ struct Flagged {
     expected: Vec<(&'static str, Vec<String>)>,
 }
 
-/// Impossible numbers are flagged, not only printed (issue 33, item 5): the scribbler sets the
+/// Impossible numbers are flagged, not only printed: a reader that shows a count gone below
+/// zero as if it were real sends the user after a leak that is not there. The scribbler sets the
 /// global live bytes to 2^64-1 (a count gone below zero), one stack's live bytes below zero,
 /// and three shards' live bytes to a sum past 2^64. Each time `mem-trace peaks`, `top` or
 /// `info` says `inconsistent tables:` for it below the numbers, running, in a core, and gdb's

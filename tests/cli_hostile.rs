@@ -114,7 +114,8 @@ fn text(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
 
-/// A memfd pool mapped from its second half (the file at no offset 0, issue 33): every
+/// A memfd pool mapped from its second half (the file at no offset 0, which readers that
+/// assume a file maps from its start get wrong): every
 /// reading subcommand reads the process, and its core, as any other; then the core, once the data file
 /// it maps (left out of the core) and then the library have become FIFOs, answers or refuses
 /// in one line within a second instead of waiting for a writer.
@@ -189,7 +190,8 @@ fn symlink_to_victim(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::
     (victim, link)
 }
 
-/// `-o` naming a symlink (issue 33): refused in one line, the link and its target untouched;
+/// `-o` naming a symlink (writing through it would let a link planted in a shared directory
+/// overwrite any file of the user's): refused in one line, the link and its target untouched;
 /// an existing regular file is replaced, and no temporary file is left beside it.
 #[test]
 fn output_onto_a_symlink_is_refused() {
@@ -249,7 +251,8 @@ fn output_onto_a_symlink_is_refused() {
     assert!(left.is_empty(), "{left:?}");
 }
 
-/// `MEM_TRACE_OUT` and `mem-trace run -o` with symlinks where their files go (issue 33): the
+/// `MEM_TRACE_OUT` and `mem-trace run -o` with symlinks where their files go (a planted link
+/// must not make the library or the command write elsewhere): the
 /// library passes a report name taken by a symlink over (dangling or not), the command writes
 /// no leak section through one, and no target is touched or made.
 #[test]

@@ -1,5 +1,6 @@
-//! Exits that cost nothing the program would notice (issue 31, item 5), on
-//! `tests/fixtures/exit_paths.c`:
+//! Exits that cost nothing the program would notice, on `tests/fixtures/exit_paths.c`: every
+//! process a script starts under `mem-trace run` exits through the library, so what it pays
+//! there is paid once per process (symbolizing at exit cost each ~55 ms):
 //!
 //! - under `mem-trace run` the traced process symbolizes nothing at exit (its statistics line
 //!   says `symbolized_frames=0`: no debug information read in the dying process), and the

@@ -1,5 +1,6 @@
-//! The exit report reaches the user, and its flame graph is worth looking at (issue 31, items
-//! 3 and 4), on `tests/fixtures/exit_paths.c` and Debian's own `ls`:
+//! The exit report reaches the user, and its flame graph is worth looking at, on
+//! `tests/fixtures/exit_paths.c` and Debian's own `ls`: a report lost to a closed stderr, or a
+//! flame graph of the few blocks left at exit when the memory went elsewhere, answers nothing:
 //!
 //! - a program that closes fd 2 before it exits (coreutils do) still gets its exit report on
 //!   the stderr it started with;

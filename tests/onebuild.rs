@@ -1,4 +1,5 @@
-//! The front doors of issue 28, each through cargo as a user types it:
+//! The front doors a user finds first, each through cargo as a user types it (a door that only
+//! works from the test harness's own build is one the user meets closed):
 //! - `cargo build --release` at the root, then `mem-trace run`, `mem-trace gdb` (`mtrace-why`)
 //!   and `mem-trace top PID` on a process started under the library it built (the default
 //!   build, no feature);

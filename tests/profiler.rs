@@ -320,7 +320,7 @@ fn same_as_plain_with_our_thread(job: Job) -> Vec<common::Output> {
 
 /// `setpriv` keeps its capabilities across setresuid and raises them again in its own thread
 /// only, then calls setresgid: our reporter thread, asked by glibc to change its gid too,
-/// must not be left without them (glibc aborts when one thread fails; issue 33), whichever
+/// must not be left without them (glibc aborts the whole program when one thread fails), whichever
 /// build or setting started it.
 #[test]
 fn setpriv_drops_privileges_under_the_profiler() {

@@ -402,8 +402,11 @@ pub(super) unsafe extern "C" fn free_from(p: *mut c_void, sp: u64, bp: u64) {
 /// As for [`free_from`].
 #[inline(never)]
 unsafe fn free_kept(g: Guard, p: *mut c_void, caller: Caller) {
+    // Until this free is written down: another thread's free of the same block waits for it
+    // rather than judge the block unknown (`record::racing`).
+    let _freeing = record::racing::freeing(&g, p as u64);
     // SAFETY: forwarded contract.
-    let Some(block) = (unsafe { tagged::untag(&g, p) }) else {
+    let Some(block) = (unsafe { tagged::untag_once(&g, p) }) else {
         // SAFETY: forwarded contract.
         return unsafe { free_recorded(g, p, caller) };
     };

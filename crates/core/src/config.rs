@@ -67,7 +67,7 @@ pub(crate) static SNAPSHOT_SIGNAL: AtomicI32 = AtomicI32::new(DEFAULT_SNAPSHOT_S
 /// Profiler builds: the directory reports are written to, one file per report
 /// (`MEM_TRACE_OUT=DIR`); unset: standard error.
 pub(crate) static OUT_DIR: OnceLock<String> = OnceLock::new();
-/// Listen for report requests on a FIFO in [`OUT_DIR`] (`MEM_TRACE_REQUESTS=1`, set by
+/// Listen for report requests on a shared file in [`OUT_DIR`] (`MEM_TRACE_REQUESTS=1`, set by
 /// `mem-trace run`; needs reports on and `MEM_TRACE_OUT`).
 pub(crate) static REQUESTS: AtomicBool = AtomicBool::new(false);
 /// Write the exit and final reports' frames as return addresses, for `mem-trace run` to

@@ -46,54 +46,81 @@ pub fn vouch(addr: u64) -> Result<(), NotHeap> {
         Place::In(m) => m,
     };
     match chunk_fits(&m, addr) {
-        true => Ok(()),
-        false => Err(NotHeap::NoChunk(m)),
+        Some(true) => Ok(()),
+        Some(false) => Err(NotHeap::NoChunk(m)),
+        // Unmapped since `/proc/self/maps` was read.
+        None => Err(NotHeap::Unmapped),
     }
 }
 
 /// Whether the header before `addr` describes an in-use chunk inside `m`, by the checks glibc's
 /// `free` makes (`munmap_chunk` for `mmap`ed chunks; for the others, the size's alignment and
-/// the next chunk's `PREV_INUSE` bit, which says this one is in use).
-fn chunk_fits(m: &Mapping, addr: u64) -> bool {
+/// the next chunk's `PREV_INUSE` bit, which says this one is in use). `None` if a word could
+/// not be read after all.
+fn chunk_fits(m: &Mapping, addr: u64) -> Option<bool> {
     let Some(chunk) = addr.checked_sub(HEADER) else {
-        return false;
+        return Some(false);
     };
     if !m.holds(chunk, addr) {
-        return false;
+        return Some(false);
     }
-    let size_field = read(chunk + 8);
+    let size_field = read(chunk + 8)?;
     let size = size_field & !FLAGS;
     if size_field & IS_MMAPPED != 0 {
         // An mmap'ed chunk starts `prev_size` bytes into its mapping (alignment padding of
         // memalign), and the mapping is whole pages.
-        let offset = read(chunk);
+        let offset = read(chunk)?;
         let Some(start) = chunk.checked_sub(offset) else {
-            return false;
+            return Some(false);
         };
         let in_page = addr & (PAGE - 1);
-        return (start | offset.wrapping_add(size)) & (PAGE - 1) == 0
-            && in_page & in_page.wrapping_sub(1) == 0
-            && m.holds(start, start.saturating_add(offset).saturating_add(size));
+        return Some(
+            (start | offset.wrapping_add(size)) & (PAGE - 1) == 0
+                && in_page & in_page.wrapping_sub(1) == 0
+                && m.holds(start, start.saturating_add(offset).saturating_add(size)),
+        );
     }
     let Some(next) = chunk.checked_add(size) else {
-        return false;
+        return Some(false);
     };
     if size < MIN_CHUNK
         || !size.is_multiple_of(ALIGN)
         || !m.holds(chunk, next.saturating_add(HEADER))
     {
-        return false;
+        return Some(false);
     }
-    let next_size = read(next + 8);
-    next_size & PREV_INUSE != 0 && next_size & !FLAGS >= ALIGN
+    let next_size = read(next + 8)?;
+    Some(next_size & PREV_INUSE != 0 && next_size & !FLAGS >= ALIGN)
 }
 
-/// Reads a word of a readable mapping (the caller checked it with [`Mapping::holds`]).
-fn read(at: u64) -> u64 {
-    // SAFETY: `at` is 8-byte aligned (the pointer is 16-aligned and offsets are multiples of
-    // 8) and inside a readable mapping, just checked; the program may change it meanwhile,
-    // which only makes the answer stale, as glibc's own read would be.
-    unsafe { core::ptr::read_volatile(at as *const u64) }
+/// Reads a word the mappings said readable (the caller checked it with
+/// [`Mapping::holds`]), through `process_vm_readv` on this process: the mapping may be gone
+/// by now (another thread's `free` unmapped an mmapped chunk, or `munmap`), and a plain read
+/// would then kill the program with SIGSEGV where the system call fails with `EFAULT`.
+/// `None` if it failed so.
+fn read(at: u64) -> Option<u64> {
+    let mut word = 0u64;
+    let local = libc::iovec {
+        iov_base: (&mut word as *mut u64).cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: at as *mut libc::c_void,
+        iov_len: 8,
+    };
+    // SAFETY: `local` is a local word; the kernel checks `remote`.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n == 8 {
+        return Some(word);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EFAULT) => None,
+        // Refused (a seccomp filter, ENOSYS or EPERM): read directly, as before the race was
+        // known; the mappings were read just now.
+        // SAFETY: `at` is 8-byte aligned (the pointer is 16-aligned and offsets are multiples
+        // of 8) and was inside a readable mapping when the mappings were read.
+        _ => Some(unsafe { core::ptr::read_volatile(at as *const u64) }),
+    }
 }
 
 #[cfg(test)]

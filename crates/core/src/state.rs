@@ -39,6 +39,8 @@ pub(crate) struct ThreadState {
     pub history: freed::Claim,
     /// This thread's frees waiting for their record and hold (`record::deferred`).
     pub deferred: crate::record::deferred::Local,
+    /// The block this thread is freeing, for racing frees of it (`record::racing`).
+    pub freeing: crate::record::racing::Local,
     /// This thread's quarantine.
     pub quarantine: quarantine::Local,
     /// This thread's cache of per-stack counter deltas.
@@ -59,6 +61,7 @@ impl ThreadState {
             stacks: stacks::Local::new(),
             history: freed::Claim::new(),
             deferred: crate::record::deferred::Local::new(),
+            freeing: crate::record::racing::Local::new(),
             quarantine: quarantine::Local::new(),
             profile: crate::profile::counters::Local::new(),
         }

@@ -533,7 +533,7 @@ mod tests {
                 "mem-trace:   no exit report from process 12: it is still running",
             ]
         );
-        // A final report stands for the exit report; the program killed with no FIFO left
+        // A final report stands for the exit report; the program killed with no request file left
         // (the library never loaded) is named too.
         let ended = Ended {
             program: 20,

@@ -13,9 +13,11 @@
 //! second time. The program is signalled through a pidfd, so that a signal that comes as it
 //! ends never reaches another process that took its pid.
 //!
-//! Each traced process listens on `DIR/mem-trace.<pid>.request` and removes it once its final
-//! or exit report is written: those left when the run ends name the processes that ended
-//! without an exit report ([`unfinished`]).
+//! Each traced process keeps `DIR/mem-trace.<pid>.request`, a small file it maps shared and
+//! whose first word its profiler thread sleeps on (a futex), and removes it once its final or
+//! exit report is written: those left when the run ends name the processes that ended
+//! without an exit report ([`unfinished`]). A request sets the file's second word and wakes
+//! the first: no descriptor is kept open in the program for it.
 //!
 //! A signal sent to the whole process group (systemd's default `KillMode=control-group`,
 //! `kill -TERM -PGID`) reaches the program at the same moment as `run`: a program that does
@@ -27,15 +29,15 @@
 //! summary says why the report is missing and how to send the signal so that it is written.
 
 use std::sync::atomic::{
-    AtomicBool, AtomicI32,
+    AtomicBool, AtomicI32, AtomicU32,
     Ordering::{Acquire, Relaxed, Release},
 };
 
 use crate::liveness::alive;
 use std::ffi::OsStr;
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -178,20 +180,65 @@ fn request_final_reports(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Writes a request to the FIFO at `path`: only a FIFO, never through a symlink, and not
-/// waiting (`ENXIO`: no process listens on it any more).
+/// The request file's words (in `u32`s) and size: crates/core/src/profile/requests.rs.
+const WAKE: usize = 0;
+const ASKED: usize = 1;
+const FILE_SIZE: usize = 8;
+
+/// Asks the process of the request file at `path` for its final report: only a regular file
+/// of the right size, never through a symlink, and only if its process is still there.
 fn request(path: &Path) -> bool {
-    if !fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+    if !pid_of(path).is_some_and(alive) {
         return false;
     }
-    let fifo = fs::OpenOptions::new()
+    let Ok(file) = fs::OpenOptions::new()
+        .read(true)
         .write(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path);
-    fifo.and_then(|mut f| f.write_all(b"F")).is_ok()
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return false;
+    };
+    if !file
+        .metadata()
+        .is_ok_and(|m| m.is_file() && m.len() == FILE_SIZE as u64)
+    {
+        return false;
+    }
+    // SAFETY: maps the regular file just checked to hold FILE_SIZE bytes; no address given.
+    let map = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            FILE_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return false;
+    }
+    // SAFETY: the mapping is FILE_SIZE bytes, page-aligned: two u32 words, used atomically
+    // on both sides; unmapped below, after the last use.
+    let words = unsafe { &*map.cast::<[AtomicU32; 2]>() };
+    words[ASKED].store(1, Release);
+    words[WAKE].fetch_add(1, Release);
+    // SAFETY: wakes the sleepers on the shared word (no FUTEX_PRIVATE_FLAG: another process
+    // sleeps on it); then unmaps our own mapping.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            words[WAKE].as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+        );
+        libc::munmap(map, FILE_SIZE);
+    }
+    true
 }
 
-/// Waits until every process asked has written its final report (removed its FIFO), or has
+/// Waits until every process asked has written its final report (removed its file), or has
 /// gone, for at most [`WAIT`]; a second signal ends the wait.
 fn wait_for_reports(asked: &[PathBuf]) {
     let end = Instant::now() + WAIT;
@@ -247,7 +294,7 @@ fn request_pid(name: &OsStr) -> Option<u32> {
         .ok()
 }
 
-/// The request FIFOs in `dir`, by pid.
+/// The request files in `dir`, by pid.
 fn listening(dir: &Path) -> Vec<(u32, PathBuf)> {
     let mut found: Vec<(u32, PathBuf)> = fs::read_dir(dir)
         .into_iter()
@@ -267,14 +314,14 @@ pub struct Unfinished {
     pub running: bool,
 }
 
-/// The processes whose FIFO is still in `dir`: they ended without an exit report (or still
-/// run). Their FIFOs are removed: nothing will read them.
+/// The processes whose request file is still in `dir`: they ended without an exit report (or
+/// still run). Their files are removed: nothing will read them.
 pub fn unfinished(dir: &Path) -> Vec<Unfinished> {
     listening(dir)
         .into_iter()
         .map(|(pid, path)| {
             let running = alive(pid);
-            if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_fifo()) {
+            if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file()) {
                 let _ = fs::remove_file(&path);
             }
             Unfinished { pid, running }

@@ -27,7 +27,7 @@
 //! - `unseen`: that binary run in a child the program cannot see;
 //! - `reporter`: the profiler thread that writes the periodic and snapshot reports;
 //! - `signal`: the snapshot signal's handler, which only wakes that thread;
-//! - `requests`: the FIFO on which `mem-trace run` asks for a final report.
+//! - `requests`: the shared file through which `mem-trace run` asks for a final report.
 //!
 //! The exit report (with the leak check) is written by the library's ELF destructor, in the
 //! thread that calls `exit`; a program that ends with `_exit` or by a signal gets none (under

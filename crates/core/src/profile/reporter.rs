@@ -2,16 +2,18 @@
 //! full report when the snapshot signal wakes it, and the final report `mem-trace run` asks
 //! for (`requests`), off the allocation path.
 //!
-//! It sleeps in `poll` on an eventfd (and the request FIFO) with the interval as timeout: no
-//! spinning, no CPU while idle. It is started from the library's constructor only when it has
+//! It sleeps on a futex word with the interval as timeout: no spinning, no CPU while idle, and
+//! no descriptor (an eventfd was one the program could list in `/proc/self/fd`, close or
+//! `dup2` onto). Whoever has work for it sets a flag, increments the word and wakes it: the
+//! snapshot signal's handler (`FUTEX_WAKE` is async-signal-safe), `mem-trace run` through the
+//! shared file of `requests` (whose word it then is), and [`end`]. It is started from the library's constructor only when it has
 //! work (an interval, a snapshot signal or requests), with every signal blocked (so the program's signals, ours included, are
 //! delivered to the program's threads). It never counts as the program's: it is created and
 //! runs inside the reentrancy guard, so whatever glibc allocates for it (its TLS vector) and
 //! anything it allocates pass through untraced, and its Rust allocations come from the arena.
 //! It does not keep the process alive (`exit` ends it wherever it is) and nothing at exit waits
 //! for it except the exit report, for at most a second, for the right to symbolize. In a
-//! forked child, which inherits neither the thread nor (usefully) the eventfd, both are made
-//! again.
+//! forked child, which does not inherit the thread, it is made again.
 //!
 //! While the program changes its credentials ([`without_thread`]) the thread is not there:
 //! glibc makes every thread repeat a `setuid` or `setgroups` and aborts when one fails, and
@@ -28,18 +30,19 @@ use crate::report::frames::Printing;
 use crate::sync::SpinLock;
 use core::fmt::Write;
 use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicU32,
+    AtomicBool, AtomicU32,
     Ordering::{Acquire, Relaxed, Release},
 };
 
-/// The eventfd the signal handler writes to and the thread polls (-1: none, or the program
-/// closed it).
-static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+/// The word the thread sleeps on when `requests` has none to offer.
+static WAKE: AtomicU32 = AtomicU32::new(0);
+/// Set by the snapshot signal's handler, taken by the thread.
+static SNAPSHOT: AtomicBool = AtomicBool::new(false);
 /// Set when the exit report begins: the thread writes no more reports.
 static EXITING: AtomicBool = AtomicBool::new(false);
 /// Set once the constructor has made the thread: a forked child makes its own.
 static STARTED: AtomicBool = AtomicBool::new(false);
-/// Non-zero asks the thread to return; a futex word, so a thread waiting on it wakes at once.
+/// Non-zero asks the thread to return.
 static STOP: AtomicU32 = AtomicU32::new(0);
 
 /// The thread and the credential changes under way.
@@ -67,9 +70,6 @@ pub(crate) fn start() {
     if interval == 0 && sig == 0 && !listening {
         return;
     }
-    if !make_eventfd() {
-        return;
-    }
     let mut thread = THREAD.lock();
     thread.running = make_thread();
     if thread.running.is_some() {
@@ -80,8 +80,7 @@ pub(crate) fn start() {
     }
 }
 
-/// In a forked child: a new eventfd (the inherited one is shared with the parent, whose
-/// thread would get the child's snapshots) and a new thread.
+/// In a forked child: a new thread (`requests` has made the child's own file first).
 pub(crate) fn forked() {
     if !STARTED.load(Relaxed) {
         return;
@@ -96,24 +95,53 @@ pub(crate) fn forked() {
         stopped: false,
     };
     STOP.store(0, Relaxed);
-    let old = WAKE_FD.swap(-1, Relaxed);
-    if old >= 0 {
-        // SAFETY: the descriptor is ours (made by `make_eventfd` in the parent).
-        unsafe { libc::close(old) };
-    }
-    if make_eventfd() {
-        thread.running = make_thread();
-    }
+    thread.running = make_thread();
 }
 
 /// Async-signal-safe: wakes the thread for a snapshot.
-pub(crate) fn wake() {
-    let fd = WAKE_FD.load(Relaxed);
-    if fd >= 0 {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a local to an eventfd; write(2) is async-signal-safe.
-        unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
-    }
+pub(crate) fn wake_for_snapshot() {
+    SNAPSHOT.store(true, Release);
+    wake();
+}
+
+/// The word the thread sleeps on: `requests`' shared one while there is one, else ours.
+fn word() -> &'static AtomicU32 {
+    requests::wake_word().unwrap_or(&WAKE)
+}
+
+/// Async-signal-safe: wakes the thread to look at its flags.
+fn wake() {
+    wake_on(word());
+}
+
+/// Async-signal-safe: wakes whoever sleeps on `word` (shared, possibly: no
+/// `FUTEX_PRIVATE_FLAG`).
+pub(crate) fn wake_on(word: &AtomicU32) {
+    word.fetch_add(1, Release);
+    // SAFETY: wakes the sleepers on a word that stays mapped; no memory is written.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// Sleeps on `word` while it is `seen`, at most `ms` milliseconds if given.
+fn sleep_on(word: &AtomicU32, seen: u32, ms: Option<u64>) {
+    let ts = ms.map(|ms| libc::timespec {
+        tv_sec: (ms / 1000).min(i32::MAX as u64) as _,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    });
+    let timeout = ts
+        .as_ref()
+        .map_or(core::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: waits while the word (which stays mapped) is `seen`, at most the duration
+    // `timeout` points to (a local) if any.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            timeout,
+        )
+    };
 }
 
 /// The exit report begins: no more reports from the thread, which is gone on return. The
@@ -163,31 +191,12 @@ pub(crate) fn without_thread<T>(change: impl FnOnce() -> T) -> T {
 /// Asks the thread `t` to return and waits until it has.
 fn end(t: usize) {
     STOP.store(1, Release);
-    // SAFETY: wakes whoever waits on the STOP word (a thread with no eventfd left to poll).
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            STOP.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            i32::MAX,
-        )
-    };
-    // The thread returns before reading what this adds; taken back below.
+    // A snapshot or request flag set meanwhile stays set: the next thread reports it.
     wake();
     // SAFETY: `t` is the joinable thread `make_thread` made, joined only here, once (it was
     // taken out of `THREAD.running` under the lock).
     unsafe { libc::pthread_join(t as libc::pthread_t, core::ptr::null_mut()) };
     STOP.store(0, Relaxed);
-    let fd = WAKE_FD.load(Relaxed);
-    if fd >= 0 {
-        let mut n = 0u64;
-        // SAFETY: reads the (non-blocking) eventfd's counter into a local.
-        let read = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
-        if read == 8 && n > 1 {
-            // A snapshot signal came meanwhile: the next thread reports it.
-            wake();
-        }
-    }
 }
 
 /// The right to symbolize, waiting up to about a second for the thread (or a `print_trace`)
@@ -209,44 +218,6 @@ fn sleep_ms(ms: u64) {
     };
     // SAFETY: sleeps; `ts` is a valid duration.
     unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
-}
-
-/// Sleeps `ms` milliseconds (forever if `None`) or until the thread is asked to stop.
-fn sleep_until_stopped(ms: Option<u64>) {
-    let ts = ms.map(|ms| libc::timespec {
-        tv_sec: (ms / 1000).min(i32::MAX as u64) as _,
-        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
-    });
-    let timeout = ts
-        .as_ref()
-        .map_or(core::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: waits while the STOP word is 0, at most the duration `timeout` points to (a
-    // local) if any.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            STOP.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            0,
-            timeout,
-        )
-    };
-}
-
-/// Makes the eventfd; false if it cannot be made (said on stderr).
-fn make_eventfd() -> bool {
-    // SAFETY: creates a descriptor; no memory is touched.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        let _ = writeln!(
-            Out::stderr(),
-            "mem-trace: no profiler thread: eventfd: {}",
-            std::io::Error::last_os_error()
-        );
-        return false;
-    }
-    WAKE_FD.store(fd, Relaxed);
-    true
 }
 
 /// Makes the thread (joinable); `None` if it cannot be made (said on stderr).
@@ -287,84 +258,31 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     let interval = config::PROFILE_INTERVAL_MS.load(Relaxed);
     let mut next = now_ms() + interval;
     loop {
+        // Read before the flags: a waker that sets one after this changes the word, and the
+        // sleep below then returns at once.
+        let word = word();
+        let seen = word.load(Acquire);
         if STOP.load(Acquire) != 0 {
             return core::ptr::null_mut();
         }
-        let fd = WAKE_FD.load(Relaxed);
-        let request_fd = requests::fd();
-        if EXITING.load(Relaxed) || (fd < 0 && request_fd < 0 && interval == 0) {
+        if EXITING.load(Relaxed) {
             // Nothing more to do until asked to stop; `exit` ends the thread.
-            sleep_until_stopped(None);
+            sleep_on(word, seen, None);
             continue;
         }
-        let wait = next.saturating_sub(now_ms());
-        let woken = if fd < 0 && request_fd < 0 {
-            sleep_until_stopped(Some(wait));
-            Woken::default()
-        } else {
-            poll(fd, request_fd, interval, wait)
-        };
-        if STOP.load(Acquire) != 0 || EXITING.load(Relaxed) {
-            continue;
-        }
-        if woken.request && requests::take() {
+        if requests::take() {
             write(Kind::Final);
             requests::done();
         }
-        let mut n = 0u64;
-        // SAFETY: reads the eventfd's 8-byte counter into a local (and so resets it: signals
-        // that arrived meanwhile make this one report).
-        if woken.snapshot && unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) } == 8 {
+        if SNAPSHOT.swap(false, Acquire) {
             write(Kind::Snapshot);
         }
         if interval != 0 && now_ms() >= next {
             write(Kind::Periodic);
             next = now_ms() + interval;
         }
-    }
-}
-
-/// What woke the thread.
-#[derive(Default)]
-struct Woken {
-    /// The snapshot signal's eventfd.
-    snapshot: bool,
-    /// The request FIFO.
-    request: bool,
-}
-
-/// Waits on the eventfd `fd` for a snapshot and on `request_fd` for a request (either may be
-/// -1: none), at most `wait_ms` if there is an `interval`. A descriptor the program closed (a
-/// daemon closing every fd) ends what it brought: periodic reports go on, timed by sleeping.
-fn poll(fd: i32, request_fd: i32, interval: u64, wait_ms: u64) -> Woken {
-    let timeout = if interval == 0 {
-        -1
-    } else {
-        wait_ms.min(i32::MAX as u64) as i32
-    };
-    // poll(2) skips an entry whose descriptor is negative.
-    let mut p = [fd, request_fd].map(|fd| libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    });
-    // SAFETY: two pollfds on our stack.
-    let r = unsafe { libc::poll(p.as_mut_ptr(), 2, timeout) };
-    if r <= 0 {
-        return Woken::default();
-    }
-    let gone = |p: &libc::pollfd| p.revents & (libc::POLLNVAL | libc::POLLERR) != 0;
-    // Not closed again, nor written to, by us: the number may be the program's now.
-    if gone(&p[0]) {
-        WAKE_FD.store(-1, Relaxed);
-    }
-    if gone(&p[1]) {
-        requests::lost();
-    }
-    let ready = |p: &libc::pollfd| !gone(p) && p.revents & libc::POLLIN != 0;
-    Woken {
-        snapshot: ready(&p[0]),
-        request: ready(&p[1]),
+        let wait = (interval != 0).then(|| next.saturating_sub(now_ms()));
+        sleep_on(word, seen, wait);
     }
 }
 

@@ -1,31 +1,46 @@
-//! Report requests from `mem-trace run` (`MEM_TRACE_REQUESTS=1`): each traced process listens
-//! on a FIFO of its own in the report directory, `DIR/mem-trace.<pid>.request`, which the
-//! profiler thread polls beside the snapshot signal's eventfd.
+//! Report requests from `mem-trace run` (`MEM_TRACE_REQUESTS=1`): each traced process keeps a
+//! small file of its own in the report directory, `DIR/mem-trace.<pid>.request`, mapped
+//! shared, on whose first word the profiler thread sleeps (a futex: `run` maps the same file
+//! and wakes it).
 //!
-//! `run`, told to stop (SIGTERM, SIGINT), writes a byte to every FIFO there, which asks each
-//! process for its final report: a full report with the leak check, written by the profiler
-//! thread (a normal thread: the program may be anywhere, inside `malloc` too, and nothing runs
-//! in a signal handler). The process removes its FIFO when that report is written, and at
-//! exit once its exit report is: `run` waits for the FIFOs to go, briefly, before it passes
-//! the signal on, and a FIFO left behind names a process that ended with no exit report
-//! (killed, or `_exit`).
+//! `run`, told to stop (SIGTERM, SIGINT), sets the request word of every file there and wakes
+//! each process's thread, which asks it for its final report: a full report with the leak
+//! check, written by the profiler thread (a normal thread: the program may be anywhere, inside
+//! `malloc` too, and nothing runs in a signal handler). The process removes its file when that
+//! report is written, and at exit once its exit report is: `run` waits for the files to go,
+//! briefly, before it passes the signal on, and a file left behind names a process that ended
+//! with no exit report (killed, or `_exit`).
 //!
 //! No signal is sent for it: a signal's disposition is the program's, and one it handles, or
-//! whose default is to die, would change what it does. The FIFO is opened read-write, so that
-//! it never reports a hang-up (there is always a writer: us) and `run`'s non-blocking open for
-//! writing fails (`ENXIO`) only once the process has gone. A forked child listens on its own
-//! (the inherited descriptor is the parent's); an `exec`'d program reopens the one of its pid.
+//! whose default is to die, would change what it does. No descriptor is kept for it either
+//! (the file is closed once mapped): a descriptor of ours is one the program can list in
+//! `/proc/self/fd`, close (`closefrom(3)`, daemons do) or `dup2` another file onto, after
+//! which the thread polled, read and at exit closed a descriptor of the program's. A mapping
+//! stays where it is whatever the program does with its descriptors. A forked child maps a
+//! file of its own (the inherited mapping is the parent's); an `exec`'d program maps the one
+//! of its pid again.
+//!
+//! The file holds two native-endian `u32`: [`WAKE`] (the futex word, a counter every waker
+//! increments) and [`ASKED`] (non-zero: a final report is asked for).
 
 use crate::config;
 use crate::out::Out;
 use crate::profile::output::PathBuf;
 use core::fmt::Write;
-use core::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicPtr, AtomicU32,
+    Ordering::{AcqRel, Relaxed},
+};
 
-/// The FIFO's descriptor (-1: none, or the program closed it).
-static FD: AtomicI32 = AtomicI32::new(-1);
+/// The word offsets in the file (in `u32`s), and its size: `mem-trace run` writes the same.
+pub(crate) const WAKE: usize = 0;
+pub(crate) const ASKED: usize = 1;
+const FILE_SIZE: usize = 8;
 
-/// The FIFO's path for this process.
+/// The mapped file (null: none).
+static MAPPED: AtomicPtr<AtomicU32> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The file's path for this process.
 fn path() -> Option<PathBuf> {
     let dir = config::OUT_DIR.get()?;
     // SAFETY: getpid has no preconditions.
@@ -40,7 +55,7 @@ pub(crate) fn enabled() -> bool {
     config::REQUESTS.load(Relaxed)
 }
 
-/// Makes and opens this process's FIFO, if requests are on; whether it listens.
+/// Makes and maps this process's file, if requests are on; whether it listens.
 pub(crate) fn open() -> bool {
     if !enabled() {
         return false;
@@ -48,35 +63,54 @@ pub(crate) fn open() -> bool {
     let Some(path) = path() else {
         return false;
     };
-    // SAFETY: `path` is NUL-terminated; mkfifo only creates a node.
-    if unsafe { libc::mkfifo(path.as_c(), 0o600) } != 0
-        && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
-    {
-        return said_not(&path);
-    }
-    // An existing name is reopened only if it is a FIFO of ours (this pid's before an `exec`),
-    // never through a symlink.
-    // SAFETY: an all-zero stat is a valid output buffer; lstat reads a NUL-terminated path.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
-    let ours = unsafe { libc::lstat(path.as_c(), &mut st) } == 0
-        && st.st_mode & libc::S_IFMT == libc::S_IFIFO
-        // SAFETY: geteuid has no preconditions.
-        && st.st_uid == unsafe { libc::geteuid() };
-    if !ours {
-        return said_not(&path);
-    }
-    // SAFETY: opens a NUL-terminated path; O_NONBLOCK: a read never waits.
+    // An existing file is reused only if it is a regular file of ours (this pid's before an
+    // `exec`), never through a symlink.
+    // SAFETY: opens a NUL-terminated path.
     let fd = unsafe {
         libc::open(
             path.as_c(),
-            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0o600,
         )
     };
     if fd < 0 {
         return said_not(&path);
     }
-    FD.store(fd, Relaxed);
+    // SAFETY: an all-zero stat is a valid output buffer.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat writes into `st`.
+    let ours = unsafe { libc::fstat(fd, &mut st) } == 0
+        && st.st_mode & libc::S_IFMT == libc::S_IFREG
+        // SAFETY: geteuid has no preconditions.
+        && st.st_uid == unsafe { libc::geteuid() };
+    // Zeroed, at its size: a request left from before an `exec` is not one for this program.
+    // SAFETY: truncates the file just opened.
+    let sized = ours
+        && unsafe { libc::ftruncate(fd, 0) } == 0
+        // SAFETY: as above.
+        && unsafe { libc::ftruncate(fd, FILE_SIZE as libc::off_t) } == 0;
+    let map = if sized {
+        // SAFETY: maps the file just opened and sized; no address is given, so nothing of
+        // the process is replaced.
+        unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                FILE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        }
+    } else {
+        libc::MAP_FAILED
+    };
+    // SAFETY: the descriptor was opened above; the mapping, if any, outlives it.
+    unsafe { libc::close(fd) };
+    if map == libc::MAP_FAILED {
+        return said_not(&path);
+    }
+    MAPPED.store(map.cast(), Relaxed);
     true
 }
 
@@ -90,54 +124,50 @@ fn said_not(path: &PathBuf) -> bool {
     false
 }
 
-/// The descriptor to poll (-1: none).
-pub(crate) fn fd() -> i32 {
-    FD.load(Relaxed)
+/// The mapped file's words, if any.
+fn words() -> Option<&'static [AtomicU32; 2]> {
+    let p = MAPPED.load(Relaxed);
+    // SAFETY: a non-null MAPPED is a mapping of FILE_SIZE bytes, page-aligned, unmapped only
+    // after MAPPED is cleared (`done`, `forked`), by the thread that sleeps on it or once the
+    // thread is gone.
+    (!p.is_null()).then(|| unsafe { &*p.cast::<[AtomicU32; 2]>() })
 }
 
-/// The descriptor was found closed (the program closed every descriptor): no more requests.
-pub(crate) fn lost() {
-    FD.store(-1, Relaxed);
+/// The word `run` wakes the profiler thread on, if requests are on; wakers of the thread's
+/// own (the snapshot signal, a stop) use it too, so that the thread sleeps on one word.
+pub(crate) fn wake_word() -> Option<&'static AtomicU32> {
+    words().map(|w| &w[WAKE])
 }
 
-/// Takes what was written to the FIFO; whether a request came.
+/// Takes the request, if one came.
 pub(crate) fn take() -> bool {
-    let fd = fd();
-    if fd < 0 {
-        return false;
-    }
-    let mut buf = [0u8; 64];
-    let mut any = false;
-    loop {
-        // SAFETY: reads into a local buffer from a non-blocking descriptor.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n <= 0 {
-            return any;
-        }
-        any = true;
-    }
+    words().is_some_and(|w| w[ASKED].swap(0, AcqRel) != 0)
 }
 
-/// The final report is written (or the exit report): the FIFO goes, which tells `run` so.
+/// The final report is written (or the exit report): the file goes, which tells `run` so.
 pub(crate) fn done() {
-    let fd = FD.swap(-1, Relaxed);
-    if fd < 0 {
+    let p = MAPPED.swap(core::ptr::null_mut(), Relaxed);
+    if p.is_null() {
         return;
     }
     if let Some(path) = path() {
-        // SAFETY: removes our own FIFO by its NUL-terminated path.
+        // SAFETY: removes our own file by its NUL-terminated path.
         unsafe { libc::unlink(path.as_c()) };
     }
-    // SAFETY: the descriptor is ours (made by `open`), taken out of FD above.
-    unsafe { libc::close(fd) };
+    // A thread asleep on the word wakes and finds MAPPED cleared; the pages stay mapped (8
+    // bytes, one page) so that no sleeper or waker ever touches an unmapped word.
+    // SAFETY: `p` is the mapping's first word, still mapped.
+    let word = unsafe { &*p };
+    super::reporter::wake_on(word);
 }
 
-/// In a forked child: the inherited descriptor is the parent's FIFO; the child makes its own.
+/// In a forked child: the inherited mapping is the parent's file; the child makes its own.
 pub(crate) fn forked() {
-    let old = FD.swap(-1, Relaxed);
-    if old >= 0 {
-        // SAFETY: the descriptor is ours (made by `open` in the parent), a copy in this child.
-        unsafe { libc::close(old) };
+    let old = MAPPED.swap(core::ptr::null_mut(), Relaxed);
+    if !old.is_null() {
+        // SAFETY: the child's copy of the parent's mapping, which nothing in the child uses
+        // any more (its only thread is this one).
+        unsafe { libc::munmap(old.cast(), FILE_SIZE) };
         open();
     }
 }

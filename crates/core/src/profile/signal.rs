@@ -1,5 +1,5 @@
 //! The snapshot signal (`MEM_TRACE_SNAPSHOT_SIGNAL`, default `SIGUSR2`): its handler only
-//! wakes the profiler thread by writing to its eventfd, which is async-signal-safe, so the
+//! sets a flag and wakes the profiler thread with `FUTEX_WAKE`, which is async-signal-safe, so the
 //! signal is safe whatever the program is doing when it arrives (inside `malloc`, holding a
 //! lock, inside the tracer). Several signals before the thread wakes make one report.
 //!
@@ -36,7 +36,7 @@ extern "C" fn on_signal(_sig: libc::c_int) {
     // SAFETY: __errno_location returns this thread's errno; saved and restored so the
     // interrupted code does not see our write's errno.
     let errno = unsafe { *libc::__errno_location() };
-    reporter::wake();
+    reporter::wake_for_snapshot();
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }

@@ -33,6 +33,10 @@ pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op, glibc: boo
     // bounds: all set by registration, which a thread whose first allocator call is this one
     // has not had yet.
     thread_index(state);
+    // Another thread freeing this very block now took it first: once it is done, its free is
+    // in the records below, and this is a double free whatever they say. Never a look at the
+    // chunk then, which that thread may have handed glibc (and glibc unmapped).
+    let raced = super::racing::another_frees(state, addr);
     // SAFETY: `addr` is what the program passed to `free` or `realloc` (`read_freed`'s
     // contract).
     if let Some(f) = unsafe { tags::read_freed(addr as *mut c_void) } {
@@ -41,6 +45,13 @@ pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op, glibc: boo
     }
     if quarantine::contains(addr) {
         report::double_free(state, addr, freed::newest_at(addr), op);
+        return false;
+    }
+    if raced {
+        match freed::newest_at(addr) {
+            Some(f) => report::double_free(state, addr, Some(f), op),
+            None => report::double_free_racing(state, addr, op),
+        }
         return false;
     }
     let (inside, _) = store::block_containing(addr);

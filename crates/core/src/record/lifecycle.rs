@@ -137,7 +137,7 @@ fn init() -> bool {
     arena::when_short(degrade);
     arena::keep_reserve();
     // Before the first note (a bad variable's), and before the program can close fd 2.
-    crate::out::keep_stderr();
+    crate::out::remember_stderr();
     let c = config::load();
     crate::profile::init();
     freed::configure(c.freed, c.free_stacks);
@@ -231,6 +231,7 @@ unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
     let state = state::current();
     capture::drop_cache(&state.capture);
     super::deferred::thread_exiting(state);
+    super::racing::thread_exiting(state);
     quarantine::thread_exiting(&state.quarantine);
     crate::profile::counters::thread_exiting(&state.profile, state.thread.record());
     crate::profile::roots::thread_exited(value as usize as u32);
@@ -355,6 +356,7 @@ fn unlock_after_fork(child: Option<&ThreadState>) {
 extern "C" fn fork_child() {
     let state = state::current();
     unlock_after_fork(Some(state));
+    super::racing::forked(state);
     // The child's only thread is a new kernel thread: give it its own record on next use.
     state.thread.forget();
     crate::profile::forked();

@@ -11,6 +11,7 @@ pub(crate) mod deferred;
 mod invalid;
 mod lifecycle;
 pub mod nested;
+pub mod racing;
 pub mod tagged;
 
 pub use attached::{attach, attached, detach, Attached};

@@ -94,6 +94,26 @@ pub unsafe fn untag(g: &Guard, p: *mut c_void) -> Option<Block> {
     Some(block)
 }
 
+/// [`untag`] for debug mode's free, where several threads may free one block at once (a
+/// double free in a thread pool): the tag is erased with a compare-and-swap, so exactly one
+/// of them takes the block; the others find it gone and are told apart by
+/// `record::racing`. A locked instruction on a line just read, on the free path of the mode
+/// that already records and holds every free.
+///
+/// # Safety
+/// As for [`untag`].
+#[inline(always)]
+pub unsafe fn untag_once(g: &Guard, p: *mut c_void) -> Option<Block> {
+    // SAFETY: forwarded contract.
+    let block = unsafe { tags::read(p) }?;
+    // SAFETY: `read` vouched for the tag; the program gives the block up.
+    if !unsafe { tags::claim(p) } {
+        return None;
+    }
+    profile::forgotten(g.state(), &block, (block.size, 1));
+    Some(block)
+}
+
 /// Counts the free of a block [`untag`] returned when frees are not kept (see
 /// [`frees_kept`]), and returns its chunk for the caller to give glibc.
 #[inline(always)]

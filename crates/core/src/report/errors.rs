@@ -4,7 +4,7 @@
 //! kept from glibc, which would abort); `MEM_TRACE_ON_ERROR=abort` aborts right after the
 //! report, so a core is written at the faulty free.
 
-use super::frames::write_stack;
+use super::frames::{Printing, StackWriter};
 use crate::glibc_heap::NotHeap;
 use crate::out::Out;
 use crate::state::ThreadState;
@@ -46,7 +46,23 @@ fn op_name(op: Op) -> &'static str {
     }
 }
 
-fn this_call(out: &mut Out, state: &ThreadState, op: Op) {
+/// The right to symbolize, held for a whole report: concurrent reports (threads racing to
+/// free one block) then come one after the other, each with its stacks symbolized, instead of
+/// all but one with raw addresses and a line blaming `print_trace`.
+/// One symbolizer serves the report's stacks, so each module's debug information is read
+/// once per report rather than once per stack.
+type Right = Result<Printing, u32>;
+
+fn writer(r: &Right) -> StackWriter<'_> {
+    match r {
+        Ok(p) => p.writer(),
+        Err(_) => StackWriter::raw(
+            "the symbolizer stayed busy for over a second (other threads' reports, or a print_trace stopped in gdb)",
+        ),
+    }
+}
+
+fn this_call(out: &mut Out, state: &ThreadState, op: Op, w: &mut StackWriter) {
     let mut buf = [0u64; config::MAX_FRAMES];
     let n = capture::capture(&state.capture, &mut buf);
     let _ = writeln!(
@@ -55,15 +71,17 @@ fn this_call(out: &mut Out, state: &ThreadState, op: Op) {
         op_name(op),
         state.thread.index.get()
     );
-    let _ = write_stack(out, &buf[..n]);
+    let _ = w.write(out, &buf[..n]);
 }
 
-fn recorded_stack(out: &mut Out, id: u32) {
+fn recorded_stack(out: &mut Out, id: u32, w: &mut StackWriter) {
     let mut buf = [0; stacks::MAX_STACK_FRAMES];
-    let _ = write_stack(out, stacks::frames(id, &mut buf).unwrap_or(&[]));
+    let _ = w.write(out, stacks::frames(id, &mut buf).unwrap_or(&[]));
 }
 
-fn finish(out: Out) {
+fn finish(mut out: Out, w: StackWriter) {
+    let _ = w.write_names_hint(&mut out);
+    drop(w);
     HISTORY.errors.fetch_add(1, Ordering::Relaxed);
     drop(out);
     if config::ABORT_ON_ERROR.load(Ordering::Relaxed) {
@@ -77,6 +95,8 @@ fn finish(out: Out) {
 
 /// A block freed twice (or handed to `realloc` after being freed).
 pub(crate) fn double_free(state: &ThreadState, addr: u64, previous: Option<Freed>, op: Op) {
+    let r = Printing::within_a_second();
+    let mut w = writer(&r);
     let mut out = Out::stderr();
     let what = match op {
         Op::Free => "double free",
@@ -95,7 +115,7 @@ pub(crate) fn double_free(state: &ThreadState, addr: u64, previous: Option<Freed
                 f.free_thread,
                 f.free_seq
             );
-            this_call(&mut out, state, op);
+            this_call(&mut out, state, op, &mut w);
             let _ = writeln!(
                 out,
                 "mem-trace: freed by thread {} (#{}) here:",
@@ -104,14 +124,14 @@ pub(crate) fn double_free(state: &ThreadState, addr: u64, previous: Option<Freed
             if f.free_stack == 0 {
                 let _ = writeln!(out, "   (no free stack recorded: MEM_TRACE_FREE_STACKS=0?)");
             } else {
-                recorded_stack(&mut out, f.free_stack);
+                recorded_stack(&mut out, f.free_stack, &mut w);
             }
             let _ = writeln!(
                 out,
                 "mem-trace: previously allocated by thread {} (#{}) here:",
                 b.thread, b.seq
             );
-            recorded_stack(&mut out, b.stack);
+            recorded_stack(&mut out, b.stack, &mut w);
         }
         None => {
             let why = if HISTORY.capacity.load(Ordering::Relaxed) == 0 {
@@ -123,14 +143,34 @@ pub(crate) fn double_free(state: &ThreadState, addr: u64, previous: Option<Freed
                 out,
                 "mem-trace: {what} of {addr:#x}: the block is already freed (held in quarantine; {why})"
             );
-            this_call(&mut out, state, op);
+            this_call(&mut out, state, op, &mut w);
         }
     }
-    finish(out);
+    finish(out, w);
+}
+
+/// A block another thread freed at the same moment, whose free left no record to name (no
+/// history, `MEM_TRACE_FREED=0`, and the quarantine no longer holds it).
+pub(crate) fn double_free_racing(state: &ThreadState, addr: u64, op: Op) {
+    let r = Printing::within_a_second();
+    let mut w = writer(&r);
+    let mut out = Out::stderr();
+    let what = match op {
+        Op::Free => "double free",
+        Op::Realloc => "realloc of a freed block",
+    };
+    let _ = writeln!(
+        out,
+        "mem-trace: {what} of {addr:#x}: another thread freed the block at the same moment (no record of that free is kept)"
+    );
+    this_call(&mut out, state, op, &mut w);
+    finish(out, w);
 }
 
 /// A pointer that no allocation returned.
 pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
+    let r = Printing::within_a_second();
+    let mut w = writer(&r);
     let mut out = Out::stderr();
     let name = op_name(op);
     let _ = write!(out, "mem-trace: invalid {name} of {addr:#x}: ");
@@ -161,7 +201,7 @@ pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
             addr - m.start
         ),
     };
-    this_call(&mut out, state, op);
+    this_call(&mut out, state, op, &mut w);
     let (block, relation) = match why {
         Why::Inside(b) => (Some(b), "the block was"),
         _ => match store::nearest_below(addr) {
@@ -182,9 +222,9 @@ pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
     };
     if let Some(b) = block {
         let _ = writeln!(out, "mem-trace: {relation} allocated by {} here:", By(&b));
-        recorded_stack(&mut out, b.stack);
+        recorded_stack(&mut out, b.stack, &mut w);
     }
-    finish(out);
+    finish(out, w);
 }
 
 /// "thread T (#SEQ)": who allocated a block and at which event, or only the thread for a

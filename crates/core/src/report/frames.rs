@@ -44,6 +44,33 @@ impl Printing {
         }
     }
 
+    /// Takes the right for an error report, waiting while other threads' reports take turns
+    /// (several threads freeing one block report at once, ~70 ms each), but no more than
+    /// about a second for any one holder: one that keeps it longer is likely stopped (a
+    /// `print_trace` gdb stopped), and the caller then says so. Not for `print_trace`, which
+    /// must never wait.
+    pub fn within_a_second() -> Result<Printing, u32> {
+        let mut holder = 0;
+        let mut waited = 0;
+        while waited < 1000 {
+            match Printing::begin() {
+                Ok(p) => return Ok(p),
+                Err(h) if h != holder => {
+                    holder = h;
+                    waited = 0;
+                }
+                Err(_) => waited += 1,
+            }
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            };
+            // SAFETY: sleeps 1 ms; `ts` is a valid duration.
+            unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+        }
+        Err(holder)
+    }
+
     /// Numbered frames with names and `file:line`; raw `module+offset` when symbolizing is
     /// not possible right now.
     pub fn write_stack(&self, out: &mut Out, frames: &[u64]) -> fmt::Result {

@@ -4,4 +4,4 @@
 mod errors;
 pub mod frames;
 
-pub(crate) use errors::{double_free, invalid_free, Op, Why};
+pub(crate) use errors::{double_free, double_free_racing, invalid_free, Op, Why};

@@ -218,6 +218,23 @@ pub unsafe fn erase(p: *mut c_void) -> *mut c_void {
     chunk(p)
 }
 
+/// Erases the tag of `p` as [`erase`] does, only if it is still the live tag [`read`] found:
+/// of several threads freeing one block at once, exactly one gets `true`, and the erase
+/// (release) publishes what that thread stored before it (`record::racing`).
+///
+/// # Safety
+/// As for [`erase`].
+#[inline(always)]
+pub unsafe fn claim(p: *mut c_void) -> bool {
+    let q = p as u64;
+    // SAFETY: forwarded contract: the check word is 16 bytes before the block, in its chunk,
+    // 8-byte aligned.
+    let check = unsafe { AtomicU64::from_ptr(p.cast::<u64>().sub(2)) };
+    check
+        .compare_exchange(tag_check(q, key()), 0, Release, Relaxed)
+        .is_ok()
+}
+
 /// Rewrites the erased long tag of the block `f` describes as a freed tag (docs/LAYOUT.md
 /// "Freed tags"): its free is then answered from the block's own memory while the tracer
 /// holds the chunk.

@@ -180,7 +180,8 @@ fn no_stack_to_rank() {
     );
 }
 
-/// Numbers no consistent tables hold are printed as read, each flagged (issue 33): live bytes
+/// Numbers no consistent tables hold are printed as read, each flagged (a reader must not
+/// present a scribbled or torn count as the truth, nor hide it): live bytes
 /// that went below zero (read near 2^64) and above the peak, a thread's live above its peak,
 /// and a stack whose counters sum below zero.
 #[test]
