@@ -146,32 +146,42 @@ pub(crate) fn another_frees(state: &ThreadState, addr: u64) -> bool {
     if let Some(s) = TABLE.get(mine.wrapping_sub(1)) {
         s.addr.store(0, Relaxed);
     }
-    let Some(s) = TABLE
-        .iter()
-        .enumerate()
-        .find(|&(i, s)| i + 1 != mine && s.addr.load(Acquire) == addr)
-        .map(|(_, s)| s)
-    else {
+    // Every other free of `addr` in flight is waited for, not only the first found: the
+    // others are losers on their way here (each clears its slot on arrival), and the winner
+    // may be any of them.
+    let others = || {
+        TABLE
+            .iter()
+            .enumerate()
+            .find(|&(i, s)| i + 1 != mine && s.addr.load(Acquire) == addr)
+            .map(|(_, s)| s)
+    };
+    let Some(mut s) = others() else {
         return false;
     };
     let start = now_ns();
     let mut spins = 0u32;
-    while s.addr.load(Acquire) == addr {
-        if spins < 100 {
-            spins += 1;
-            core::hint::spin_loop();
-            continue;
+    loop {
+        while s.addr.load(Acquire) == addr {
+            if spins < 100 {
+                spins += 1;
+                core::hint::spin_loop();
+                continue;
+            }
+            // Bounded: a winner stopped by a debugger (or a slot whose free never returned, a
+            // signal handler's `longjmp`) must not hang every loser.
+            if now_ns().saturating_sub(start) > 1_000_000_000 {
+                return true;
+            }
+            // SAFETY: sched_yield has no preconditions; the winner may be waiting for a core
+            // (16 threads on 2 cores).
+            unsafe { libc::sched_yield() };
         }
-        // Bounded: a winner stopped by a debugger (or a slot whose free never returned, a
-        // signal handler's `longjmp`) must not hang every loser.
-        if now_ns().saturating_sub(start) > 1_000_000_000 {
-            break;
+        match others() {
+            Some(next) => s = next,
+            None => return true,
         }
-        // SAFETY: sched_yield has no preconditions; the winner may be waiting for a core
-        // (16 threads on 2 cores).
-        unsafe { libc::sched_yield() };
     }
-    true
 }
 
 fn now_ns() -> u64 {
