@@ -129,7 +129,9 @@ fn answer(fixture: &Fixture, label: &str, args: &[&str]) -> String {
                 .stderr
                 .lines()
                 .all(|l| l.starts_with("mem-trace: note: ")
-                    && l.contains(" ran on while it was read")),
+                    && l.contains(" ran on while it was read")
+                    // `leaks` stops the process for its scan, and says for how long.
+                    || l.starts_with("mem-trace: stopped ") && l.contains(" of process ")),
         "`{}`: {:?}\nstdout:\n{}\nstderr:\n{}",
         out.command,
         out.status,

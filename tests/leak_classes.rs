@@ -10,9 +10,8 @@
 
 mod common;
 
-use common::{
-    c_fixture, gcore_at_exit_group, mem_trace_run, profiler_library, run_with_timeout, Fixture,
-};
+use common::leaks::{self, numbers, Classes};
+use common::{c_fixture, gcore_at_exit_group, mem_trace_run, run_with_timeout, Fixture};
 use std::process::Command;
 use std::time::Duration;
 
@@ -20,18 +19,6 @@ const MODES: [&str; 5] = ["cases", "cycle", "tree", "xmas", "pool"];
 
 fn fixture() -> Fixture {
     c_fixture("leak_classes.c", &["-pthread"])
-}
-
-/// Directly lost, indirectly lost, possibly lost, still reachable: (bytes, blocks) each.
-type Classes = [(u64, u64); 4];
-
-/// The numbers of `text` (digits, commas inside them dropped), in order.
-fn numbers(text: &str) -> Vec<u64> {
-    text.replace(',', "")
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|w| !w.is_empty())
-        .map(|w| w.parse().expect("digits"))
-        .collect()
 }
 
 /// The two numbers after `label` on the first line of `text` that holds it.
@@ -79,36 +66,9 @@ fn memcheck(f: &Fixture, args: &[&str]) -> Classes {
     ]
 }
 
-/// The exit report's `leak check:` line: definitely lost (all, direct, indirect), possibly
-/// lost, still reachable.
+/// The exit report's classes and `leak check:` lines.
 fn exit_report(f: &Fixture, args: &[&str], run: usize) -> (Classes, String) {
-    let mut cmd = Command::new(&f.bin);
-    cmd.args(args)
-        .env("LD_PRELOAD", profiler_library())
-        .env("MEM_TRACE_LEAKS", "1");
-    let label = format!("exit.{}.{run}", args.join("."));
-    let out = run_with_timeout(
-        cmd,
-        &f.dir.join(label),
-        false,
-        None,
-        Duration::from_secs(60),
-        "the program",
-    );
-    assert!(out.success(), "{}", out.describe());
-    let line = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("mem-trace: leak check: "))
-        .unwrap_or_else(|| panic!("no leak check\n{}", out.describe()))
-        .to_string();
-    let n = numbers(&line);
-    assert_eq!(n.len(), 10, "{line}");
-    assert_eq!((n[0], n[1]), (n[2] + n[4], n[3] + n[5]), "{line}");
-    (
-        [(n[2], n[3]), (n[4], n[5]), (n[6], n[7]), (n[8], n[9])],
-        line,
-    )
+    leaks::exit_report(f, args, &[], &format!("exit.{}.{run}", args.join(".")))
 }
 
 /// `mem-trace leaks` on a core of the program under the profiler build, taken at its
@@ -134,12 +94,7 @@ fn from_core(f: &Fixture, args: &[&str]) -> (Classes, String) {
         .find(|l| l.starts_with("SUMMARY: "))
         .unwrap_or_else(|| panic!("no SUMMARY\n{}", out.describe()))
         .to_string();
-    let n = numbers(&line);
-    assert_eq!(n.len(), 10, "{line}");
-    (
-        [(n[2], n[3]), (n[4], n[5]), (n[6], n[7]), (n[8], n[9])],
-        line,
-    )
+    (leaks::classes(&line), line)
 }
 
 #[test]

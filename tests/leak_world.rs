@@ -7,56 +7,17 @@
 
 mod common;
 
-use common::{c_fixture, profiler_library, run_with_timeout, Fixture};
-use std::process::Command;
-use std::time::Duration;
+use common::leaks::{self, Classes};
+use common::{c_fixture, Fixture};
 
 fn fixture() -> Fixture {
     c_fixture("leak_world.c", &["-pthread"])
 }
 
-/// Directly lost, indirectly lost, possibly lost, still reachable: (bytes, blocks) each.
-type Classes = [(u64, u64); 4];
-
-fn numbers(text: &str) -> Vec<u64> {
-    text.replace(',', "")
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|w| !w.is_empty())
-        .map(|w| w.parse().expect("digits"))
-        .collect()
-}
-
-/// The exit report's classes, and its two `leak check:` lines.
+/// The exit report's classes, and its `leak check:` lines, in `mode`.
 fn exit_report(f: &Fixture, args: &[&str], mode: &str, run: usize) -> (Classes, String) {
-    let mut cmd = Command::new(&f.bin);
-    cmd.args(args)
-        .env("LD_PRELOAD", profiler_library())
-        .env("MEM_TRACE_MODE", mode)
-        .env("MEM_TRACE_LEAKS", "1");
     let label = format!("exit.{mode}.{}.{run}", args.join("."));
-    let out = run_with_timeout(
-        cmd,
-        &f.dir.join(label),
-        false,
-        None,
-        Duration::from_secs(60),
-        "the program",
-    );
-    assert!(out.success(), "{}", out.describe());
-    let lines: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("mem-trace: leak check: "))
-        .collect();
-    let first = lines
-        .first()
-        .unwrap_or_else(|| panic!("no leak check\n{}", out.describe()));
-    let n = numbers(first);
-    assert_eq!(n.len(), 10, "{first}");
-    (
-        [(n[2], n[3]), (n[4], n[5]), (n[6], n[7]), (n[8], n[9])],
-        lines.join("\n"),
-    )
+    leaks::exit_report(f, args, &[("MEM_TRACE_MODE", mode)], &label)
 }
 
 const ENDS: [&str; 2] = ["exit", "return"];

@@ -12,6 +12,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod leaks;
 pub mod mtrace;
 pub mod pprof_sites;
 pub mod script;

@@ -86,8 +86,13 @@ pub fn leaks(args: &LeaksArgs) -> Result<()> {
     let answered = answer_with(&target, &args.stacks, "scanning for leaks", |t, l| {
         answer::leaks(t, l, &roots, &options)
     });
+    // Resumed either way; the pause is worth a line only beside an answer (a failure says
+    // one line, its own).
     if let (Some(p), Some(pid)) = (pause, target.pid()) {
         let (threads, took) = p.resume();
+        if answered.is_err() {
+            return answered;
+        }
         eprintln!(
             "mem-trace: stopped {threads} thread{} of process {pid} for {} ms",
             if threads == 1 { "" } else { "s" },
