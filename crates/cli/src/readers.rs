@@ -90,14 +90,13 @@ pub fn leaks(args: &LeaksArgs) -> Result<()> {
     // one line, its own).
     if let (Some(p), Some(pid)) = (pause, target.pid()) {
         let (threads, took) = p.resume();
-        if answered.is_err() {
-            return answered;
+        if answered.is_ok() {
+            eprintln!(
+                "mem-trace: stopped {threads} thread{} of process {pid} for {} ms",
+                if threads == 1 { "" } else { "s" },
+                took.as_millis()
+            );
         }
-        eprintln!(
-            "mem-trace: stopped {threads} thread{} of process {pid} for {} ms",
-            if threads == 1 { "" } else { "s" },
-            took.as_millis()
-        );
     }
     answered
 }
