@@ -57,15 +57,21 @@ pub(crate) fn check(own_sp: Option<u64>, stop: bool) -> Option<Leaks> {
         _ => None,
     };
     let mut blocks = snapshot()?;
+    // Read once, with the threads stopped: both the stacks' and the program's mappings come
+    // from it.
+    let mut mappings: ArenaVec<crate::maps::Mapping> = AVec::new_in(Arena);
+    crate::maps::for_each(|m| mappings.push(*m));
     let me = Process::this();
     let mut extra: ArenaVec<Root> = AVec::new_in(Arena);
     let own: &[(u64, u64)] = match &world {
         Some(Ok(w)) => &w.own_ranges(),
         _ => &[],
     };
-    program_mappings(&blocks, &modules, own, own_sp, stopped, &mut extra);
+    program_mappings(
+        &blocks, &mappings, &modules, own, own_sp, stopped, &mut extra,
+    );
     let mut scan = Scan::new(&me, &mut blocks)?;
-    roots::for_each(own_sp, &modules, stopped, |r| scan.root(r));
+    roots::for_each(own_sp, &modules, stopped, &mappings, |r| scan.root(r));
     for r in extra.iter() {
         scan.root(*r);
     }
@@ -105,6 +111,7 @@ pub(crate) fn check(own_sp: Option<u64>, stop: bool) -> Option<Leaks> {
 /// for the next thread), the modules' segments (scanned already), and pages never touched.
 fn program_mappings(
     blocks: &[Live],
+    mappings: &[crate::maps::Mapping],
     modules: &roots::Modules,
     own: &[(u64, u64)],
     own_sp: Option<u64>,
@@ -116,14 +123,14 @@ fn program_mappings(
             .into_iter()
             .chain(stopped.unwrap_or(&[]).iter().map(|t| t.regs.rsp))
     };
-    crate::maps::for_each(|m| {
+    for m in mappings {
         let name = m.name();
         if !m.readable() || !m.writable() || !(name.is_empty() || name.starts_with(b"[anon:")) {
-            return;
+            continue;
         }
         let (lo, hi) = (m.start, m.end);
         if sps().any(|sp| (lo..hi).contains(&sp)) || roots::holds_a_stack(lo, hi) {
-            return;
+            continue;
         }
         let mut at = lo;
         // glibc's `mmap`ed chunks, one after the other where the kernel merged their mappings.
@@ -131,7 +138,7 @@ fn program_mappings(
             at += size;
         }
         if at >= hi || glibc_heap(at, hi) || holds_a_block(blocks, at, hi) {
-            return;
+            continue;
         }
         // The modules' segments and the stop's own mappings may share a mapping with the
         // program's, where the kernel merged neighbours: only they are left out.
@@ -154,7 +161,7 @@ fn program_mappings(
         if at < hi {
             resident(at, hi, &mut |lo, hi| out.push(Root::range(lo, hi)));
         }
-    });
+    }
 }
 
 /// The size of the glibc `mmap`ed chunk at `at` (page-aligned, its header's size word with

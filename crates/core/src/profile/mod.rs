@@ -78,7 +78,7 @@ pub(crate) fn untick(size: u64) {
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock reports measure time with.
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -16,6 +16,7 @@
 
 use super::world::Stopped;
 use crate::capture::Bounds;
+use crate::maps::Mapping;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// Live threads whose stacks can be scanned.
@@ -161,6 +162,7 @@ pub(crate) fn for_each(
     own_sp: Option<u64>,
     modules: &Modules,
     stopped: Option<&[Stopped]>,
+    mappings: &[Mapping],
     mut f: impl FnMut(Root),
 ) {
     for &(lo, hi) in modules.ranges() {
@@ -209,12 +211,12 @@ pub(crate) fn for_each(
                     hi: shi,
                     downward: true,
                 });
-                if let Some(end) = mapping_end(sp) {
+                if let Some(end) = mapping_end(sp, mappings) {
                     f(Root::range(lo, end));
                 }
             }
             _ => {
-                if let Some(end) = mapping_end(sp) {
+                if let Some(end) = mapping_end(sp, mappings) {
                     f(Root::range(lo, end));
                 }
             }
@@ -226,14 +228,15 @@ pub(crate) fn for_each(
 /// Bytes below a stack pointer that a leaf function may use without moving it (x86-64 ABI).
 const RED_ZONE: u64 = 128;
 
-/// The end of the stack-like mapping that holds `sp`, found with `maps::find`: `None` for the
-/// program break's heap (a stack pointer into the heap is a coroutine on a block, which the
-/// scan reaches as a block).
-fn mapping_end(sp: u64) -> Option<u64> {
-    match crate::maps::find(sp) {
-        crate::maps::Place::In(m) if m.name() != b"[heap]" && m.readable() => Some(m.end),
-        _ => None,
-    }
+/// The end of the stack-like mapping of `mappings` (the process's, in address order) that
+/// holds `sp`: `None` for the program break's heap (a stack pointer into the heap is a
+/// coroutine on a block, which the scan reaches as a block).
+fn mapping_end(sp: u64, mappings: &[Mapping]) -> Option<u64> {
+    let i = mappings.partition_point(|m| m.end <= sp);
+    mappings
+        .get(i)
+        .filter(|m| m.start <= sp && m.name() != b"[heap]" && m.readable())
+        .map(|m| m.end)
 }
 
 /// The static TLS below the thread pointer `tp` and glibc's thread control block above it,

@@ -135,13 +135,7 @@ pub(crate) struct World {
 
 /// Monotonic milliseconds.
 fn now_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes into a local.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+    super::monotonic_ns() / 1_000_000
 }
 
 fn map(len: usize) -> Option<*mut u8> {

@@ -159,7 +159,7 @@ pub(crate) fn another_frees(state: &ThreadState, addr: u64) -> bool {
     let Some(mut s) = others() else {
         return false;
     };
-    let start = now_ns();
+    let start = crate::profile::monotonic_ns();
     let mut spins = 0u32;
     loop {
         while s.addr.load(Acquire) == addr {
@@ -170,7 +170,7 @@ pub(crate) fn another_frees(state: &ThreadState, addr: u64) -> bool {
             }
             // Bounded: a winner stopped by a debugger (or a slot whose free never returned, a
             // signal handler's `longjmp`) must not hang every loser.
-            if now_ns().saturating_sub(start) > 1_000_000_000 {
+            if crate::profile::monotonic_ns().saturating_sub(start) > 1_000_000_000 {
                 return true;
             }
             // SAFETY: sched_yield has no preconditions; the winner may be waiting for a core
@@ -182,14 +182,4 @@ pub(crate) fn another_frees(state: &ThreadState, addr: u64) -> bool {
             None => return true,
         }
     }
-}
-
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the time into a local.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
