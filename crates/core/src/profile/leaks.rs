@@ -215,16 +215,25 @@ fn resident(lo: u64, hi: u64, f: &mut impl FnMut(u64, u64)) {
     let mut run: Option<u64> = None;
     while at < hi {
         let len = (hi - at).min(CHUNK as u64 * PAGE);
-        // SAFETY: `[at, at + len)` is page-aligned and within a mapping; `vec` has a byte for
-        // each of its pages.
-        let ok =
-            unsafe { libc::mincore(at as *mut libc::c_void, len as usize, vec.as_mut_ptr()) } == 0;
         let pages = len.div_ceil(PAGE) as usize;
+        // SAFETY: `vec` has a byte for each of the pages of `[at, at + len)`.
+        let whole = unsafe { mincore(at, len, vec.as_mut_ptr()) };
+        if !whole {
+            // Part of the range was unmapped since the maps were read (the arena gives back
+            // pages it merged with the program's while the scan runs): each page alone, so
+            // one gone page does not hide the rest.
+            for (i, v) in vec[..pages].iter_mut().enumerate() {
+                // SAFETY: one byte for one page.
+                if !unsafe { mincore(at + i as u64 * PAGE, PAGE, v) } {
+                    *v = 0;
+                }
+            }
+        }
         for (i, v) in vec[..pages].iter().enumerate() {
             let page = at + i as u64 * PAGE;
             // The arena's pages (the tracer's tables hold every block's address) may share a
             // mapping with the program's, where the kernel merged neighbours.
-            let wanted = ok && v & 1 != 0 && !crate::arena::owns(page as *const u8);
+            let wanted = v & 1 != 0 && !crate::arena::owns(page as *const u8);
             match (wanted, run) {
                 (true, None) => run = Some(page),
                 (false, Some(start)) => {
@@ -239,6 +248,16 @@ fn resident(lo: u64, hi: u64, f: &mut impl FnMut(u64, u64)) {
     if let Some(start) = run {
         f(start, hi);
     }
+}
+
+/// `mincore` of the page-aligned `[at, at + len)`, whether it succeeded (not where a page in
+/// it is unmapped).
+///
+/// # Safety
+/// `vec` must have room for a byte per page of the range.
+unsafe fn mincore(at: u64, len: u64, vec: *mut u8) -> bool {
+    // SAFETY: mincore only reads the page tables; `vec` is the caller's promise.
+    unsafe { libc::mincore(at as *mut libc::c_void, len as usize, vec) == 0 }
 }
 
 /// The start of the dynamic thread vector of the thread whose control block is at `tcb`, if
