@@ -2,7 +2,7 @@
 //! there: libc's `malloc`, `free`, `dlopen`, `dlerror`, the library's entry points.
 
 use object::read::elf::{ElfFile64, ProgramHeader};
-use object::{Endianness, Object, ObjectSymbol};
+use object::{Endianness, Object, ObjectSection, ObjectSymbol};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -168,6 +168,32 @@ impl Image {
 }
 
 impl Image {
+    /// Added to an address in the file to give the target's.
+    pub fn bias(&self) -> u64 {
+        self.bias
+    }
+
+    /// The section `name`: its address in the file and its bytes.
+    pub fn section(&self, name: &str) -> Option<(u64, Vec<u8>)> {
+        let elf = parse(&self.data, &self.path).ok()?;
+        let s = elf.section_by_name(name)?;
+        Some((s.address(), s.data().ok()?.to_vec()))
+    }
+
+    /// Where the file's executable segments are in the target, `[start, end)`.
+    pub fn code_range(&self) -> Option<(u64, u64)> {
+        let elf = parse(&self.data, &self.path).ok()?;
+        let e = Endianness::Little;
+        elf.elf_program_headers()
+            .iter()
+            .filter(|p| {
+                p.p_type(e) == object::elf::PT_LOAD && p.p_flags(e).contains(object::elf::PF_X)
+            })
+            .map(|p| (p.p_vaddr(e), p.p_vaddr(e) + p.p_memsz(e)))
+            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+            .map(|(lo, hi)| (self.bias.wrapping_add(lo), self.bias.wrapping_add(hi)))
+    }
+
     /// The exported functions `[start, end)` in the target, by name (aliases each listed).
     pub fn functions(&self) -> Vec<(String, u64, u64)> {
         let Ok(elf) = parse(&self.data, &self.path) else {

@@ -13,6 +13,7 @@
 use super::call;
 use super::checks;
 use super::image::{Image, Module};
+use super::libc_code::LibcCode;
 use super::loader::{Held, Reach};
 use super::memory::Memory;
 use super::ptrace::{self, Stop, Threads};
@@ -95,7 +96,7 @@ impl Session {
             point: None,
             finished: false,
         };
-        let functions = libc.functions();
+        let functions = LibcCode::new(libc);
         let buffer = [0; 80];
         // Before glibc 2.33 there is no mallinfo2, and before 2.34 no dladdr in libc: no
         // dlopen in libc to call either.
@@ -127,7 +128,7 @@ impl Session {
         &mut self,
         unsafe_callers: &[&Module],
         probes: &[locks::Probe],
-        functions: &[(String, u64, u64)],
+        functions: &LibcCode,
     ) -> Result<(), String> {
         let mut skip = Vec::new();
         // The thread last found inside the loader, where, the lock it holds, and since when.
@@ -188,7 +189,7 @@ impl Session {
     fn probe<'p, 'a>(
         &mut self,
         probes: &'p [locks::Probe<'a>],
-        functions: &[(String, u64, u64)],
+        functions: &LibcCode,
     ) -> Result<Option<&'p locks::Probe<'a>>, String> {
         let point = self.point.as_ref().ok_or("no thread at a safe point")?;
         for probe in probes {

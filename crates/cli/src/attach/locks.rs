@@ -18,6 +18,7 @@
 
 use super::call;
 use super::image::function_at;
+use super::libc_code::LibcCode;
 use super::loader::{self, Held, Reach};
 use super::memory::Memory;
 use super::ptrace::{self, Stop, Threads};
@@ -166,13 +167,13 @@ pub fn lock_wait() -> Duration {
 /// Returns once the probe's lock is free (see the module documentation), with whether the
 /// chosen thread itself held it before (when the probe has a `reach`); an error, the thread
 /// stopped with the call abandoned and holding nothing, when it stays held past the wait.
-/// `libc` are libc's exported functions.
+/// `libc` is libc's code.
 pub fn wait_unlocked(
     threads: &mut Threads,
     mem: &Memory,
     point: &SafePoint,
     probe: &Probe,
-    libc: &[(String, u64, u64)],
+    libc: &LibcCode,
 ) -> Result<Held, String> {
     let tid = point.tid;
     let func = probe.func;
@@ -285,21 +286,16 @@ fn abandon(threads: &mut Threads, tid: i32, probe: &Probe) -> Result<bool, Strin
 }
 
 /// "thread TID is inside FUNCTION (in FUNCTION)" for the first thread other than `probe`
-/// found inside one of libc's functions named in `holders`: each stopped for a moment, its
-/// stack read up to [`STACK_SCAN`] bytes for a return address into one (a guess that a
-/// stale word may mislead; it only names the thread to the user). `None` if none is.
+/// found inside one of libc's functions named in `holders`: each stopped for a moment and
+/// its callers found ([`caller_in`]). `None` if none is.
 fn holder(
     threads: &mut Threads,
     mem: &Memory,
     probe: i32,
-    libc: &[(String, u64, u64)],
+    libc: &LibcCode,
     holders: &[&str],
 ) -> Option<String> {
-    let holding: Vec<_> = libc
-        .iter()
-        .filter(|(name, _, _)| holders.contains(&name.as_str()))
-        .cloned()
-        .collect();
+    let holding = named(libc, holders);
     for tid in threads.tids() {
         if tid == probe {
             continue;
@@ -310,7 +306,7 @@ fn holder(
             Ok(Stop::Exited) | Err(_) => continue,
             Ok(_) => ptrace::regs(tid)
                 .ok()
-                .and_then(|r| caller_in(mem, &r, &holding).map(|f| (f, r.rip))),
+                .and_then(|r| caller_in(mem, &r, libc, &holding).map(|f| (f, r.rip))),
         };
         let suppress = !matches!(stop, Ok(Stop::Signal(_)));
         let _ = threads.resume(tid, suppress);
@@ -325,45 +321,57 @@ fn holder(
 }
 
 /// "dlopen (in read)": the innermost of the probe's `holders` that the thread stopped with
-/// registers `r` is inside (a guess from its stack, as [`holder`]'s), or the probe's
-/// `inside`, and the function its rip is in.
-pub fn place(
-    mem: &Memory,
-    r: &libc::user_regs_struct,
-    libc: &[(String, u64, u64)],
-    probe: &Probe,
-) -> String {
-    let holding: Vec<_> = libc
-        .iter()
-        .filter(|(name, _, _)| probe.holders.contains(&name.as_str()))
-        .cloned()
-        .collect();
-    let function = caller_in(mem, r, &holding).unwrap_or_else(|| probe.inside.to_string());
+/// registers `r` is inside ([`caller_in`]), or the probe's `inside`, and the function its
+/// rip is in.
+pub fn place(mem: &Memory, r: &libc::user_regs_struct, libc: &LibcCode, probe: &Probe) -> String {
+    let holding = named(libc, probe.holders);
+    let function = caller_in(mem, r, libc, &holding).unwrap_or_else(|| probe.inside.to_string());
     in_function(&function, r.rip, libc)
 }
 
+/// libc's functions named in `names`.
+fn named(libc: &LibcCode, names: &[&str]) -> Vec<(String, u64, u64)> {
+    libc.functions
+        .iter()
+        .filter(|(name, _, _)| names.contains(&name.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// "FUNCTION (in WHERE)", WHERE the function of `libc` that `rip` is in, unless the same.
-fn in_function(function: &str, rip: u64, libc: &[(String, u64, u64)]) -> String {
-    match function_at(libc, rip) {
+fn in_function(function: &str, rip: u64, libc: &LibcCode) -> String {
+    match libc.function_at(rip) {
         Some(f) if f == function => function.to_string(),
         Some(f) => format!("{function} (in {f})"),
         None => format!("{function} (at {rip:#x})"),
     }
 }
 
-/// The innermost of `functions` that a word of the stack at `r.rsp` returns into, or the one
-/// `r.rip` is in.
+/// The innermost of `functions` the thread stopped with registers `r` is inside: its libc
+/// frames, walked by their CFI, then, beyond them, the first word up the stack that returns
+/// into one (a guess that a stale word may mislead; it only names the thread to the user),
+/// up to [`STACK_SCAN`] bytes.
 fn caller_in(
     mem: &Memory,
     r: &libc::user_regs_struct,
+    libc: &LibcCode,
     functions: &[(String, u64, u64)],
 ) -> Option<String> {
+    let walk = libc.walk(mem, r);
+    if let Some(f) = walk.frames.iter().find_map(|&a| function_at(functions, a)) {
+        return Some(f.to_string());
+    }
     if let Some(f) = function_at(functions, r.rip) {
         return Some(f.to_string());
     }
+    scan_up(mem, walk.beyond.unwrap_or(r.rsp), functions)
+}
+
+/// The first of `functions` that a word of the stack from `sp` up returns into.
+fn scan_up(mem: &Memory, sp: u64, functions: &[(String, u64, u64)]) -> Option<String> {
     let mut page = [0u8; 4096];
-    let mut at = r.rsp & !7;
-    while at < r.rsp + STACK_SCAN {
+    let mut at = sp & !7;
+    while at < sp + STACK_SCAN {
         // Read to the end of the page, then page by page, until the stack's mapping ends.
         let n = (4096 - (at & 4095)) as usize;
         mem.read(at, &mut page[..n]).ok()?;
@@ -398,26 +406,72 @@ mod tests {
         r
     }
 
+    /// This process's libc.
+    fn own_libc() -> LibcCode {
+        use super::super::image::{find, modules, Image};
+        let me = std::process::id() as i32;
+        let m = modules(me).unwrap();
+        LibcCode::new(&Image::read(me, find(&m, "libc.so.6").expect("libc mapped")).unwrap())
+    }
+
     #[test]
     fn a_return_address_up_the_stack_names_its_function() {
         let mem = Memory::open(std::process::id() as i32).unwrap();
+        let libc = own_libc();
         let mut stack = vec![0u64; 1024];
         stack[300] = FAKE.0 + 0x42;
         assert_eq!(
-            caller_in(&mem, &at(&stack), &fake()).as_deref(),
+            caller_in(&mem, &at(&stack), &libc, &fake()).as_deref(),
             Some("malloc_stats")
         );
         // The function's own first byte is no return address into it.
         stack[300] = FAKE.0;
-        assert_eq!(caller_in(&mem, &at(&stack), &fake()), None);
+        assert_eq!(caller_in(&mem, &at(&stack), &libc, &fake()), None);
         // rip inside the function names it without a look at the stack.
         let mut r = at(&stack);
         r.rip = FAKE.0;
         assert_eq!(
-            caller_in(&mem, &r, &fake()).as_deref(),
+            caller_in(&mem, &r, &libc, &fake()).as_deref(),
             Some("malloc_stats")
         );
     }
+
+    /// A thread in libc's `getpid`, called from outside libc: the CFI walk ends at its
+    /// caller, so a stale return address below the caller's stack pointer (in no live frame)
+    /// is never taken, while one in the caller's frame, beyond libc, is found by the scan.
+    #[test]
+    fn a_stale_word_inside_a_walked_libc_frame_is_not_taken() {
+        let mem = Memory::open(std::process::id() as i32).unwrap();
+        let libc = own_libc();
+        let getpid = libc
+            .functions
+            .iter()
+            .find(|(n, _, _)| n == "getpid")
+            .map(|&(_, lo, _)| lo)
+            .unwrap();
+        let outside = fake_caller as *const () as u64 + 1;
+        // rip at getpid's first byte: its return address is the word at rsp.
+        let mut stack = vec![0u64; 64];
+        stack[0] = outside;
+        let mut r = at(&stack);
+        r.rip = getpid;
+        assert_eq!(caller_in(&mem, &r, &libc, &fake()), None);
+        // A stale word at rsp - 8 is below every live frame: the scan starts above it.
+        let mut stack = vec![0u64; 64];
+        stack[0] = FAKE.0 + 0x42;
+        stack[1] = outside;
+        let mut r = at(&stack[1..]);
+        r.rip = getpid;
+        assert_eq!(caller_in(&mem, &r, &libc, &fake()), None);
+        // Beyond the libc frames, the caller's frame is searched.
+        stack[5] = FAKE.0 + 0x42;
+        assert_eq!(
+            caller_in(&mem, &r, &libc, &fake()).as_deref(),
+            Some("malloc_stats")
+        );
+    }
+
+    fn fake_caller() {}
 
     #[test]
     fn the_alias_without_underscores_is_the_name() {

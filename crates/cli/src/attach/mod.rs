@@ -28,6 +28,7 @@ mod checks;
 mod dumpable;
 mod image;
 mod inject;
+mod libc_code;
 mod loader;
 mod locks;
 mod memory;
