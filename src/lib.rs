@@ -35,13 +35,15 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(feature = "tracer")]
+pub mod allocator;
+#[cfg(feature = "tracer")]
 mod attach;
 mod entries;
 mod gdb_script;
 #[cfg(feature = "tracer")]
-pub mod glibc;
-#[cfg(feature = "tracer")]
 mod hooks;
+#[cfg(feature = "tracer")]
+mod next;
 mod profile;
 #[cfg(feature = "global-alloc")]
 mod traced;
@@ -124,6 +126,7 @@ extern "C" fn on_load() {
     if attach::loaded_by_dlopen() {
         return;
     }
+    allocator::ensure_chosen();
     mem_trace_core::record::on_load()
 }
 

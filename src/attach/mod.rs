@@ -171,7 +171,7 @@ pub extern "C" fn mem_trace_detach() -> i64 {
     let restored = got::restore();
     MEM_TRACE_ATTACH_STATE.store(DETACHED, Ordering::Release);
     if let Some(g) = Guard::enter() {
-        record::detach(&g, &crate::glibc::Glibc);
+        record::detach(&g, &crate::allocator::Underneath);
     }
     restored as i64
 }

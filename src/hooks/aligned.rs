@@ -1,18 +1,18 @@
 //! The aligned allocators (`posix_memalign`, `aligned_alloc`, `memalign`, `valloc`,
 //! `pvalloc`) and `malloc_usable_size`.
 
-use super::alloc::from_glibc;
-use crate::glibc;
+use super::alloc::from_allocator;
+use crate::allocator;
 use core::ffi::{c_int, c_void};
 use mem_trace_core::guard::Guard;
 use mem_trace_core::record::{self, nested};
 
 /// `ask()`, and once more if glibc ran out of memory while the quarantine held blocks (see
-/// `alloc::from_glibc`); only for the outermost call (`g`), not the tracer's own.
+/// `alloc::from_allocator`); only for the outermost call (`g`), not the tracer's own.
 #[inline(always)]
 fn retried(g: &Option<Guard>, size: usize, ask: impl Fn() -> *mut c_void) -> *mut c_void {
     match g {
-        Some(g) => from_glibc(g, size, ask),
+        Some(g) => from_allocator(g, size, ask),
         None => ask(),
     }
 }
@@ -33,9 +33,10 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     if !valid_posix_alignment(align) {
         return libc::EINVAL;
     }
+    allocator::ensure_chosen();
     let g = Guard::enter();
-    // SAFETY: glibc's memalign has no preconditions.
-    let p = retried(&g, size, || unsafe { glibc::__libc_memalign(align, size) });
+    // SAFETY: the allocator's memalign has no preconditions.
+    let p = retried(&g, size, || unsafe { allocator::memalign(align, size) });
     if p.is_null() {
         return libc::ENOMEM;
     }
@@ -48,25 +49,17 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 }
 
 #[cfg_attr(not(test), no_mangle)]
-/// `aligned_alloc(3)`: forwarded to glibc's own, whose alignment rules changed across versions
-/// (2.38 rejects non-powers of two), so the program sees the ones of the glibc it runs on.
+/// `aligned_alloc(3)`: forwarded to the allocator's own, whose alignment rules are its own
+/// (glibc 2.38 rejects non-powers of two), so the program sees the ones it runs on.
 ///
 /// # Safety
 /// As for glibc's `aligned_alloc`.
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    allocator::ensure_chosen();
     let g = Guard::enter();
-    let p = retried(&g, size, || match glibc::ALIGNED_ALLOC.get() {
-        0 => {
-            // SAFETY: glibc's memalign has no preconditions.
-            unsafe { glibc::__libc_memalign(align, size) }
-        }
-        f => {
-            // SAFETY: the next `aligned_alloc` in the lookup order, glibc's.
-            let f: unsafe extern "C" fn(usize, usize) -> *mut c_void =
-                unsafe { core::mem::transmute(f) };
-            // SAFETY: forwarded contract.
-            unsafe { f(align, size) }
-        }
+    // SAFETY: forwarded contract.
+    let p = retried(&g, size, || unsafe {
+        allocator::aligned_alloc(align, size)
     });
     if let Some(g) = g {
         record::allocated(&g, p, size);
@@ -80,9 +73,10 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 /// # Safety
 /// As for glibc's `memalign`.
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    allocator::ensure_chosen();
     let g = Guard::enter();
-    // SAFETY: glibc's memalign has no preconditions.
-    let p = retried(&g, size, || unsafe { glibc::__libc_memalign(align, size) });
+    // SAFETY: the allocator's memalign has no preconditions.
+    let p = retried(&g, size, || unsafe { allocator::memalign(align, size) });
     if let Some(g) = g {
         record::allocated(&g, p, size);
     }
@@ -95,9 +89,10 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 /// # Safety
 /// As for glibc's `valloc`.
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    allocator::ensure_chosen();
     let g = Guard::enter();
-    // SAFETY: glibc's valloc has no preconditions.
-    let p = retried(&g, size, || unsafe { glibc::__libc_valloc(size) });
+    // SAFETY: the allocator's valloc has no preconditions.
+    let p = retried(&g, size, || unsafe { allocator::valloc(size) });
     if let Some(g) = g {
         record::allocated(&g, p, size);
     }
@@ -110,9 +105,10 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 /// # Safety
 /// As for glibc's `pvalloc`.
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    allocator::ensure_chosen();
     let g = Guard::enter();
-    // SAFETY: glibc's pvalloc has no preconditions.
-    let p = retried(&g, size, || unsafe { glibc::__libc_pvalloc(size) });
+    // SAFETY: the allocator's pvalloc has no preconditions.
+    let p = retried(&g, size, || unsafe { allocator::pvalloc(size) });
     if let Some(g) = g {
         let page = 4096usize;
         record::allocated(&g, p, size.div_ceil(page).max(1) * page);
@@ -121,11 +117,12 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
 }
 
 #[cfg_attr(not(test), no_mangle)]
-/// `malloc_usable_size(3)`: our blocks are glibc's blocks, so glibc answers.
+/// `malloc_usable_size(3)`: our blocks are the allocator's blocks, so it answers.
 ///
 /// # Safety
 /// `p` is null or a live block.
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    allocator::ensure_chosen();
     let _g = Guard::enter();
     // A block a signal handler got from the tracer's arena (see `record::nested`).
     // SAFETY: forwarded contract.
@@ -141,15 +138,8 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
         ),
         None => (p, 0),
     };
-    match glibc::MALLOC_USABLE_SIZE.get() {
-        0 => 0,
-        f => {
-            // SAFETY: glibc's malloc_usable_size, found with RTLD_NEXT.
-            let f: unsafe extern "C" fn(*mut c_void) -> usize = unsafe { core::mem::transmute(f) };
-            // SAFETY: forwarded contract.
-            unsafe { f(chunk) }.saturating_sub(tag)
-        }
-    }
+    // SAFETY: forwarded contract.
+    unsafe { allocator::usable_size(chunk) }.saturating_sub(tag)
 }
 
 #[cfg(test)]

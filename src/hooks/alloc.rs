@@ -1,6 +1,6 @@
 //! `malloc`, `calloc`, `realloc`, `reallocarray` and `free`: the calls every program makes.
 
-use crate::glibc::{self, Glibc};
+use crate::allocator::{self, Underneath};
 use core::ffi::c_void;
 use core::ptr;
 use mem_trace_core::format::Block;
@@ -86,7 +86,7 @@ macro_rules! malloc_entry {
             "push %rdi",
             "5:",
             $crate::hooks::alloc::countdown_takes_or_2f!("%rdi"),
-            "call *{glibc}@GOTPCREL(%rip)",
+            "call *{real}(%rip)",
             "pop %rdi",
             // Out of memory: the full path gives glibc the quarantine's blocks and asks again.
             "test %rax, %rax",
@@ -109,7 +109,7 @@ macro_rules! malloc_entry {
             pass = sym mem_trace_core::sample::PASS,
             busy = const mem_trace_core::state::offsets::BUSY,
             countdown = const mem_trace_core::state::offsets::COUNTDOWN,
-            glibc = sym $crate::glibc::__libc_malloc,
+            real = sym $crate::allocator::MALLOC,
             from = sym $crate::hooks::alloc::malloc_from,
             options(att_syntax),
         )
@@ -133,6 +133,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// # Safety
 /// As for glibc's `malloc`; `sp` and `bp` as [`Caller`] says.
 pub(super) unsafe extern "C" fn malloc_from(size: usize, sp: u64, bp: u64) -> *mut c_void {
+    allocator::ensure_chosen();
     let caller = Caller { sp, bp };
     let Some(g) = Guard::enter() else {
         return nested_malloc(size);
@@ -140,31 +141,31 @@ pub(super) unsafe extern "C" fn malloc_from(size: usize, sp: u64, bp: u64) -> *m
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
     if let Some(room) = tagged::room(size) {
-        let mut p0 = record::reuse(&g, room, &Glibc);
+        let mut p0 = record::reuse(&g, room, &Underneath);
         if p0.is_null() {
-            // SAFETY: glibc's malloc has no preconditions.
-            p0 = from_glibc(&g, room, || unsafe { glibc::__libc_malloc(room) });
+            // SAFETY: the allocator's malloc has no preconditions.
+            p0 = from_allocator(&g, room, || unsafe { allocator::malloc(room) });
         }
         // SAFETY: a fresh or recycled chunk of `room` bytes, or null.
         return unsafe { tagged::tag(&g, p0, size) };
     }
-    let mut p = record::reuse(&g, size, &Glibc);
+    let mut p = record::reuse(&g, size, &Underneath);
     if p.is_null() {
-        // SAFETY: glibc's malloc has no preconditions.
-        p = from_glibc(&g, size, || unsafe { glibc::__libc_malloc(size) });
+        // SAFETY: the allocator's malloc has no preconditions.
+        p = from_allocator(&g, size, || unsafe { allocator::malloc(size) });
     }
     record::allocated(&g, p, size);
     p
 }
 
-/// A `malloc` inside the tracer (the guard held): glibc's, or the arena's while the tracer
+/// A `malloc` inside the tracer (the guard held): the allocator's, or the arena's while the tracer
 /// asks for that (`record::nested`).
 #[cold]
 #[inline(never)]
 fn nested_malloc(size: usize) -> *mut c_void {
     match nested::malloc(size) {
-        // SAFETY: glibc's malloc has no preconditions.
-        p if p.is_null() => unsafe { glibc::__libc_malloc(size) },
+        // SAFETY: the allocator's malloc has no preconditions.
+        p if p.is_null() => unsafe { allocator::malloc(size) },
         p => p,
     }
 }
@@ -174,24 +175,24 @@ fn nested_malloc(size: usize) -> *mut c_void {
 #[inline(never)]
 fn nested_calloc(n: usize, size: usize) -> *mut c_void {
     match nested::calloc(n, size) {
-        // SAFETY: glibc's calloc has no preconditions.
-        p if p.is_null() => unsafe { glibc::__libc_calloc(n, size) },
+        // SAFETY: the allocator's calloc has no preconditions.
+        p if p.is_null() => unsafe { allocator::calloc(n, size) },
         p => p,
     }
 }
 
-/// `ask()`, a call into glibc's allocator for `size` bytes (marked, see `Guard::in_glibc`),
+/// `ask()`, a call into the allocator for `size` bytes (marked, see `Guard::in_glibc`),
 /// and once more through [`again`] if it returned null.
 #[inline(always)]
-pub(super) fn from_glibc(g: &Guard, size: usize, ask: impl Fn() -> *mut c_void) -> *mut c_void {
+pub(super) fn from_allocator(g: &Guard, size: usize, ask: impl Fn() -> *mut c_void) -> *mut c_void {
     match g.in_glibc(&ask) {
         p if p.is_null() => again(g, size, ask),
         p => p,
     }
 }
 
-/// glibc returned null for `size` bytes: if it ran out of memory (`ENOMEM`, not a bad
-/// argument), the quarantine gives it back every block it holds and glibc is asked once more
+/// The allocator returned null for `size` bytes: if it ran out of memory (`ENOMEM`, not a bad
+/// argument), the quarantine gives it back every block it holds and it is asked once more
 /// (`ask`); null if nothing was held. Without this, blocks held back for the program's
 /// protection would make it fail where it would not without the tracer.
 #[cold]
@@ -200,7 +201,7 @@ pub(super) fn again(g: &Guard, size: usize, ask: impl FnOnce() -> *mut c_void) -
     // SAFETY: errno is this thread's.
     let out_of_memory = unsafe { *libc::__errno_location() } == libc::ENOMEM;
     // glibc refuses more than PTRDIFF_MAX bytes without trying: giving back would not help.
-    if out_of_memory && size <= isize::MAX as usize && record::give_back(g, &Glibc) {
+    if out_of_memory && size <= isize::MAX as usize && record::give_back(g, &Underneath) {
         return g.in_glibc(ask);
     }
     ptr::null_mut()
@@ -223,7 +224,7 @@ macro_rules! calloc_entry {
             "push %rcx",
             "5:",
             $crate::hooks::alloc::countdown_takes_or_2f!("%rcx"),
-            "call *{glibc}@GOTPCREL(%rip)",
+            "call *{real}(%rip)",
             "pop %rcx",
             "pop %rsi",
             "pop %rdi",
@@ -251,7 +252,7 @@ macro_rules! calloc_entry {
             pass = sym mem_trace_core::sample::PASS,
             busy = const mem_trace_core::state::offsets::BUSY,
             countdown = const mem_trace_core::state::offsets::COUNTDOWN,
-            glibc = sym $crate::glibc::__libc_calloc,
+            real = sym $crate::allocator::CALLOC,
             from = sym $crate::hooks::alloc::calloc_from,
             options(att_syntax),
         )
@@ -280,6 +281,7 @@ pub(super) unsafe extern "C" fn calloc_from(
     sp: u64,
     bp: u64,
 ) -> *mut c_void {
+    allocator::ensure_chosen();
     let caller = Caller { sp, bp };
     let Some(g) = Guard::enter() else {
         return nested_calloc(n, size);
@@ -287,10 +289,10 @@ pub(super) unsafe extern "C" fn calloc_from(
     // SAFETY: forwarded contract.
     let _start = unsafe { caller.start(&g) };
     if let Some(room) = n.checked_mul(size).and_then(tagged::room) {
-        let mut p0 = record::reuse(&g, room, &Glibc);
+        let mut p0 = record::reuse(&g, room, &Underneath);
         if p0.is_null() {
-            // SAFETY: glibc's calloc has no preconditions.
-            p0 = from_glibc(&g, room, || unsafe { glibc::__libc_calloc(1, room) });
+            // SAFETY: the allocator's calloc has no preconditions.
+            p0 = from_allocator(&g, room, || unsafe { allocator::calloc(1, room) });
         } else {
             // SAFETY: a recycled chunk of at least `room` bytes, now this call's.
             unsafe { ptr::write_bytes(p0.cast::<u8>(), 0, room) };
@@ -300,16 +302,16 @@ pub(super) unsafe extern "C" fn calloc_from(
     }
     let recycled = n
         .checked_mul(size)
-        .map(|total| (total, record::reuse(&g, total, &Glibc)));
+        .map(|total| (total, record::reuse(&g, total, &Underneath)));
     let p = match recycled {
         Some((total, p)) if !p.is_null() => {
             // SAFETY: a recycled block of at least `total` bytes, now this call's.
             unsafe { ptr::write_bytes(p.cast::<u8>(), 0, total) };
             p
         }
-        // SAFETY: glibc's calloc has no preconditions.
-        _ => from_glibc(&g, n.saturating_mul(size), || unsafe {
-            glibc::__libc_calloc(n, size)
+        // SAFETY: the allocator's calloc has no preconditions.
+        _ => from_allocator(&g, n.saturating_mul(size), || unsafe {
+            allocator::calloc(n, size)
         }),
     };
     // Non-null means the product did not overflow.
@@ -333,7 +335,7 @@ macro_rules! free_entry {
             "lea {counts}(%rip), %rcx",
             "cmpb $0, (%rcx,%rax)",
             "jne 3f",
-            "jmp *{glibc}@GOTPCREL(%rip)",
+            "jmp *{real}(%rip)",
             "2:",
             "ret",
             "3:",
@@ -345,7 +347,7 @@ macro_rules! free_entry {
             mul = const mem_trace_core::sample::FILTER_MUL,
             shift = const mem_trace_core::sample::FILTER_SHIFT,
             counts = sym mem_trace_core::sample::COUNTS,
-            glibc = sym $crate::glibc::__libc_free,
+            real = sym $crate::allocator::FREE,
             from = sym $crate::hooks::alloc::free_from,
             options(att_syntax),
         )
@@ -374,6 +376,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// # Safety
 /// As for [`free`]; `sp` and `bp` as [`Caller`] says.
 pub(super) unsafe extern "C" fn free_from(p: *mut c_void, sp: u64, bp: u64) {
+    allocator::ensure_chosen();
     let caller = Caller { sp, bp };
     let Some(g) = Guard::enter() else {
         // SAFETY: forwarded contract.
@@ -385,7 +388,7 @@ pub(super) unsafe extern "C" fn free_from(p: *mut c_void, sp: u64, bp: u64) {
             Some(block) => {
                 let chunk = tagged::freed(&block);
                 // SAFETY: the tagged block's chunk, which the tracer no longer refers to.
-                g.in_glibc(|| unsafe { glibc::__libc_free(chunk) });
+                g.in_glibc(|| unsafe { allocator::free(chunk) });
             }
             // SAFETY: forwarded contract.
             None => unsafe { free_recorded(g, p, caller) },
@@ -413,11 +416,11 @@ unsafe fn free_kept(g: Guard, p: *mut c_void, caller: Caller) {
     let chunk = {
         // SAFETY: forwarded contract.
         let _start = unsafe { caller.start(&g) };
-        record::free_tagged(&g, block, &Glibc)
+        record::free_tagged(&g, block, &Underneath)
     };
     if let Some(chunk) = chunk {
         // SAFETY: the tagged block's chunk, which the tracer no longer refers to.
-        g.in_glibc(|| unsafe { glibc::__libc_free(chunk) });
+        g.in_glibc(|| unsafe { allocator::free(chunk) });
     }
 }
 
@@ -430,13 +433,13 @@ unsafe fn free_recorded(g: Guard, p: *mut c_void, caller: Caller) {
     let disposition = {
         // SAFETY: forwarded contract.
         let _start = unsafe { caller.start(&g) };
-        record::free(&g, p, &Glibc)
+        record::free(&g, p, &Underneath)
     };
     // The tracer no longer refers to the block: glibc gets it outside the guard.
     drop(g);
     if disposition == Disposition::Release {
         // SAFETY: forwarded contract.
-        unsafe { glibc::__libc_free(p) };
+        unsafe { allocator::free(p) };
     }
 }
 
@@ -453,9 +456,9 @@ unsafe fn free_nested(p: *mut c_void) {
     // SAFETY: forwarded contract.
     match unsafe { tagged::untag_uncounted(p) } {
         // SAFETY: the tagged block's chunk, given up by the program.
-        Some(p0) => unsafe { glibc::__libc_free(p0) },
+        Some(p0) => unsafe { allocator::free(p0) },
         // SAFETY: forwarded contract; the tracer does not refer to the block.
-        None => unsafe { glibc::__libc_free(p) },
+        None => unsafe { allocator::free(p) },
     }
 }
 
@@ -490,6 +493,7 @@ pub(super) unsafe extern "C" fn realloc_from(
         // SAFETY: realloc(NULL, n) is malloc(n), for the same caller.
         return unsafe { malloc_from(size, sp, bp) };
     }
+    allocator::ensure_chosen();
     let Some(g) = Guard::enter() else {
         // SAFETY: forwarded contract.
         if let Some(q) = unsafe { nested::realloc(p, size) } {
@@ -501,7 +505,7 @@ pub(super) unsafe extern "C" fn realloc_from(
             return unsafe { realloc_tagged_uncounted(p, size, old.size) };
         }
         // SAFETY: forwarded contract.
-        return unsafe { glibc::__libc_realloc(p, size) };
+        return unsafe { allocator::realloc(p, size) };
     };
     // SAFETY: forwarded contract.
     let _start = unsafe { Caller { sp, bp }.start(&g) };
@@ -517,7 +521,7 @@ pub(super) unsafe extern "C" fn realloc_from(
         if let Some(q) = unsafe { nested::realloc(p, size) } {
             return q;
         }
-        if !record::realloc_unknown(&g, p, &Glibc) {
+        if !record::realloc_unknown(&g, p, &Underneath) {
             // A freed (or never allocated) block: glibc would corrupt its heap or abort.
             // SAFETY: errno is this thread's.
             unsafe { *libc::__errno_location() = libc::ENOMEM };
@@ -525,7 +529,7 @@ pub(super) unsafe extern "C" fn realloc_from(
         }
     }
     // SAFETY: forwarded contract.
-    let ask = || unsafe { glibc::__libc_realloc(p, size) };
+    let ask = || unsafe { allocator::realloc(p, size) };
     let mut q = g.in_glibc(ask);
     // Size 0 freed `p`: a null result is no failure. Otherwise `p` is untouched and may be
     // asked for again.
@@ -550,13 +554,13 @@ unsafe fn realloc_tagged(g: &Guard, old: Block, size: usize) -> *mut c_void {
         // glibc's realloc(p, 0) frees the block and returns null.
         record::freed_by_realloc(g, old);
         // SAFETY: the chunk of a block the program gave up.
-        g.in_glibc(|| unsafe { glibc::__libc_free(p0) });
+        g.in_glibc(|| unsafe { allocator::free(p0) });
         return core::ptr::null_mut();
     }
     let q = match tagged::room(size) {
         Some(room) => {
             // SAFETY: `p0` is a live chunk of glibc's.
-            let ask = || unsafe { glibc::__libc_realloc(p0, room) };
+            let ask = || unsafe { allocator::realloc(p0, room) };
             match g.in_glibc(ask) {
                 q0 if q0.is_null() => q0,
                 // SAFETY: a chunk of `room` bytes from glibc's realloc of `old`'s.
@@ -565,15 +569,15 @@ unsafe fn realloc_tagged(g: &Guard, old: Block, size: usize) -> *mut c_void {
         }
         // Too large for a tag: a table block of its own, the old bytes copied over.
         None => {
-            // SAFETY: glibc's malloc has no preconditions.
-            let q = g.in_glibc(|| unsafe { glibc::__libc_malloc(size) });
+            // SAFETY: the allocator's malloc has no preconditions.
+            let q = g.in_glibc(|| unsafe { allocator::malloc(size) });
             if !q.is_null() {
                 // SAFETY: both blocks hold at least `old.size` bytes and are distinct.
                 unsafe {
                     ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old.size as usize)
                 };
                 // SAFETY: the chunk of the block just copied out.
-                g.in_glibc(|| unsafe { glibc::__libc_free(p0) });
+                g.in_glibc(|| unsafe { allocator::free(p0) });
                 record::moved(g, old, q, size);
             }
             q
@@ -596,8 +600,8 @@ unsafe fn realloc_tagged_uncounted(p: *mut c_void, size: usize, old_size: u64) -
     // glibc's realloc(p, 0) frees the block and returns null.
     let mut q = ptr::null_mut();
     if size != 0 {
-        // SAFETY: glibc's malloc has no preconditions.
-        q = unsafe { glibc::__libc_malloc(size) };
+        // SAFETY: the allocator's malloc has no preconditions.
+        q = unsafe { allocator::malloc(size) };
         if q.is_null() {
             return q;
         }
@@ -611,7 +615,7 @@ unsafe fn realloc_tagged_uncounted(p: *mut c_void, size: usize, old_size: u64) -
         };
     }
     // SAFETY: forwarded contract: the caller read `p`'s tag, and the program gives `p` up.
-    unsafe { glibc::__libc_free(tags::erase(p)) };
+    unsafe { allocator::free(tags::erase(p)) };
     q
 }
 

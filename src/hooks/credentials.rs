@@ -5,7 +5,7 @@
 //! Calls glibc makes itself (`initgroups`'s `setgroups`) do not come through here; `initgroups`
 //! does.
 
-use crate::glibc::Next;
+use crate::next::Next;
 use core::ffi::{c_char, c_int};
 use mem_trace_core::guard::Guard;
 use mem_trace_core::profile;

@@ -1,6 +1,6 @@
 //! `dlclose`: after an unload the unwinder must forget the module.
 
-use crate::glibc;
+use crate::next;
 use core::ffi::{c_int, c_void};
 use mem_trace_core::capture::modules;
 use mem_trace_core::guard::Guard;
@@ -14,7 +14,7 @@ use mem_trace_core::guard::Guard;
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let real = {
         let _g = Guard::enter();
-        glibc::DLCLOSE.get()
+        next::DLCLOSE.get()
     };
     if real == 0 {
         return -1;

@@ -27,7 +27,7 @@
 //! handlers after an explicit `exit` have stacks that end at `exit` (this hook's frame is the
 //! tracer's own code).
 
-use crate::glibc::Next;
+use crate::next::Next;
 use core::ffi::{c_char, c_int, c_void};
 use mem_trace_core::guard::Guard;
 use mem_trace_core::profile;

@@ -1,6 +1,6 @@
 //! `pthread_create`: a new thread notes its stack bounds before running the program's code.
 
-use crate::glibc;
+use crate::next;
 use core::ffi::{c_int, c_void};
 use mem_trace_core::guard::Guard;
 use mem_trace_core::record;
@@ -40,7 +40,7 @@ pub unsafe extern "C" fn pthread_create(
 ) -> c_int {
     let real = {
         let _g = Guard::enter();
-        glibc::PTHREAD_CREATE.get()
+        next::PTHREAD_CREATE.get()
     };
     if real == 0 {
         return libc::EAGAIN;

@@ -146,9 +146,13 @@ fn init() -> bool {
     quarantine::configure(c.quarantine);
     // Not in a process attached to, whose blocks from before have no tag and whose hooks
     // must pass frees straight through once detached; nor for a `Traced` wrapper in the
-    // program, whose allocator need not be glibc's.
+    // program, or a program allocating with another library than glibc: the tags' layout,
+    // and the leak check's search for tagged blocks, are glibc's chunks'.
     tags::configure(
-        c.tags_apply() && !config::attached() && !modules::tracer_in_program_set(),
+        c.tags_apply()
+            && !config::attached()
+            && !modules::tracer_in_program_set()
+            && crate::real::is_glibc(),
         c.tags_carry_seq(),
     );
     super::tagged::configure(c.freed != 0 || c.free_stacks || c.quarantine != 0);

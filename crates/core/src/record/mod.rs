@@ -357,10 +357,12 @@ fn forget_freed(g: &Guard, p: *mut c_void, glibc: bool) -> Result<Block, Disposi
         if sample::on() {
             return Err(Disposition::Release);
         }
-        return Err(match unknown_pointer(state, p as u64, Op::Free, glibc) {
-            true => Disposition::Release,
-            false => Disposition::Reject,
-        });
+        return Err(
+            match unknown_pointer(state, p as u64, Op::Free, glibc && crate::real::is_glibc()) {
+                true => Disposition::Release,
+                false => Disposition::Reject,
+            },
+        );
     };
     remember_free(state, block, free_stack, false);
     Ok(block)
@@ -377,6 +379,12 @@ pub fn reuse<R: RealAlloc>(g: &Guard, size: usize, real: &R) -> *mut c_void {
     }
     let state = g.state();
     deferred::allocating(g, real);
+    // The quarantine matches blocks by glibc's chunk sizes: another allocator's size classes
+    // differ (jemalloc's 8-byte class would pass for a 24-byte chunk), so nothing is recycled
+    // there and the quarantine's blocks go back through `real` as they leave it.
+    if !crate::real::is_glibc() {
+        return core::ptr::null_mut();
+    }
     quarantine::reuse(&state.quarantine, size)
 }
 
@@ -469,7 +477,12 @@ pub fn realloc_unknown<R: RealAlloc>(g: &Guard, p: *mut c_void, _real: &R) -> bo
     !is_ready()
         || not_recording()
         || sample::on()
-        || unknown_pointer(g.state(), p as u64, Op::Realloc, R::GLIBC_HEAP)
+        || unknown_pointer(
+            g.state(),
+            p as u64,
+            Op::Realloc,
+            R::GLIBC_HEAP && crate::real::is_glibc(),
+        )
 }
 
 /// Notes that `realloc` resized `old` where it was, now `q` (== old.addr) of `size` bytes:
