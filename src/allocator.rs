@@ -96,7 +96,34 @@ fn choose() -> bool {
         );
     }
     STATE.store(CHOSEN, Ordering::Release);
+    say_if_shadowed();
     true
+}
+
+/// Says so on stderr when the program's lookups of `malloc` find another definition before
+/// this library's: a program that defines its own (Chromium's allocator shim, linked into its
+/// executable) never calls the hooks, and its blocks are invisible to the tracer.
+fn say_if_shadowed() {
+    // SAFETY: dlsym with a NUL-terminated name.
+    let first = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
+    let ours = object_of(say_if_shadowed as *mut c_void);
+    if first.is_null() || ours == 0 || object_of(first) == ours {
+        return;
+    }
+    // SAFETY: all-zero is a valid Dl_info; dladdr only writes it.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: `info` is a local dladdr may write.
+    let name = if unsafe { libc::dladdr(first, &mut info) } != 0 && !info.dli_fname.is_null() {
+        // SAFETY: dladdr's file name is a NUL-terminated string the loader keeps.
+        unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes()
+    } else {
+        b""
+    };
+    let name = match core::str::from_utf8(name) {
+        Ok("") | Err(_) => "the program's executable",
+        Ok(name) => name,
+    };
+    mem_trace_core::real::shadowed(name);
 }
 
 /// Where glibc is loaded. Not found from `__libc_malloc`: tcmalloc defines that name too

@@ -70,3 +70,15 @@ pub fn with_other(f: impl FnOnce(&[u8])) {
     let other = OTHER.lock();
     f(&other.0[..other.1]);
 }
+
+/// The program's own `malloc` (in `module`) comes before this library's in the lookup order:
+/// the tracer sees none of its blocks, and says so once.
+pub fn shadowed(module: &str) {
+    let _ = core::fmt::write(
+        &mut crate::out::Out::stderr(),
+        format_args!(
+            "mem-trace: the program brings its own malloc (in {module}), found before the \
+             tracer's: its blocks are invisible to the tracer\n"
+        ),
+    );
+}
