@@ -6,7 +6,9 @@
 //! A leaf: the modules configured read these values (or are handed them by `record`'s
 //! initialisation); nothing here reaches into them.
 
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use mem_trace_read::units::{number, size as parse_size};
 use std::sync::OnceLock;
 
@@ -70,6 +72,10 @@ pub(crate) static OUT_DIR: OnceLock<String> = OnceLock::new();
 /// Listen for report requests on a shared file in [`OUT_DIR`] (`MEM_TRACE_REQUESTS=1`, set by
 /// `mem-trace run`; needs reports on and `MEM_TRACE_OUT`).
 pub(crate) static REQUESTS: AtomicBool = AtomicBool::new(false);
+/// The pid of the `mem-trace run` the process runs under (`MEM_TRACE_RUN_PID`, set by `run`;
+/// 0: none): its direct child is the program, which alone has the profiler thread from
+/// start-up (`profile::reporter`).
+pub(crate) static RUN_PID: AtomicU32 = AtomicU32::new(0);
 /// Write the exit and final reports' frames as return addresses, for `mem-trace run` to
 /// symbolize once the program has ended (`MEM_TRACE_DEFER_SYMBOLS=1`, set by `run`; needs
 /// `MEM_TRACE_OUT`): symbolizing in the exiting process cost it ~50 ms.
@@ -161,6 +167,8 @@ pub(crate) struct Config {
     pub out_dir: Option<String>,
     /// Whether to listen for report requests (`MEM_TRACE_REQUESTS`).
     pub requests: bool,
+    /// The pid of the `mem-trace run` above (`MEM_TRACE_RUN_PID`; 0: none).
+    pub run_pid: u32,
     /// Whether the exit and final reports leave symbolizing to `mem-trace run`
     /// (`MEM_TRACE_DEFER_SYMBOLS`).
     pub defer_symbols: bool,
@@ -211,6 +219,7 @@ impl Default for Config {
             snapshot_signal: DEFAULT_SNAPSHOT_SIGNAL,
             out_dir: None,
             requests: false,
+            run_pid: 0,
             hold_at_exit: false,
             defer_symbols: false,
             sample: 0,
@@ -420,6 +429,12 @@ fn parse_profile(
             _ => reject("MEM_TRACE_REQUESTS", v, "0 or 1"),
         }
     }
+    if let Some(v) = get("MEM_TRACE_RUN_PID") {
+        match v.trim().parse() {
+            Ok(pid) => c.run_pid = pid,
+            Err(_) => reject("MEM_TRACE_RUN_PID", v, "a process id"),
+        }
+    }
     if let Some(v) = get("MEM_TRACE_HOLD_AT_EXIT") {
         match v.trim() {
             "1" | "yes" | "true" => c.hold_at_exit = true,
@@ -605,6 +620,7 @@ pub(crate) fn load() -> Config {
         let _ = OUT_DIR.set(dir.clone());
     }
     REQUESTS.store(on && c.requests && c.out_dir.is_some(), Ordering::Relaxed);
+    RUN_PID.store(c.run_pid, Ordering::Relaxed);
     DEFER_SYMBOLS.store(c.defer_symbols && c.out_dir.is_some(), Ordering::Relaxed);
     HOLD_AT_EXIT.store(
         on && c.hold_at_exit && c.out_dir.is_some(),

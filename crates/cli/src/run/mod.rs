@@ -23,6 +23,7 @@
 //! | `MEM_TRACE_OUT` | the directory, absolute | each report a file there, not on the program's stderr |
 //! | `MEM_TRACE_LEAKS` | `1` | the exit report is written only with its leak check |
 //! | `MEM_TRACE_REQUESTS` | `1` | each process listens for `run`'s request for a final report (`stop`) |
+//! | `MEM_TRACE_RUN_PID` | `run`'s pid | the process `run` starts (whose parent it is) makes the library's thread at start-up; the others only on need, so that none is in the way of a process that must be single-threaded (crates/core/src/profile/reporter.rs) |
 //! | `MEM_TRACE_DEFER_SYMBOLS` | `1` | the exit and final reports are written with return addresses only, and symbolized by `run` (`symbolize`): symbolizing in the exiting process cost each one ~50 ms |
 //! | `MEM_TRACE_PROFILE_INTERVAL` | `0` without `--profile` | only the exit report; with `--profile` the user's interval (default 30 s) |
 //! | `MEM_TRACE_HOLD_AT_EXIT` | `1` with `--pprof` or `--push` | each process waits at exit until `run` has read its tables (`at_exit`) |
@@ -68,6 +69,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         ("MEM_TRACE_OUT", dir.clone().into_os_string()),
         ("MEM_TRACE_LEAKS", "1".into()),
         ("MEM_TRACE_REQUESTS", "1".into()),
+        ("MEM_TRACE_RUN_PID", std::process::id().to_string().into()),
         ("MEM_TRACE_DEFER_SYMBOLS", "1".into()),
         ("MEM_TRACE_MODE", run_mode),
     ];

@@ -103,7 +103,8 @@ pub(crate) fn started() {
     reporter::start();
 }
 
-/// In a forked child: the thread again, and the roots of the one thread left.
+/// In a forked child: the roots of the one thread left, and the thread when there is a need
+/// for it (`reporter::forked`).
 pub(crate) fn forked() {
     roots::forked();
     requests::forked();
@@ -118,11 +119,20 @@ pub fn changing_credentials<T>(change: impl FnOnce() -> T) -> T {
     reporter::without_thread(change)
 }
 
+/// Runs `call`, one the kernel refuses to a process with more than one thread (`unshare`
+/// and `setns` into a user namespace) or that should find the process as the program left
+/// it (`clone` into new namespaces), with no thread of the tracer's: joined first, made again
+/// after from the calling thread, in its new namespaces.
+pub fn single_threaded<T>(call: impl FnOnce() -> T) -> T {
+    reporter::without_thread(call)
+}
+
 /// From the library's destructor, in the thread that called `exit`: the exit report with the
 /// leak check (`MEM_TRACE_LEAKS`).
 pub(crate) fn exiting() {
     use core::sync::atomic::Ordering::Relaxed;
     if !crate::config::LEAKS.load(Relaxed) {
+        reporter::wait_no_more();
         requests::done();
         return;
     }
@@ -181,6 +191,7 @@ pub fn report_to(fd: i32) {
 /// thread vector is a root of the leak check (`roots::thread_created`).
 pub fn thread_created(tcb: u64) {
     roots::thread_created(tcb);
+    reporter::program_made_a_thread();
 }
 
 /// Where the program's live stack ended when it began to exit, and in which thread
@@ -275,6 +286,9 @@ pub(crate) fn allocated(state: &ThreadState, block: &Block, counted: (u64, u64),
     peaks::global(live, block.seq);
     counters::add(state, block.stack, counted, block.seq, true);
     peaks::add(state, counted.0, true);
+    if reporter::waits_for_allocation(block.seq) {
+        reporter::made_on_need();
+    }
 }
 
 /// Counts a block put back after a failed `realloc`: live again, but not a new allocation

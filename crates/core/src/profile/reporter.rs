@@ -12,9 +12,30 @@
 //! runs inside the reentrancy guard, so whatever glibc allocates for it (its TLS vector) and
 //! anything it allocates pass through untraced, and its Rust allocations come from the arena.
 //! It does not keep the process alive (`exit` ends it wherever it is) and nothing at exit waits
-//! for it except the exit report, for at most a second, for the right to symbolize. In a
-//! forked child, which does not inherit the thread, it is made again.
+//! for it except the exit report, for at most a second, for the right to symbolize.
 //!
+//! A process that must be single-threaded to do what it does (`unshare(CLONE_NEWUSER)` and
+//! `setns` into a user namespace are refused to a process with two threads; Chromium's zygote
+//! checks that `/proc/self/task` has one entry before it forks) cannot have ours in the way,
+//! so the thread is made eagerly only in the program itself, and later, on need, elsewhere:
+//!
+//! - the program: from the constructor, as said above. Under `mem-trace run` (which names
+//!   itself in `MEM_TRACE_RUN_PID`) that is the process `run` started, whatever it `exec`s in
+//!   its place; with the library preloaded by hand, every process that starts with it.
+//! - a forked child, which does not inherit the thread: at its first allocation, or when it
+//!   makes a thread of its own, whichever comes first. A child that checks it is alone, or
+//!   `unshare`s, before allocating finds no thread of ours; one that allocates first (a
+//!   worker, the usual case) has periodic reports and `run`'s final report while idle.
+//! - a process `exec`'d by another under `run` (a helper, a sandbox's zygote): when it makes a
+//!   thread of its own (it is then not single-threaded anyway), or, with periodic reports on,
+//!   at its first allocation once the first report is due. Until then it has no periodic
+//!   report, no snapshot (the signal is kept and served once the thread is there) and no
+//!   request file (`run` does not ask it for a final report; its exit report is written at
+//!   `exit` as everywhere).
+//!
+//! A thread a program made through `pthread_create` and a first allocation are points where
+//! glibc may make a thread: no lock of glibc's that `pthread_create` takes is held there by
+//! the program (a program allocating inside `pthread_create` is inside our guard).
 //! While the program changes its credentials ([`without_thread`]) the thread is not there:
 //! glibc makes every thread repeat a `setuid` or `setgroups` and aborts when one fails, and
 //! ours would, holding none of the capabilities the program keeps or raises in its own thread
@@ -30,8 +51,8 @@ use crate::report::frames::Printing;
 use crate::sync::SpinLock;
 use core::fmt::Write;
 use core::sync::atomic::{
-    AtomicBool, AtomicU32,
-    Ordering::{Acquire, Relaxed, Release},
+    AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 /// The word the thread sleeps on when `requests` has none to offer.
@@ -40,10 +61,24 @@ static WAKE: AtomicU32 = AtomicU32::new(0);
 static SNAPSHOT: AtomicBool = AtomicBool::new(false);
 /// Set when the exit report begins: the thread writes no more reports.
 static EXITING: AtomicBool = AtomicBool::new(false);
-/// Set once the constructor has made the thread: a forked child makes its own.
+/// Set once the constructor found work for the thread: a forked child waits for its own.
 static STARTED: AtomicBool = AtomicBool::new(false);
 /// Non-zero asks the thread to return.
 static STOP: AtomicU32 = AtomicU32::new(0);
+
+/// What the process waits for before the thread is made ([`made_on_need`]): nothing, a
+/// thread of the program's own, that or an allocation, that or an allocation once
+/// [`DUE_MS`] has passed.
+static WAITING: AtomicU8 = AtomicU8::new(NOT_WAITING);
+const NOT_WAITING: u8 = 0;
+const ON_THREAD: u8 = 1;
+const ON_ALLOCATION: u8 = 2;
+const ON_DUE_ALLOCATION: u8 = 3;
+/// With [`ON_DUE_ALLOCATION`]: when the first periodic report is due (monotonic ms).
+static DUE_MS: AtomicU64 = AtomicU64::new(0);
+/// The process that waits: a `vfork` child or a `CLONE_VM` one shares our memory, and must not
+/// make a thread in its parent's name.
+static WAITING_PID: AtomicI32 = AtomicI32::new(0);
 
 /// The thread and the credential changes under way.
 struct Thread {
@@ -62,25 +97,59 @@ static THREAD: SpinLock<Thread> = SpinLock::new(Thread {
     stopped: false,
 });
 
-/// Starts the thread and installs the snapshot signal, if configured.
+/// Starts the thread and installs the snapshot signal, if configured; in a process `exec`'d
+/// by another under `mem-trace run`, waits for a need instead (module doc).
 pub(crate) fn start() {
     let interval = config::PROFILE_INTERVAL_MS.load(Relaxed);
     let sig = config::SNAPSHOT_SIGNAL.load(Relaxed);
+    if interval == 0 && sig == 0 && !requests::enabled() {
+        return;
+    }
+    STARTED.store(true, Relaxed);
+    if !is_the_program() {
+        // The handler now, as for the program: the signal's disposition does not change when
+        // the thread comes, and a snapshot asked for meanwhile is written then.
+        if sig != 0 {
+            super::signal::install(sig);
+        }
+        let due = super::monotonic_ns() / 1_000_000 + interval;
+        DUE_MS.store(due, Relaxed);
+        wait_for(if interval != 0 {
+            ON_DUE_ALLOCATION
+        } else {
+            ON_THREAD
+        });
+        return;
+    }
     let listening = requests::open();
     if interval == 0 && sig == 0 && !listening {
         return;
     }
     let mut thread = THREAD.lock();
     thread.running = make_thread();
-    if thread.running.is_some() {
-        STARTED.store(true, Relaxed);
-        if sig != 0 {
-            super::signal::install(sig);
-        }
+    if thread.running.is_some() && sig != 0 {
+        super::signal::install(sig);
     }
 }
 
-/// In a forked child: a new thread (`requests` has made the child's own file first).
+/// Whether this process is the program `mem-trace run` started (it or what it `exec`'d in
+/// its place: its parent is `run`), or the library was preloaded by hand.
+fn is_the_program() -> bool {
+    let run = config::RUN_PID.load(Relaxed);
+    // SAFETY: getppid has no preconditions.
+    run == 0 || unsafe { libc::getppid() } as u32 == run
+}
+
+/// From now on, the thread is made when `what` happens.
+fn wait_for(what: u8) {
+    // SAFETY: getpid has no preconditions.
+    WAITING_PID.store(unsafe { libc::getpid() }, Relaxed);
+    WAITING.store(what, Release);
+}
+
+/// In a forked child (`requests` has let the parent's file go): no thread until the child
+/// allocates or makes one of its own, so that a child that checks it is alone, or unshares,
+/// first finds itself so.
 pub(crate) fn forked() {
     if !STARTED.load(Relaxed) {
         return;
@@ -95,6 +164,56 @@ pub(crate) fn forked() {
         stopped: false,
     };
     STOP.store(0, Relaxed);
+    if !EXITING.load(Relaxed) {
+        wait_for(ON_ALLOCATION);
+    }
+}
+
+/// The program allocated a block, the `seq`th event: whether that makes the thread now. One
+/// load while nothing is waited for.
+#[inline(always)]
+pub(crate) fn waits_for_allocation(seq: u64) -> bool {
+    match WAITING.load(Relaxed) {
+        ON_ALLOCATION => true,
+        // The clock read once in 1024 allocations.
+        ON_DUE_ALLOCATION => seq % 1024 == 0 && now_ms() >= DUE_MS.load(Relaxed),
+        _ => false,
+    }
+}
+
+/// The program made a thread of its own: the process is not single-threaded any more, and a
+/// thread waited for is made now.
+pub(crate) fn program_made_a_thread() {
+    if WAITING.load(Relaxed) != NOT_WAITING {
+        made_on_need();
+    }
+}
+
+/// Makes the thread waited for, in the process that waits for it (module doc), unless the
+/// exit report has begun. A credential change under way makes it when it ends.
+#[cold]
+pub(crate) fn made_on_need() {
+    // SAFETY: getpid has no preconditions.
+    if WAITING_PID.load(Relaxed) != unsafe { libc::getpid() } || EXITING.load(Relaxed) {
+        return;
+    }
+    let mut thread = THREAD.lock();
+    // Taken under the lock: one maker; the thread's own `pthread_create` finds nothing left
+    // to wait for.
+    if WAITING.swap(NOT_WAITING, AcqRel) == NOT_WAITING {
+        return;
+    }
+    let listening = requests::open();
+    if config::PROFILE_INTERVAL_MS.load(Relaxed) == 0
+        && config::SNAPSHOT_SIGNAL.load(Relaxed) == 0
+        && !listening
+    {
+        return;
+    }
+    if thread.changes != 0 {
+        thread.stopped = true;
+        return;
+    }
     thread.running = make_thread();
 }
 
@@ -149,6 +268,7 @@ fn sleep_on(word: &AtomicU32, seen: u32, ms: Option<u64>) {
 /// to leave it; this one is inside for its whole life.
 pub(crate) fn stop() {
     EXITING.store(true, Relaxed);
+    WAITING.store(NOT_WAITING, Relaxed);
     let running = THREAD.lock().running.take();
     if let Some(t) = running {
         end(t);
@@ -186,6 +306,11 @@ pub(crate) fn without_thread<T>(change: impl FnOnce() -> T) -> T {
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
     result
+}
+
+/// The process exits without an exit report: no thread is made any more.
+pub(crate) fn wait_no_more() {
+    WAITING.store(NOT_WAITING, Relaxed);
 }
 
 /// Asks the thread `t` to return and waits until it has.

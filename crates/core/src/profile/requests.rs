@@ -18,7 +18,8 @@
 //! which the thread polled, read and at exit closed a descriptor of the program's. A mapping
 //! stays where it is whatever the program does with its descriptors. A forked child maps a
 //! file of its own (the inherited mapping is the parent's); an `exec`'d program maps the one
-//! of its pid again.
+//! of its pid again. Either does so when its thread is made (`reporter`): a process with no
+//! thread to answer has no file, and `run` does not wait for it.
 //!
 //! The file holds two native-endian `u32`: [`WAKE`] (the futex word, a counter every waker
 //! increments) and [`ASKED`] (non-zero: a final report is asked for).
@@ -161,13 +162,13 @@ pub(crate) fn done() {
     super::reporter::wake_on(word);
 }
 
-/// In a forked child: the inherited mapping is the parent's file; the child makes its own.
+/// In a forked child: the inherited mapping is the parent's file; the child makes its own
+/// with its thread (`reporter`), if it ever has one.
 pub(crate) fn forked() {
     let old = MAPPED.swap(core::ptr::null_mut(), Relaxed);
     if !old.is_null() {
         // SAFETY: the child's copy of the parent's mapping, which nothing in the child uses
         // any more (its only thread is this one).
         unsafe { libc::munmap(old.cast(), FILE_SIZE) };
-        open();
     }
 }
