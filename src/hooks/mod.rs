@@ -1,8 +1,8 @@
 //! The exported malloc family, and the other entry points the tracer needs to see
 //! (`pthread_create` for stack bounds, `dlclose` for module unloads, `dlopen` in an attached
-//! process for the modules it loads (`dlopen`, not exported), and in profiler builds
-//! the credential changes, which the profiler's thread must not be there for). Nothing else
-//! lives here.
+//! process for the modules it loads (`dlopen`, not exported), and the calls the profiler's
+//! thread must not be there for: the credential changes, and `unshare`, `setns` and `clone`
+//! into new namespaces). Nothing else lives here.
 //!
 //! Each hook is the same few lines: enter the reentrancy guard, call glibc, record if this was
 //! the outermost entry (`malloc` and `calloc` first try a block the quarantine recycles, see
@@ -23,6 +23,7 @@ mod credentials;
 mod dlclose;
 mod dlopen;
 mod exit;
+mod namespaces;
 mod threads;
 
 mod local;
