@@ -176,7 +176,7 @@ pub(crate) fn waits_for_allocation(seq: u64) -> bool {
     match WAITING.load(Relaxed) {
         ON_ALLOCATION => true,
         // The clock read once in 1024 allocations.
-        ON_DUE_ALLOCATION => seq % 1024 == 0 && now_ms() >= DUE_MS.load(Relaxed),
+        ON_DUE_ALLOCATION => seq.is_multiple_of(1024) && now_ms() >= DUE_MS.load(Relaxed),
         _ => false,
     }
 }
