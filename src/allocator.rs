@@ -96,7 +96,11 @@ fn choose() -> bool {
         );
     }
     STATE.store(CHOSEN, Ordering::Release);
-    say_if_shadowed();
+    // Attached, the program's lookups find its own malloc by design: the GOT entries do the
+    // redirecting.
+    if !crate::attach::loaded_late() {
+        say_if_shadowed();
+    }
     true
 }
 
@@ -133,6 +137,18 @@ fn glibc_base() -> usize {
     object_of(gnu_get_libc_version as *mut c_void)
 }
 
+/// `name`'s definition after this library in the lookup order: `RTLD_NEXT` when preloaded;
+/// when `dlopen`ed by `mem-trace attach` (local, after everything the program loaded), the
+/// program's own (`RTLD_DEFAULT`), which the hooks do not shadow.
+fn lookup(name: &CStr) -> *mut c_void {
+    let handle = match crate::attach::loaded_late() {
+        true => libc::RTLD_DEFAULT,
+        false => libc::RTLD_NEXT,
+    };
+    // SAFETY: dlsym with a NUL-terminated name.
+    unsafe { libc::dlsym(handle, name.as_ptr()) }
+}
+
 /// The base address of the object holding `f`, 0 if none is known.
 fn object_of(f: *mut c_void) -> usize {
     // SAFETY: all-zero is a valid Dl_info; dladdr only writes it.
@@ -146,8 +162,7 @@ fn object_of(f: *mut c_void) -> usize {
 
 /// The next definition of `name` if it is in the object at `base`, else null.
 fn next_in(name: &CStr, base: usize) -> *mut c_void {
-    // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT skips our own definition.
-    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    let f = lookup(name);
     if f.is_null() || object_of(f) != base {
         return core::ptr::null_mut();
     }
@@ -158,8 +173,7 @@ fn next_in(name: &CStr, base: usize) -> *mut c_void {
 /// (`mem_trace_core::real`); `None` for glibc, or for a library lacking one of the functions
 /// no other can stand in for (the program then gets glibc's, whole).
 fn other_allocator() -> Option<()> {
-    // SAFETY: dlsym with a NUL-terminated name.
-    let malloc = unsafe { libc::dlsym(libc::RTLD_NEXT, c"malloc".as_ptr()) };
+    let malloc = lookup(c"malloc");
     let base = object_of(malloc);
     if malloc.is_null() || base == 0 || base == glibc_base() {
         return None;

@@ -223,3 +223,91 @@ fn redis_with_jemalloc_serves_a_benchmark_under_run_in_debug_mode() {
 fn redis_with_jemalloc_serves_a_benchmark_under_run_sampled() {
     redis_under_run("profile", Some("512K"), 16393);
 }
+
+/// A plain redis-server (jemalloc) on `port`, stopped (SIGKILL) when dropped.
+struct Redis(std::process::Child);
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `mem-trace attach`, `top`, `pprof` and `detach` on a plain redis-server under
+/// `redis-benchmark`, twenty times: every command succeeds, `top` names redis's functions, the
+/// server never crashes and the benchmark finishes without an error.
+#[test]
+fn redis_with_jemalloc_is_attached_read_and_detached_twenty_times_under_load() {
+    let server = which("redis-server").expect("redis-server is missing (.ci/run installs it)");
+    let port = 16394;
+    let dir = scratch_dir("other_allocators", "redis-attach");
+    let redis = Redis(
+        Command::new(&server)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server"),
+    );
+    drop(connect(port, Duration::from_secs(30)));
+    let pid = redis.0.id().to_string();
+    let bench = Command::new("redis-benchmark")
+        .args(["-p", &port.to_string(), "-q", "-n", "400000"])
+        .args(["-t", "set,get,lpush,incr"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run redis-benchmark");
+    let mem_trace = |args: &[&str]| {
+        let out = Command::new(mem_trace_binary())
+            .args(args)
+            .output()
+            .expect("run mem-trace");
+        let said = format!(
+            "mem-trace {}: {:?}\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{said}");
+        said
+    };
+    let pprof = dir.join("redis.pb.gz");
+    let pprof = pprof.to_str().unwrap();
+    // A `top` right after the attach may come before the server allocated anything.
+    let mut named = 0;
+    for _ in 0..20 {
+        mem_trace(&["attach", &pid]);
+        let top = mem_trace(&["top", &pid]);
+        named += usize::from(top.contains("zmalloc"));
+        mem_trace(&["pprof", &pid, "-o", pprof]);
+        assert!(std::fs::metadata(pprof).unwrap().len() > 0);
+        mem_trace(&["detach", &pid]);
+    }
+    assert!(named >= 10, "only {named} of 20 tops named zmalloc");
+    let out = bench.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).replace('\r', "\n")
+        + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "redis-benchmark: {said}");
+    let results = said
+        .lines()
+        .filter(|l| l.contains("requests per second"))
+        .count();
+    assert_eq!(results, 4, "redis-benchmark:\n{said}");
+    assert!(
+        !said.to_lowercase().contains("error"),
+        "redis-benchmark:\n{said}"
+    );
+    drop(connect(port, Duration::from_secs(5)));
+}

@@ -121,6 +121,11 @@ pub(crate) fn patch_new_modules() {
     got::patch_all(&crate::hooks::redirected());
 }
 
+/// Whether the library was `dlopen`ed by `mem-trace attach` (whether attached now or not).
+pub(crate) fn loaded_late() -> bool {
+    MEM_TRACE_ATTACH_STATE.load(Ordering::Acquire) != PRELOADED
+}
+
 /// Whether the tracer runs in this process: preloaded, or attached now.
 pub(crate) fn tracing() -> bool {
     matches!(
@@ -152,6 +157,8 @@ pub unsafe extern "C" fn mem_trace_attach(settings: *const c_char) -> i64 {
     let Ok(settings) = unsafe { CStr::from_ptr(settings) }.to_str() else {
         return error::BAD_SETTINGS;
     };
+    // Before the tracer starts: on another allocator, it starts without what needs glibc's.
+    crate::allocator::ensure_chosen();
     if record::attach(settings).is_err() {
         return error::NO_START;
     }

@@ -28,6 +28,20 @@ macro_rules! entry {
     };
 }
 
+/// Where the twins of `malloc` and `free` are, read by `mem-trace detach`: while attached, the
+/// program's calls reach them, not glibc's (or its allocator's) entries, whose callers are
+/// then the tracer's hooks; a thread at a twin's entry, called from the program, is at a safe
+/// point to detach.
+#[repr(C)]
+pub struct AttachedEntries {
+    malloc: unsafe extern "C" fn(usize) -> *mut c_void,
+    free: unsafe extern "C" fn(*mut c_void),
+}
+
+#[cfg_attr(not(test), no_mangle)]
+#[used]
+pub static MEM_TRACE_ATTACHED_ENTRIES: AttachedEntries = AttachedEntries { malloc, free };
+
 /// `malloc`'s twin: the same entry, untouched path included.
 #[unsafe(naked)]
 unsafe extern "C" fn malloc(_size: usize) -> *mut c_void {

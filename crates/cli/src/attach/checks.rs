@@ -40,6 +40,9 @@ pub struct Target {
     pub ld: Option<Module>,
     /// The library, when it is mapped, and its state.
     pub ours: Option<(Module, Ours)>,
+    /// The shared library whose `malloc` the program uses instead of glibc's (jemalloc,
+    /// tcmalloc, mimalloc), if any: the hooks pass every call on to it.
+    pub allocator: Option<Module>,
 }
 
 /// The fields of /proc/PID/status the checks read.
@@ -170,15 +173,6 @@ fn descends_from_me(pid: i32) -> bool {
     false
 }
 
-/// Known allocators that replace glibc's `malloc`.
-const OTHER_MALLOCS: [&str; 5] = [
-    "libjemalloc",
-    "libtcmalloc",
-    "libmimalloc",
-    "libhoard",
-    "libsnmalloc",
-];
-
 /// Whether the process can load `library` by its path: in our mount namespace, or in
 /// another (a container) where that path names the very same file (seen through
 /// `/proc/PID/root`, device and inode alike). A detach needs no such check: the library is
@@ -235,17 +229,10 @@ pub fn inspect(pid: i32) -> Result<Target, Error> {
             format!("process {pid} has no libc.so.6 mapped: a statically linked program, whose malloc calls are bound at link time and cannot be redirected; start it under `mem-trace run` instead")
         }));
     };
-    if let Some(m) = modules
-        .iter()
-        .find(|m| OTHER_MALLOCS.iter().any(|n| m.file_name().starts_with(n)))
-    {
-        return Err(Error::new(format!(
-            "process {pid} allocates with {}, not glibc's malloc: mem-trace's hooks call glibc's allocator, so it does not attach there",
-            m.path.display()
-        )));
-    }
     let ld = image::find(&modules, "ld-linux").cloned();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
     let mut ours = None;
+    let mut allocator: Option<Module> = None;
     for m in &modules {
         if m.path == libc.path || ld.as_ref().is_some_and(|l| l.path == m.path) {
             continue;
@@ -266,14 +253,32 @@ pub fn inspect(pid: i32) -> Result<Target, Error> {
             ours = Some((m.clone(), Ours::Preloaded));
             continue;
         }
-        if img.defined("malloc").is_some() {
+        if img.defined("malloc").is_none() {
+            continue;
+        }
+        // The executable's own malloc is called directly from inside it, where no GOT entry
+        // can send the calls to the hooks.
+        if exe.as_deref() == Some(m.path.as_path()) {
             return Err(Error::new(format!(
-                "process {pid} gets malloc from {}, not glibc: mem-trace's hooks call glibc's allocator, so it does not attach there",
+                "process {pid} defines malloc in its executable {}: its calls to it cannot be redirected, so mem-trace does not attach there",
                 m.path.display()
             )));
         }
+        if let Some(first) = &allocator {
+            return Err(Error::new(format!(
+                "process {pid} has two libraries defining malloc, {} and {}: which one serves its blocks cannot be told, so mem-trace does not attach there",
+                first.path.display(),
+                m.path.display()
+            )));
+        }
+        allocator = Some(m.clone());
     }
-    Ok(Target { libc, ld, ours })
+    Ok(Target {
+        libc,
+        ld,
+        ours,
+        allocator,
+    })
 }
 
 #[cfg(test)]

@@ -150,13 +150,33 @@ pub fn detach(a: &DetachArgs) -> Result<()> {
 /// stops a thread at a safe point.
 fn begin(pid: i32, target: &Target, refuse_undumpable: bool) -> Result<Session> {
     let libc = Image::read(pid, &target.libc).map_err(|e| Error::new(e.to_string()))?;
-    let malloc = libc
-        .symbol("malloc")
-        .map_err(|e| Error::new(e.to_string()))?;
-    let free = libc.symbol("free").map_err(|e| Error::new(e.to_string()))?;
-    // A thread at glibc's malloc called from the tracer's hooks is inside the tracer, its
-    // guard held: no safe point either.
-    let entry = |at| libc.file_bytes(at, supervise::ENTRY);
+    // The safe point is at the entry of the malloc the program calls: jemalloc's, say, in a
+    // program linked with it, whose threads never enter glibc's; the hooks', while attached
+    // (to detach), whose calls into the allocator come from the tracer and are no safe point.
+    let attached = match &target.ours {
+        Some((m, Ours::Attached)) => {
+            let image = Image::read(pid, m).map_err(|e| Error::new(e.to_string()))?;
+            attached_entries(pid, &image).map(|entries| (image, entries))
+        }
+        _ => None,
+    };
+    let (allocator, (malloc, free)) = match attached {
+        Some(found) => found,
+        None => {
+            let called = target.allocator.as_ref().unwrap_or(&target.libc);
+            let image = Image::read(pid, called).map_err(|e| Error::new(e.to_string()))?;
+            let malloc = image
+                .symbol("malloc")
+                .map_err(|e| Error::new(e.to_string()))?;
+            let free = image
+                .symbol("free")
+                .map_err(|e| Error::new(e.to_string()))?;
+            (image, (malloc, free))
+        }
+    };
+    // A thread at the allocator's malloc called from the tracer's hooks is inside the
+    // tracer, its guard held: no safe point either.
+    let entry = |at| allocator.file_bytes(at, supervise::ENTRY);
     supervise::split(
         pid,
         &[
@@ -172,6 +192,7 @@ fn begin(pid: i32, target: &Target, refuse_undumpable: bool) -> Result<Session> 
     let ld_image = Image::read(pid, ld).map_err(|e| Error::new(e.to_string()))?;
     let mut unsafe_callers = vec![&target.libc, ld];
     unsafe_callers.extend(target.ours.as_ref().map(|(m, _)| m));
+    unsafe_callers.extend(target.allocator.as_ref());
     Session::begin(
         pid,
         &libc,
@@ -180,6 +201,14 @@ fn begin(pid: i32, target: &Target, refuse_undumpable: bool) -> Result<Session> 
         &unsafe_callers,
         refuse_undumpable,
     )
+}
+
+/// The entries of the hooks' `malloc` and `free` that the GOT entries of an attached process
+/// point at (`MEM_TRACE_ATTACHED_ENTRIES`, two code addresses), if the library has them.
+fn attached_entries(pid: i32, ours: &Image) -> Option<(u64, u64)> {
+    let at = ours.defined("MEM_TRACE_ATTACHED_ENTRIES")?;
+    let mem = memory::Memory::open(pid).ok()?;
+    Some((mem.read_u64(at).ok()?, mem.read_u64(at + 8).ok()?))
 }
 
 /// Where the library's exported `name` is in the process, the library mapped from `path`.
