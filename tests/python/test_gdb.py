@@ -137,7 +137,7 @@ class GdbTests(unittest.TestCase):
         self.assertLine(out, r'mtrace-why: No symbol "nosuchvar" in current context\.')
         self.assertLine(out, r"mtrace-why: the following arguments are required: EXPR .*")
         self.assertLine(out, r"usage: mtrace-why .*EXPR")
-        self.assertLine(out, r"\.\.\. \(--max-frames 1\)")
+        self.assertLine(out, r"\.\.\. \(--frames 1\)")
         self.assertNotIn("Traceback", out)
         self.assertNotIn("Python Exception", out)
 
@@ -223,7 +223,7 @@ class GdbTests(unittest.TestCase):
         self.assertLine(twice, rf"#\d+ allocation of a 300-byte block .* by thread 1 \(freed at #{seqs[0]}\), tid .*")
         reused = self.section("history-reused")
         self.assertLine(reused, r"#\d+ allocation of a 200-byte block .* by thread 1 \(live\), tid .*")
-        self.assertEqual(len(re.findall(r"\.\.\. \(-n 1\)", reused)), 3, reused)
+        self.assertEqual(len(re.findall(r"\.\.\. \(--frames 1\)", reused)), 3, reused)
         dangling = self.section("history-dangling")
         self.assertNotRegex(dangling, r"\n\s+#0 ")
         self.assertLine(dangling, r"#\d+ free of a 72-byte block .* by thread 1, tid .*")

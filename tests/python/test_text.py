@@ -308,14 +308,14 @@ class StackTests(unittest.TestCase):
     def test_cut_at_max_frames_counts_inlined_frames(self):
         self.assertEqual(self.stack(DEEP_STACK, 1), [
             "    #0 0x555555555300 in inner (inlined) at /src/demo.c:7",
-            "    ... (--max-frames 1)",
+            "    ... (--frames 1)",
         ])
         self.assertEqual(len(self.stack(DEEP_STACK, 5)), 5)
-        self.assertEqual(self.stack(DEEP_STACK, 0), ["    ... (--max-frames 0)"])
+        self.assertEqual(self.stack(DEEP_STACK, 0), ["    ... (--frames 0)"])
 
     def test_a_recursion_is_shown_once_then_counted(self):
         """40 frames of one recursive call site: three shown, one line for the other 37, and
-        the frames after it keep their numbers; --max-frames counts the frames shown."""
+        the frames after it keep their numbers; --frames counts the frames shown."""
         records = FakeRecords()
         records.stacks[9] = Stack(9, (PC_MAKE,) + (PC_FREE,) * 40 + (PC_MAIN, PC_START))
         got = parts.stack_lines(lookups(records), 9, None)
@@ -329,7 +329,7 @@ class StackTests(unittest.TestCase):
             "    #42 0x5555555550d1 in _start+0x21 from demo",
         ])
         self.assertEqual(parts.stack_lines(lookups(records), 9, 5), got[:6] + [
-            "    ... (--max-frames 5)"])
+            "    ... (--frames 5)"])
         # Two functions calling each other (with an inlined frame: three frames a turn).
         records.stacks[10] = Stack(10, (PC_INLINED, PC_UNKNOWN) * 6 + (PC_MAIN,))
         got = parts.stack_lines(lookups(records), 10, None)
@@ -409,7 +409,7 @@ class HistoryTextTests(unittest.TestCase):
     def test_no_stacks_and_cut_stacks(self):
         self.assertEqual(len(self.lines(self.events(), stacks=False)), 4)
         lines = self.lines(self.events(), max_frames=1)
-        self.assertEqual(lines.count("    ... (-n 1)"), 3)
+        self.assertEqual(lines.count("    ... (--frames 1)"), 3)
 
     def test_realloc_free_and_one_event(self):
         record = freed(self.OLD, free_seq=17, realloc=True)

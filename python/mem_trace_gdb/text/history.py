@@ -25,9 +25,6 @@ from typing import List, Optional, Sequence
 from ..layout import Event, History, Tracer
 from .parts import Lookups, block_text, history_or_none, stack_lines, thread_details, thread_text
 
-# How the command spells its frame limit, named when a stack is cut.
-FRAMES_OPTION = "-n"
-
 
 @dataclass(frozen=True)
 class HistoryFacts:
@@ -87,8 +84,7 @@ def lines(
     for event in events:
         out.append(event_line(lookups, event))
         if stacks:
-            out += stack_lines(lookups, event.stack, max_frames, event.kind, facts.history,
-                               FRAMES_OPTION)
+            out += stack_lines(lookups, event.stack, max_frames, event.kind, facts.history)
     if bound:
         out.append(bound)
     return out

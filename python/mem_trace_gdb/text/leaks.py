@@ -27,8 +27,6 @@ from ..scan import Group, ScanResult, group_by_stack, unreadable_bytes
 from .parts import Lookups, stack_lines
 from .profile import plural
 
-FRAMES_OPTION = "--frames"
-
 
 @dataclass(frozen=True)
 class LeakFacts:

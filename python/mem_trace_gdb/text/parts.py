@@ -17,6 +17,11 @@ from ..layout import CUT_MARKER, Block, History, MemTraceError, Stack, Thread, T
 # (docs/LAYOUT.md "Stack store"); crates/read/src/text.rs's CUT_TEXT.
 CUT_TEXT = "(stack cut: the cap on distinct stacks, MEM_TRACE_MAX_STACKS, was reached)"
 
+# The frame limit as every command spells it (gdb's and `mem-trace`'s alike), named in the
+# line that says a stack was cut, so that the line tells how to see more; crates/read's
+# answer/parts.rs FRAMES_OPTION.
+FRAMES_OPTION = "--frames"
+
 
 class Records(Protocol):
     """Stacks and thread records by id; a `layout.Tracer` is one.
@@ -125,13 +130,11 @@ def stack_lines(
     max_frames: Optional[int],
     kind: str = "allocation",
     history: Optional[History] = None,
-    option: str = "--max-frames",
 ) -> List[str]:
     """The numbered stack of ``kind`` ("allocation" or "free"), or one line saying why not.
 
     ``history`` tells a free stack that was never recorded (MEM_TRACE_FREE_STACKS=0)
-    from one that is just missing. ``option`` is how the command spells the frame
-    limit, named in the line that says the stack was cut.
+    from one that is just missing.
     """
     if stack_id == 0:
         if kind == "free":
@@ -160,7 +163,7 @@ def stack_lines(
             lines.append(recursion_line(step, frames))
             continue
         if max_frames is not None and shown >= max_frames:
-            lines.append(f"    ... ({option} {max_frames})")
+            lines.append(f"    ... ({FRAMES_OPTION} {max_frames})")
             return lines
         lines.append(f"    #{step} {frames[step].describe()}")
         shown += 1

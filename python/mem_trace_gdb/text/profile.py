@@ -34,9 +34,6 @@ BY = {
     "blocks": "live blocks",
     "peak": "bytes at the peak",
 }
-# How the commands spell their frame limit, named when a stack is cut.
-FRAMES_OPTION = "--frames"
-
 
 class NotProfiler(Exception):
     """An old tracer-only library, which kept no counters (every build keeps them now)."""
@@ -229,7 +226,7 @@ def ranking_lines(ranked: Sequence[Ranked], by: str, n: int, lookups: Lookups,
     out = [f"{shown} by {BY[by]}{what}, biggest last:"]
     for k in reversed(range(len(top))):
         out.append(entry_line(k, top[k], by))
-        out += stack_lines(lookups, top[k].stack, max_frames, option=FRAMES_OPTION)
+        out += stack_lines(lookups, top[k].stack, max_frames)
     return out
 
 

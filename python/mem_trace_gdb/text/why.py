@@ -37,9 +37,6 @@ from .parts import (
     thread_text,
 )
 
-# How the command spells its frame limit, named when a stack is cut.
-FRAMES_OPTION = "--max-frames"
-
 
 @dataclass(frozen=True)
 class WhyFacts:
@@ -138,14 +135,13 @@ def freed_lines(facts: WhyFacts, lookups: Lookups, max_frames: Optional[int]) ->
     """ASan's shape: freed by (free stack), previously allocated by (allocation stack)."""
     newest = facts.freed[0]
     lines = [describe_freed(facts.address, newest) + thread_details(lookups, newest.free_thread)]
-    lines += stack_lines(lookups, newest.free_stack, max_frames, "free", facts.history,
-                         FRAMES_OPTION)
+    lines += stack_lines(lookups, newest.free_stack, max_frames, "free", facts.history)
     a = newest.allocation
     lines.append(
         f"previously allocated by {thread_text(a.thread)} (#{a.seq})"
         + thread_details(lookups, a.thread)
     )
-    lines += stack_lines(lookups, a.stack, max_frames, option=FRAMES_OPTION)
+    lines += stack_lines(lookups, a.stack, max_frames)
     if len(facts.freed) > 1:
         lines.append(older_line(len(facts.freed) - 1))
     return lines
@@ -165,7 +161,7 @@ def lines(facts: WhyFacts, lookups: Lookups, max_frames: Optional[int] = None) -
     tail = [f"    (freed-block history unreadable: {facts.freed_error})"] if facts.freed_error else []
     if match is not None and match.relation == "inside":
         out = [describe_match(match) + thread_details(lookups, match.block.thread)]
-        out += stack_lines(lookups, match.block.stack, max_frames, option=FRAMES_OPTION)
+        out += stack_lines(lookups, match.block.stack, max_frames)
         # The live block reuses memory freed before: one line, details in mtrace-history.
         if freed:
             out.append(older_line(len(freed)))
@@ -198,5 +194,5 @@ def lines(facts: WhyFacts, lookups: Lookups, max_frames: Optional[int] = None) -
         )
     if facts.attached_at is not None:
         out.append("    " + attached_line(facts.attached_at))
-    out += stack_lines(lookups, match.block.stack, max_frames, option=FRAMES_OPTION)
+    out += stack_lines(lookups, match.block.stack, max_frames)
     return out + tail

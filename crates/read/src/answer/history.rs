@@ -21,9 +21,6 @@ use super::parts::{
 use crate::layout::{Error, Event, EventKind, History, Tables};
 use crate::memory::Memory;
 
-/// How the command spells its frame limit, named when a stack is cut.
-const FRAMES_OPTION: &str = "-n";
-
 /// What the tables remember about one address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HistoryFacts {
@@ -120,7 +117,6 @@ pub fn lines(
                     max_frames,
                     kind,
                     facts.history.as_ref(),
-                    FRAMES_OPTION,
                 ));
             }
         }

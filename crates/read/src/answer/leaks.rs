@@ -21,8 +21,6 @@ use crate::memory::Memory;
 use crate::target::{Mapping, Module, ThreadState};
 use core::sync::atomic::Ordering::Relaxed;
 
-const FRAMES_OPTION: &str = "--frames";
-
 /// Blocks of one allocation stack, in one class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Group {
@@ -149,7 +147,6 @@ fn group_lines(
             max_frames,
             StackKind::Allocation,
             None,
-            FRAMES_OPTION,
         ));
     }
     if shown.len() < groups.len() {

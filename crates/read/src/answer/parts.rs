@@ -148,17 +148,19 @@ impl StackKind {
     }
 }
 
+/// The frame limit as every command spells it (`mem-trace` and gdb's alike), named in the
+/// line that says a stack was cut, so that the line tells how to see more.
+pub const FRAMES_OPTION: &str = "--frames";
+
 /// The numbered stack `stack_id`, at most `max_frames` frames (inlined ones count), or one
 /// line saying why not. `history` tells a free stack that was never recorded
-/// (`MEM_TRACE_FREE_STACKS=0`) from one that is just missing; `option` is how the command
-/// spells the frame limit, named in the line that says the stack was cut.
+/// (`MEM_TRACE_FREE_STACKS=0`) from one that is just missing.
 pub(super) fn stack_lines(
     lookups: &mut Lookups<'_>,
     stack_id: u32,
     max_frames: Option<usize>,
     kind: StackKind,
     history: Option<&History>,
-    option: &str,
 ) -> Vec<String> {
     let name = kind.name();
     if stack_id == 0 {
@@ -200,7 +202,10 @@ pub(super) fn stack_lines(
         match step {
             Step::Recursion(r) => lines.push(recursion_line(&r, &keys)),
             Step::Frame(_) if max_frames.is_some_and(|max| shown >= max) => {
-                lines.push(format!("    ... ({option} {})", max_frames.unwrap_or(0)));
+                lines.push(format!(
+                    "    ... ({FRAMES_OPTION} {})",
+                    max_frames.unwrap_or(0)
+                ));
                 return lines;
             }
             Step::Frame(k) => {

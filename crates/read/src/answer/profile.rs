@@ -25,9 +25,6 @@ use crate::profile::Peaks;
 use mem_trace_format::{non_negative as positive, Counts};
 use std::collections::BTreeMap;
 
-/// How the commands spell their frame limit, named when a stack is cut.
-const FRAMES_OPTION: &str = "--frames";
-
 /// What a ranking counts (`--by`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum By {
@@ -365,7 +362,6 @@ fn ranking_lines(
             max_frames,
             StackKind::Allocation,
             None,
-            FRAMES_OPTION,
         ));
     }
     out

@@ -24,9 +24,6 @@ use crate::memory::Memory;
 use core::sync::atomic::Ordering::Relaxed;
 use mem_trace_format::Freed;
 
-/// How the command spells its frame limit, named when a stack is cut.
-const FRAMES_OPTION: &str = "--max-frames";
-
 /// What the tables say about one address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WhyFacts {
@@ -180,7 +177,6 @@ fn freed_lines(
         max_frames,
         StackKind::Free,
         facts.history.as_ref(),
-        FRAMES_OPTION,
     ));
     let a = &newest.block;
     out.push(
@@ -198,14 +194,7 @@ fn freed_lines(
 }
 
 fn allocation_stack(lookups: &mut Lookups<'_>, stack: u32, max: Option<usize>) -> Vec<String> {
-    stack_lines(
-        lookups,
-        stack,
-        max,
-        StackKind::Allocation,
-        None,
-        FRAMES_OPTION,
-    )
+    stack_lines(lookups, stack, max, StackKind::Allocation, None)
 }
 
 /// The lines of the answer: live block, else freed block, else a nearby live block; at most

@@ -106,7 +106,13 @@ fn no_stacks_and_cut_stacks() {
         4
     );
     let lines = history_lines(events(), Some(HISTORY_ON), Some(1), true, address);
-    assert_eq!(lines.iter().filter(|l| *l == "    ... (-n 1)").count(), 3);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| *l == "    ... (--frames 1)")
+            .count(),
+        3
+    );
 }
 
 #[test]

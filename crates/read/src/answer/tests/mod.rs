@@ -168,9 +168,7 @@ const HISTORY_ON: History = History {
 };
 
 fn stack(id: u32, max: Option<usize>, kind: StackKind) -> Vec<String> {
-    with_lookups(&FakeRecords::new(), |l| {
-        stack_lines(l, id, max, kind, None, "--max-frames")
-    })
+    with_lookups(&FakeRecords::new(), |l| stack_lines(l, id, max, kind, None))
 }
 
 #[test]
@@ -189,14 +187,7 @@ fn inlined_frames_and_frames_without_symbols() {
 
 /// The lines of `ALLOC_STACK`, whole.
 fn allocation_stack(lookups: &mut Lookups<'_>) -> Vec<String> {
-    stack_lines(
-        lookups,
-        ALLOC_STACK,
-        None,
-        StackKind::Allocation,
-        None,
-        "-f",
-    )
+    stack_lines(lookups, ALLOC_STACK, None, StackKind::Allocation, None)
 }
 
 #[test]
@@ -216,13 +207,13 @@ fn cut_at_max_frames_counting_inlined_frames() {
         stack(DEEP_STACK, Some(1), StackKind::Allocation),
         [
             "    #0 0x555555555300 in inner (inlined) at /src/demo.c:7",
-            "    ... (--max-frames 1)",
+            "    ... (--frames 1)",
         ]
     );
     assert_eq!(stack(DEEP_STACK, Some(5), StackKind::Allocation).len(), 5);
     assert_eq!(
         stack(DEEP_STACK, Some(0), StackKind::Allocation),
-        ["    ... (--max-frames 0)"]
+        ["    ... (--frames 0)"]
     );
 }
 
@@ -243,7 +234,7 @@ fn a_recursion_is_shown_once_then_counted() {
     );
     let lines = |id, max| {
         with_lookups(&records, |l| {
-            stack_lines(l, id, max, StackKind::Allocation, None, "--max-frames")
+            stack_lines(l, id, max, StackKind::Allocation, None)
         })
     };
     let got = lines(9, None);
@@ -260,7 +251,7 @@ fn a_recursion_is_shown_once_then_counted() {
         ]
     );
     let mut cut = got[..6].to_vec();
-    cut.push("    ... (--max-frames 5)".into());
+    cut.push("    ... (--frames 5)".into());
     assert_eq!(lines(9, Some(5)), cut);
     assert_eq!(
         lines(10, None)[3..5],
@@ -316,7 +307,7 @@ fn cut_stacks_end_with_the_cut_line() {
         fake_symbolize(pc)
     };
     let mut lookups = Lookups::new(&records, &mut symbolize);
-    let mut lines = |id, max| stack_lines(&mut lookups, id, max, StackKind::Allocation, None, "-n");
+    let mut lines = |id, max| stack_lines(&mut lookups, id, max, StackKind::Allocation, None);
     assert_eq!(
         lines(CUT_STACK, None),
         ["    #0 0x55555555518b in new_order at /src/demo.c:16", CUT]
@@ -331,7 +322,7 @@ fn cut_stacks_end_with_the_cut_line() {
     let mut raw = super::frame::unsymbolized;
     let mut lookups = Lookups::new(&records, &mut raw);
     assert_eq!(
-        stack_lines(&mut lookups, CUT_STACK, None, StackKind::Free, None, "-n"),
+        stack_lines(&mut lookups, CUT_STACK, None, StackKind::Free, None),
         ["    #0 0x55555555518b", CUT]
     );
 }
