@@ -115,6 +115,30 @@ class BaseTests(unittest.TestCase):
             self.assertEqual((args.address, args.frames), (expression, frames), line)
             self.assertIsInstance(args.address, self.base.Expression)
 
+    def test_shared_options_are_spelled_alike(self):
+        """Frames per stack is -f/--frames and a count of entries -n/--count in every
+        command that has one, as in `mem-trace`; the spellings they replaced still parse."""
+        parsers = {}
+        for name in ("why", "history", "top", "peaks", "leaks", "info"):
+            parsers[name] = importlib.import_module(f"mem_trace_gdb.commands.{name}").parser
+            for action in parsers[name]._actions:
+                if action.help == argparse.SUPPRESS:
+                    continue
+                if "frames" in (action.help or ""):
+                    self.assertEqual(action.option_strings, ["-f", "--frames"], name)
+                if action.dest == "count" or "-n" in action.option_strings:
+                    self.assertEqual(action.option_strings, ["-n", "--count"], name)
+            usage = parsers[name].format_usage()
+            self.assertNotIn("--max-frames", usage, name)
+        parse = self.base.parse
+        for line in ("-f 3 p", "-n 3 p", "--max-frames 3 p", "--max-frames=3 p"):
+            self.assertEqual(parse(parsers["why"], line).frames, 3, line)
+        self.assertEqual(parse(parsers["why"], "p").frames, 0)
+        self.assertEqual(parse(parsers["history"], "-n 3 p").frames, 3)
+        top = parsers["top"]
+        self.assertEqual(top.parse_args(["-n", "3"]).count, 3)
+        self.assertEqual(top.parse_args(["3", "--by", "blocks"]).count_word, 3)
+
     def test_expressions_are_evaluated_after_the_line_parsed(self):
         seen = []
         command = self.expression_command(seen)
@@ -141,7 +165,7 @@ class BaseTests(unittest.TestCase):
         doc = self.history.HistoryCommand.__doc__
         self.assertTrue(doc.startswith(
             "List every remembered allocation and free of the memory at an address, newest first.\n"
-            "\nusage: mtrace-history [-h] [-n N] [--no-stacks] [-r] EXPR\n"), doc)
+            "\nusage: mtrace-history [-h] [-f N] [--no-stacks] [-r] EXPR\n"), doc)
         self.assertEqual(doc.count("List every remembered"), 1)
 
     def test_completion_follows_the_parser(self):
@@ -165,8 +189,8 @@ class BaseTests(unittest.TestCase):
         self.assertOneLine(lambda: history.invoke("-n -1 p", False),
                            "mtrace-history: -n -1: the number of frames cannot be negative "
                            "(see 'mtrace-history -h')")
-        self.assertOneLine(lambda: history.invoke("-n x p", False),
-                           "mtrace-history: argument -n/--frames: invalid int value: 'x' "
+        self.assertOneLine(lambda: history.invoke("-f x p", False),
+                           "mtrace-history: argument -f/--frames: invalid int value: 'x' "
                            "(see 'mtrace-history -h')")
         self.assertOneLine(lambda: self.info.InfoCommand().invoke("extra", False),
                            "mtrace-info: unrecognized arguments: extra (see 'mtrace-info -h')")

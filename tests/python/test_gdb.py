@@ -231,7 +231,7 @@ class GdbTests(unittest.TestCase):
     def test_history_errors_and_help(self):
         out = self.live
         self.assertLine(out, r"no remembered allocation or free touches 0x10")
-        self.assertLine(out, r"usage: mtrace-history \[-h\] \[-n N\] \[--no-stacks\] \[-r\] EXPR")
+        self.assertLine(out, r"usage: mtrace-history \[-h\] \[-f N\] \[--no-stacks\] \[-r\] EXPR")
         self.assertLine(out, r"mtrace-history: -n -1: the number of frames cannot be negative \(see 'mtrace-history -h'\)")
         self.assertLine(out, r"mtrace-history: the following arguments are required: EXPR .*")
         self.assertLine(out, r"List every remembered allocation and free .*")

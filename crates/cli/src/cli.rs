@@ -315,7 +315,7 @@ impl By {
     }
 }
 
-/// Frames per stack (`-f N`/`-n N`, 0: all), raw addresses (`-r`).
+/// Frames per stack (`-f N`, 0: all), raw addresses (`-r`).
 #[derive(Debug, Clone, Args)]
 pub struct StackOptions {
     /// Frames per stack (0: all).
@@ -335,9 +335,13 @@ pub struct TopArgs {
     /// The target.
     #[command(flatten)]
     pub target: TargetArgs,
-    /// How many stacks.
-    #[arg(value_name = "N", default_value_t = 10, value_parser = positive)]
-    pub count: u64,
+    /// How many stacks (default 10).
+    #[arg(short = 'n', long = "count", value_name = "N", value_parser = positive)]
+    pub count: Option<u64>,
+    /// The count as a word after the target (`top PID 3`), as it was first spelled: kept for
+    /// the scripts that use it, out of the help.
+    #[arg(value_name = "N", value_parser = positive, hide = true, conflicts_with = "count")]
+    pub count_word: Option<u64>,
     /// What to rank by.
     #[arg(long, value_enum, default_value_t = By::Live)]
     pub by: By,
@@ -347,6 +351,13 @@ pub struct TopArgs {
     /// Frames and symbolization.
     #[command(flatten)]
     pub stacks: StackOptions,
+}
+
+impl TopArgs {
+    /// How many stacks, however spelled.
+    pub fn count(&self) -> u64 {
+        self.count.or(self.count_word).unwrap_or(10)
+    }
 }
 
 /// `mem-trace peaks`.
@@ -398,9 +409,18 @@ pub struct WhyArgs {
     /// The address to explain (0x... or decimal).
     #[arg(value_name = "ADDR", value_parser = address)]
     pub address: u64,
-    /// Print at most N frames of each stack.
-    #[arg(short = 'n', long = "max-frames", value_name = "N")]
-    pub max_frames: Option<usize>,
+    /// Frames per stack (0: all; default 0, since the answer is about one block).
+    // `-n` and `--max-frames` were its first spellings: hidden, for the scripts that use them.
+    #[arg(
+        short = 'f',
+        long = "frames",
+        value_name = "N",
+        default_value_t = 0,
+        hide_default_value = true,
+        short_alias = 'n',
+        alias = "max-frames"
+    )]
+    pub frames: usize,
     /// How far outside a block to still name it (0: off).
     #[arg(long, value_name = "BYTES", default_value_t = 4096)]
     pub gap: u64,
@@ -419,7 +439,14 @@ pub struct HistoryArgs {
     #[arg(value_name = "ADDR", value_parser = address)]
     pub address: u64,
     /// Frames per stack (0: all).
-    #[arg(short = 'n', long = "frames", value_name = "N", default_value_t = DEFAULT_FRAMES)]
+    // `-n` was its first spelling: hidden, for the scripts that use it.
+    #[arg(
+        short = 'f',
+        long = "frames",
+        value_name = "N",
+        default_value_t = DEFAULT_FRAMES,
+        short_alias = 'n'
+    )]
     pub frames: usize,
     /// One line per event, no stacks.
     #[arg(long)]
@@ -553,7 +580,7 @@ pub struct PushArgs {
     #[arg(long = "label", value_name = "NAME=VALUE", value_parser = crate::push::parse_label)]
     pub labels: Vec<(String, String)>,
     /// Stop after this many profiles (0: when the process ends).
-    #[arg(long, value_name = "N", default_value = "0")]
+    #[arg(short = 'n', long = "count", value_name = "N", default_value = "0")]
     pub count: u64,
     /// Seconds to wait for the server to connect and to answer.
     #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = seconds)]
@@ -733,7 +760,7 @@ mod tests {
         let Command::Top(t) = cli.command else {
             panic!("not top")
         };
-        assert_eq!((t.count, t.by, t.thread), (3, By::Allocated, Some(2)));
+        assert_eq!((t.count(), t.by, t.thread), (3, By::Allocated, Some(2)));
         assert_eq!(t.stacks.frames, 0);
         assert!(Cli::try_parse_from(["mem-trace", "top", "42", "0"]).is_err());
         assert!(Cli::try_parse_from(["mem-trace", "top", "42", "--by", "size"]).is_err());

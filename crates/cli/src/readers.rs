@@ -21,10 +21,10 @@ use mem_trace_read::text::NamesTally;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt as _;
 
-/// `mem-trace top TARGET [N] [--by ...] [--thread T] [-f N] [-r]`.
+/// `mem-trace top TARGET [-n N] [--by ...] [--thread T] [-f N] [-r]`.
 pub fn top(args: &TopArgs) -> Result<()> {
     let options = TopOptions {
-        count: usize::try_from(args.count).unwrap_or(usize::MAX),
+        count: usize::try_from(args.count()).unwrap_or(usize::MAX),
         by: args.by.into(),
         thread: args.thread.map(|t| u32::try_from(t).unwrap_or(u32::MAX)),
         frames: answer::all_if_zero(args.stacks.frames),
@@ -101,10 +101,11 @@ pub fn leaks(args: &LeaksArgs) -> Result<()> {
     answered
 }
 
-/// `mem-trace why TARGET ADDR [-n N] [--gap BYTES] [-r]`.
+/// `mem-trace why TARGET ADDR [-f N] [--gap BYTES] [-r]`.
 pub fn why(args: &WhyArgs) -> Result<()> {
     let options = WhyOptions {
-        max_frames: args.max_frames,
+        // 0 is all, as for every frames option (and for mtrace-why).
+        max_frames: answer::all_if_zero(args.frames),
         gap: args.gap,
     };
     let stacks = StackOptions {
@@ -119,7 +120,7 @@ pub fn why(args: &WhyArgs) -> Result<()> {
     )
 }
 
-/// `mem-trace history TARGET ADDR [-n N] [--no-stacks] [-r]`.
+/// `mem-trace history TARGET ADDR [-f N] [--no-stacks] [-r]`.
 pub fn history(args: &HistoryArgs) -> Result<()> {
     let options = HistoryOptions {
         frames: answer::all_if_zero(args.frames),

@@ -28,10 +28,10 @@ parser = ArgumentParser(
         "Examples:\n"
         "  mtrace-history p\n"
         "  mtrace-history --no-stacks &v[3]\n"
-        "  mtrace-history -n 3 $rdi"
+        "  mtrace-history -f 3 $rdi"
     ),
 )
-add_frames(parser, "-n", "--frames")
+add_frames(parser, old=("-n",))
 parser.add_argument("--no-stacks", action="store_true", help="one line per event, no stacks")
 add_raw(parser)
 parser.add_argument("address", type=Expression, metavar="EXPR",

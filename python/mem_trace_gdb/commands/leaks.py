@@ -205,7 +205,7 @@ parser = ArgumentParser(
 )
 parser.add_argument("-n", "--count", type=non_negative, default=DEFAULT_GROUPS,
                     metavar="N", help="stacks of each kind to show (default %(default)s; 0: all)")
-add_frames(parser, "-f", "--frames")
+add_frames(parser)
 parser.add_argument("--no-reachable", action="store_true",
                     help="do not list the still reachable blocks (the summary counts them)")
 add_raw(parser)

@@ -1,7 +1,10 @@
 """Options several commands share: how many frames and stacks to show, raw addresses.
 
-One definition each, so that `-f 0`, `-n -1` and `-r` mean the same in every command and
-fail with the same words.
+One definition each, so that `-f 0`, `-n 0` and `-r` mean the same in every command and
+fail with the same words, and one spelling each, the `mem-trace` command's too: frames per
+stack `-f/--frames`, how many entries `-n/--count`. A spelling a command once had instead
+(`mtrace-why -n/--max-frames`, `mtrace-history -n`) still parses, out of the help, so that
+scripts written against it keep working.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ DEFAULT_FRAMES = 8
 
 
 class FrameCount(argparse.Action):
-    """`-n N` / `-f N`: a number of frames, 0 for all; a negative one is a usage error."""
+    """`-f N`: a number of frames, 0 for all; a negative one is a usage error."""
 
     def __call__(self, parser, namespace, value, option_string=None):
         if value < 0:
@@ -44,10 +47,17 @@ non_negative = _count_at_least(0, "is negative")
 """A count, 0 meaning "all"."""
 
 
-def add_frames(parser: argparse.ArgumentParser, *flags: str) -> None:
-    """The frames-per-stack option, spelled ``flags`` (``-f``/``--frames`` or ``-n``/...)."""
-    parser.add_argument(*flags, type=int, action=FrameCount, default=DEFAULT_FRAMES,
-                        metavar="N", help="frames per stack (default %(default)s; 0: all)")
+def add_frames(parser: argparse.ArgumentParser, default: int = DEFAULT_FRAMES,
+               help: str = "frames per stack (default %(default)s; 0: all)",
+               old: tuple = ()) -> None:
+    """``-f``/``--frames N``, frames per stack; ``old`` are the command's former spellings,
+    still taken but not shown."""
+    parser.add_argument("-f", "--frames", type=int, action=FrameCount, default=default,
+                        metavar="N", help=help)
+    if old:
+        # Its own default is SUPPRESS, so that it never overwrites the one above.
+        parser.add_argument(*old, dest="frames", type=int, action=FrameCount,
+                            default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def add_raw(parser: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ parser = ArgumentParser(
     prog="mtrace-peaks",
     description="Show live bytes now and at the peak, per thread, and the stacks that held the peak.",
     epilog=(
-        "Needs the library built with the `profiler` feature. The peak is the highest\n"
+        "Reads the counters every build of the library keeps. The peak is the highest\n"
         "live-byte count since the start, or since the last mem_trace_reset_peaks()\n"
         "(each reset starts a new phase); each thread's peak is its own. Threads are\n"
         "listed by the tracer's thread index, exited ones too.\n"
@@ -34,7 +34,7 @@ parser = ArgumentParser(
 )
 parser.add_argument("-n", "--count", type=positive, default=DEFAULT_COUNT, metavar="N",
                     help="stacks at the peak to show (default %(default)s)")
-add_frames(parser, "-f", "--frames")
+add_frames(parser)
 add_raw(parser)
 
 

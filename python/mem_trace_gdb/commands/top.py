@@ -1,4 +1,4 @@
-"""`mtrace-top [N] [--by live|allocated|blocks|peak] [--thread T]`: the stacks that hold
+"""`mtrace-top [-n N] [--by live|allocated|blocks|peak] [--thread T]`: the stacks that hold
 the most, from the profiler's per-stack counters.
 
 The answer's text is in `text.profile`; this is the command line.
@@ -6,6 +6,7 @@ The answer's text is in `text.profile`; this is the command line.
 
 from __future__ import annotations
 
+import argparse
 
 import gdb
 
@@ -23,7 +24,7 @@ parser = ArgumentParser(
     prog="mtrace-top",
     description="List the allocation stacks that hold the most memory, biggest last.",
     epilog=(
-        "Needs the library built with the `profiler` feature. Ranks stacks by\n"
+        "Reads the per-stack counters every build of the library keeps. Ranks stacks by\n"
         "  live       bytes in live blocks (default)\n"
         "  blocks     live blocks\n"
         "  allocated  bytes ever allocated, freed or not\n"
@@ -37,17 +38,20 @@ parser = ArgumentParser(
         "\n"
         "Examples:\n"
         "  mtrace-top\n"
-        "  mtrace-top 3 --by allocated\n"
+        "  mtrace-top -n 3 --by allocated\n"
         "  mtrace-top --thread 2 --by blocks"
     ),
 )
-parser.add_argument("count", nargs="?", type=positive, default=DEFAULT_COUNT, metavar="N",
-                    help="how many stacks (default %(default)s)")
+parser.add_argument("-n", "--count", type=positive, default=None, metavar="N",
+                    help=f"how many stacks (default {DEFAULT_COUNT})")
+# The count as a bare word (`mtrace-top 3`), as it was first spelled: still taken, not shown.
+parser.add_argument("count_word", nargs="?", type=positive, default=None,
+                    help=argparse.SUPPRESS)
 parser.add_argument("--by", choices=tuple(profile.BY), default="live",
                     help="what to rank by (default %(default)s)")
 parser.add_argument("--thread", type=positive, default=None, metavar="T",
                     help="only live blocks allocated by thread index T")
-add_frames(parser, "-f", "--frames")
+add_frames(parser)
 add_raw(parser)
 
 
@@ -57,6 +61,9 @@ class TopCommand(ArgparsedCommand):
     words = True
 
     def run(self, args):
+        if args.count is not None and args.count_word is not None:
+            raise UsageError("the count twice: give -n N alone")
+        shown = args.count or args.count_word or DEFAULT_COUNT
         if args.thread is not None and args.by not in ("live", "blocks"):
             raise UsageError(
                 f"--thread counts the live blocks of the live-block table, which knows nothing "
@@ -75,5 +82,5 @@ class TopCommand(ArgparsedCommand):
                     "(mtrace-peaks lists them)"
                 )
         facts = profile.TopFacts.read(tracer, args.by, args.thread)
-        return profile.top_lines(facts, lookups(tracer, args.raw), args.count,
+        return profile.top_lines(facts, lookups(tracer, args.raw), shown,
                                  args.frames or None)

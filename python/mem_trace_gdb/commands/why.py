@@ -11,7 +11,7 @@ from .. import layout, memory
 from ..text import why
 from .base import ArgparsedCommand, ArgumentParser, Expression
 from .lookups import lookups
-from .options import FrameCount, add_raw, non_negative
+from .options import add_frames, add_raw, non_negative
 
 parser = ArgumentParser(
     prog="mtrace-why",
@@ -30,13 +30,12 @@ parser = ArgumentParser(
         "Examples:\n"
         "  mtrace-why p\n"
         "  mtrace-why &v[3]\n"
-        "  mtrace-why -n 5 $rdi"
+        "  mtrace-why -f 5 $rdi"
     ),
 )
-# All frames unless asked: this is the one answer about one block. `-n` is otherwise the
-# frames option every command shares (a negative count is refused, 0 means all).
-parser.add_argument("-n", "--max-frames", type=int, action=FrameCount, default=0, metavar="N",
-                    help="print at most N frames of each stack (default and 0: all)")
+# All frames unless asked: this is the one answer about one block.
+add_frames(parser, default=0, help="frames per stack (default and 0: all)",
+           old=("-n", "--max-frames"))
 parser.add_argument("--gap", type=non_negative, default=layout.DEFAULT_MAX_GAP, metavar="BYTES",
                     help="how far outside a block to still name it (default %(default)s, 0: off)")
 add_raw(parser)
@@ -50,4 +49,4 @@ class WhyCommand(ArgparsedCommand):
     def run(self, args):
         tracer = memory.open_tracer()
         facts = why.WhyFacts.read(tracer, args.address, args.gap)
-        return why.lines(facts, lookups(tracer, args.raw), args.max_frames or None)
+        return why.lines(facts, lookups(tracer, args.raw), args.frames or None)

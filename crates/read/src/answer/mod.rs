@@ -73,7 +73,7 @@ impl From<layout::Error> for AnswerError {
 /// The options of `why` (`mtrace-why`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WhyOptions {
-    /// Frames per stack (`-n`/`--max-frames`; `None`, the default: all).
+    /// Frames per stack (`-f`/`--frames`; `None`, the default: all).
     pub max_frames: Option<usize>,
     /// How far outside a block an address still names it (`--gap`, default 4096, 0: off).
     pub gap: u64,
@@ -91,7 +91,7 @@ impl Default for WhyOptions {
 /// The options of `history` (`mtrace-history`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HistoryOptions {
-    /// Frames per stack (`-n`/`--frames`, default 8; `None`: all).
+    /// Frames per stack (`-f`/`--frames`, default 8; `None`: all).
     pub frames: Option<usize>,
     /// One line per event, no stacks (`--no-stacks`).
     pub no_stacks: bool,
@@ -109,7 +109,7 @@ impl Default for HistoryOptions {
 /// The options of `top` (`mtrace-top`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TopOptions {
-    /// How many stacks (`N`, default 10, at least 1).
+    /// How many stacks (`-n`/`--count`, default 10, at least 1).
     pub count: usize,
     /// What to rank by (`--by`, default live).
     pub by: By,
