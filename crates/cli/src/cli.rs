@@ -2,7 +2,13 @@
 //!
 //! The reading subcommands take the options of the gdb commands they mirror
 //! (`python/mem_trace_gdb/commands/`), with the same names, defaults and limits, so that
-//! `mtrace-top 3 --by allocated` in gdb is `mem-trace top PID 3 --by allocated` here.
+//! `mtrace-top -n 3 --by allocated` in gdb is `mem-trace top PID -n 3 --by allocated` here.
+//!
+//! One idea has one spelling in every subcommand that has it: frames per stack `-f/--frames`,
+//! how many entries to list `-n/--count`, the tracer's mode `--mode`, sampling `--sample`,
+//! where the output goes `-o/--output`. Spellings that once differed (`why -n/--max-frames`,
+//! `history -n`, `attach --out`, `top PID N`) still parse, as hidden aliases, so that scripts
+//! written against them keep working; tests/cli_spelling.rs reads every `--help` for it.
 
 use crate::error::{Error, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -16,9 +22,11 @@ pub const DEFAULT_FRAMES: usize = 8;
 #[derive(Debug, Parser)]
 #[command(name = "mem-trace", version)]
 #[command(
-    after_help = "TARGET is a PID (a running process, read without stopping it) or \
-a core file (--exe names the executable when the core's own notes do not).\n\
-The program must run with libmem_trace.so preloaded: `mem-trace run PROGRAM` does that."
+    after_help = "TARGET is a PID (a running process, read without stopping it, but by \
+`leaks`, which stops it for its scan) or a core file (--exe names the executable when the \
+core's own notes do not).\n\
+The program must run with libmem_trace.so preloaded (`mem-trace run PROGRAM` does that) or \
+have it loaded by `mem-trace attach PID`."
 )]
 pub struct Cli {
     /// What to do.
@@ -59,8 +67,8 @@ pub enum Command {
     /// Write a heap profile in pprof's format (gzipped profile.proto), for `go tool pprof`,
     /// Pyroscope, Parca and speedscope.
     Pprof(PprofArgs),
-    /// Send the heap profile to a continuous-profiling server (Grafana Pyroscope) at each
-    /// interval, until the process ends.
+    /// Send the heap profile to a continuous-profiling server (Grafana Pyroscope, or Parca)
+    /// at each interval, until the process ends.
     Push(PushArgs),
     /// Load the tracer into a running process and record what it allocates from then on.
     Attach(AttachArgs),
@@ -87,18 +95,24 @@ pub struct AttachArgs {
     #[arg(value_name = "PID")]
     pub pid: i32,
     /// What the tracer records: `profile` (allocation stacks only) or `debug` (also who freed
-    /// each block, a history of frees and a quarantine). Default: debug.
-    #[arg(long, value_enum, value_name = "MODE")]
+    /// each block, and a history of frees). An attached tracer holds no quarantine in either
+    /// mode: blocks from before the attach are unknown to it. Default: profile, as for `run`:
+    /// a process attached to is one that has run for long, to see where its memory goes,
+    /// and profile costs about half of debug.
+    // Always `Some`: the settings name the mode the library is to use, whatever its own
+    // default.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "profile")]
     pub mode: Option<Mode>,
     /// Record one allocation per BYTES allocated, on average (MEM_TRACE_SAMPLE): a number
     /// with K, M, G or T if wanted, at most 1T; 0 records every block.
     #[arg(long, value_name = "BYTES", value_parser = sample_mean)]
     pub sample: Option<u64>,
-    /// Frames kept per stack, 1 to 128 (MEM_TRACE_FRAMES).
-    #[arg(long, value_name = "N")]
+    /// Frames kept per stack, 1 to 128 (MEM_TRACE_FRAMES; default 64).
+    #[arg(short = 'f', long = "frames", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=128))]
     pub frames: Option<u32>,
-    /// Write the profiler's reports (at exit, on SIGUSR2) into DIR, which must exist.
-    #[arg(long, value_name = "DIR")]
+    /// Write the profiler's reports into DIR, which must exist: at exit, on SIGUSR2, and
+    /// every 30 s. Without it nothing is written.
+    #[arg(short = 'o', long = "output", alias = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
@@ -131,11 +145,21 @@ a SIGINT sent to it), it asks every traced process for a final report, waits for
 most), then passes the signal on; processes that ended with no exit report are named."
 )]
 pub struct RunArgs {
-    /// What the tracer records: `profile` (allocation stacks only, the cheaper) or `debug`
-    /// (also who freed each block, a history of frees and a quarantine, for dangling
-    /// pointers). Default: $MEM_TRACE_MODE if set, else profile.
+    /// What the tracer records: `profile` (allocation stacks only) or `debug` (also who freed
+    /// each block, a history of frees and a quarantine, for dangling pointers). Default:
+    /// $MEM_TRACE_MODE if set, else profile, as for `attach`: the reports are of where the
+    /// memory goes, which profile answers at about half debug's cost.
     #[arg(long, value_enum, value_name = "MODE")]
     pub mode: Option<Mode>,
+    /// Record one allocation per BYTES allocated, on average (MEM_TRACE_SAMPLE): a number
+    /// with K, M, G or T if wanted, at most 1T; 0 records every block. Default:
+    /// $MEM_TRACE_SAMPLE if set, else 0.
+    #[arg(long, value_name = "BYTES", value_parser = sample_mean)]
+    pub sample: Option<u64>,
+    /// Frames kept per stack, 1 to 128 (MEM_TRACE_FRAMES). Default: $MEM_TRACE_FRAMES if
+    /// set, else 64.
+    #[arg(short = 'f', long = "frames", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=128))]
+    pub frames: Option<u32>,
     /// Also write a report every MEM_TRACE_PROFILE_INTERVAL seconds (default 30), not only at
     /// exit.
     #[arg(long)]
@@ -224,13 +248,13 @@ pub enum Server {
     Parca,
 }
 
-/// `mem-trace run --mode`: the library's `MEM_TRACE_MODE`.
+/// `mem-trace run --mode` and `attach --mode`: the library's `MEM_TRACE_MODE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
     /// Allocation stacks only: where the memory goes.
     Profile,
-    /// Allocation and free stacks, the history of frees and the quarantine: where a pointer
-    /// came from, and who freed it.
+    /// Allocation and free stacks and the history of frees: where a pointer came from, and
+    /// who freed it.
     Debug,
 }
 
@@ -740,6 +764,66 @@ mod tests {
         ] {
             assert_eq!(words(args), args, "mem-trace gdb {args:?}");
         }
+    }
+
+    #[test]
+    fn old_spellings_still_parse() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["mem-trace"].iter().chain(args))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+                .command
+        };
+        for args in [
+            &["why", "core", "0x10", "-f", "3"][..],
+            &["why", "core", "0x10", "-n", "3"],
+            &["why", "core", "0x10", "--max-frames", "3"],
+            &["why", "core", "0x10", "--max-frames=3"],
+        ] {
+            let Command::Why(w) = parse(args) else {
+                panic!("not why")
+            };
+            assert_eq!(w.frames, 3, "{args:?}");
+        }
+        let Command::Why(w) = parse(&["why", "core", "0x10"]) else {
+            panic!("not why")
+        };
+        assert_eq!(w.frames, 0, "whole stacks by default");
+        for args in [
+            &["history", "core", "0x10", "-f", "3"][..],
+            &["history", "core", "0x10", "-n", "3"],
+        ] {
+            let Command::History(h) = parse(args) else {
+                panic!("not history")
+            };
+            assert_eq!(h.frames, 3, "{args:?}");
+        }
+        for args in [&["top", "core", "-n", "3"][..], &["top", "core", "3"]] {
+            let Command::Top(t) = parse(args) else {
+                panic!("not top")
+            };
+            assert_eq!(t.count(), 3, "{args:?}");
+        }
+        let Command::Top(t) = parse(&["top", "core"]) else {
+            panic!("not top")
+        };
+        assert_eq!(t.count(), 10);
+        assert!(Cli::try_parse_from(["mem-trace", "top", "core", "3", "-n", "4"]).is_err());
+        for args in [
+            &["attach", "1", "-o", "d", "-f", "16"][..],
+            &["attach", "1", "--out", "d", "--frames", "16"],
+        ] {
+            let Command::Attach(a) = parse(args) else {
+                panic!("not attach")
+            };
+            assert_eq!(a.out, Some(PathBuf::from("d")), "{args:?}");
+            assert_eq!(a.frames, Some(16), "{args:?}");
+            assert_eq!(a.mode, Some(Mode::Profile), "profile unless told");
+        }
+        let Command::Run(r) = parse(&["run", "--sample", "64K", "-f", "16", "ls"]) else {
+            panic!("not run")
+        };
+        assert_eq!((r.sample, r.frames, r.mode), (Some(65536), Some(16), None));
+        assert!(Cli::try_parse_from(["mem-trace", "run", "-f", "0", "ls"]).is_err());
     }
 
     #[test]

@@ -28,6 +28,7 @@
 //! | `MEM_TRACE_PROFILE_INTERVAL` | `0` without `--profile` | only the exit report; with `--profile` the user's interval (default 30 s) |
 //! | `MEM_TRACE_HOLD_AT_EXIT` | `1` with `--pprof` or `--push` | each process waits at exit until `run` has read its tables (`at_exit`) |
 //! | `MEM_TRACE_MODE` | `--mode`, else the user's, else `profile` | a profile needs allocation stacks only, at about half the cost of `debug`'s free stacks, history and quarantine |
+//! | `MEM_TRACE_SAMPLE`, `MEM_TRACE_FRAMES` | `--sample`, `--frames`, when given | the options `attach` takes, spelled alike |
 //!
 //! Its stdin, stdout and stderr are ours, untouched. The reports' files are written by the
 //! library itself (`crates/core/src/profile/`); `outputs` completes them afterwards.
@@ -75,6 +76,13 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     ];
     if !args.profile {
         env.push(("MEM_TRACE_PROFILE_INTERVAL", "0".into()));
+    }
+    // Unset, the environment's own value (or the library's default) holds.
+    if let Some(n) = args.sample {
+        env.push(("MEM_TRACE_SAMPLE", n.to_string().into()));
+    }
+    if let Some(n) = args.frames {
+        env.push(("MEM_TRACE_FRAMES", n.to_string().into()));
     }
     if let Some((value, said)) = python::pythonmalloc(std::env::var_os("PYTHONMALLOC"), &path) {
         env.push(("PYTHONMALLOC", value));
