@@ -438,8 +438,10 @@ class ProfileTextTests(unittest.TestCase):
         self.assertEqual(leaks.lines(facts, lookups(t)), [
             "scanned 4096 bytes of roots (3 objects' data, 1 thread stack, 1 register set), "
             "reached 2 of 3 live blocks",
+            "definitely lost: 1 stack, biggest first:",
             "definitely lost: 1000 bytes in 1 block, allocated from:",
             "    #0 0x3000 in leak_site at /src/p.c:76",
+            "still reachable: 1 stack, biggest first:",
             "still reachable: 8192 bytes in 2 blocks, allocated from:",
             "    #0 0x1000 in hold_site at /src/p.c:56",
             "SUMMARY: 1000 bytes definitely lost in 1 block (direct: 1000 bytes in 1 block, "
@@ -448,6 +450,7 @@ class ProfileTextTests(unittest.TestCase):
         ])
         out = leaks.lines(facts, lookups(t), limit=0 or None, reachable=False)
         self.assertNotIn("still reachable: 8192 bytes in 2 blocks, allocated from:", out)
+        self.assertNotIn("still reachable: 1 stack, biggest first:", out)
 
     def test_leak_lines_with_possibly_lost_blocks(self):
         t = self.tracer()
@@ -459,8 +462,10 @@ class ProfileTextTests(unittest.TestCase):
             "scanned 4096 bytes of roots (3 objects' data, 1 thread stack, 1 register set), "
             "reached 3 of 3 live blocks (1 only through interior pointers)",
             "no block is definitely lost",
+            "possibly lost: 1 stack, biggest first:",
             "possibly lost: 1000 bytes in 1 block, allocated from:",
             "    #0 0x3000 in leak_site at /src/p.c:76",
+            "still reachable: 1 stack, biggest first:",
             "still reachable: 8192 bytes in 2 blocks, allocated from:",
             "    #0 0x1000 in hold_site at /src/p.c:56",
             "SUMMARY: 0 bytes definitely lost in 0 blocks (direct: 0 bytes in 0 blocks, indirect: "

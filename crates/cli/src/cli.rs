@@ -49,7 +49,7 @@ pub enum Command {
     /// (mtrace-peaks).
     Peaks(PeaksArgs),
     /// List the live blocks definitely lost, possibly lost and still reachable, by allocation
-    /// stack (mtrace-leaks).
+    /// stack, biggest first in each class (mtrace-leaks).
     Leaks(LeaksArgs),
     /// Show the heap block that holds an address, and the stacks that allocated (and freed)
     /// it (mtrace-why).
@@ -402,7 +402,13 @@ pub struct PeaksArgs {
 #[derive(Debug, Args)]
 #[command(
     after_help = "A conservative scan from the roots (writable data of the loaded \
-objects, thread stacks, registers), with the rules of the profiler's exit report."
+objects, thread stacks, registers), with the rules of the profiler's exit report. A running \
+process is stopped for the scan (with ptrace) and resumed as it was; --no-stop reads it \
+running.\n\
+Each class (definitely lost, possibly lost, still reachable) lists its stacks biggest first, \
+unlike top and peaks, which put the biggest last, next to the prompt: here three lists and a \
+summary follow one another, so no order puts the biggest of each there, and first opens each \
+list with the stack that matters most, as memcheck, LeakSanitizer and the exit report do."
 )]
 pub struct LeaksArgs {
     /// The target.

@@ -3,19 +3,27 @@ possibly lost, still reachable: see scan.py), grouped by the stack that allocate
 way memcheck reports them:
 
     scanned 100688 bytes of roots (5 objects' data, 2 thread stacks, 2 register sets), reached 16397 of 16497 live blocks
+    definitely lost: 1 stack, biggest first:
     definitely lost: 100000 bytes in 100 blocks, allocated from:
         #0 0x5555555552a9 in leak_site at tests/fixtures/profile_sites.c:332
         #1 0x5555555554c1 in sites at tests/fixtures/profile_sites.c:467
     ...
+    still reachable: 3 stacks, biggest first:
     still reachable: 67108864 bytes in 16384 blocks, allocated from:
         #0 0x55555555526a in hold_site at tests/fixtures/profile_sites.c:312
     ...
     SUMMARY: 100000 bytes definitely lost in 100 blocks (direct: 100000 bytes in 100 blocks, indirect: 0 bytes in 0 blocks); 0 bytes possibly lost in 0 blocks; 67294320 bytes still reachable in 16397 blocks
 
 Definitely lost groups first, then possibly lost ones, then still reachable ones, each
-biggest first; the classes and their totals are those of the in-process leak check of the
-profiler build (its exit report's `leak check:` line). The scan itself is
-`scan.py`; the roots are found by commands/leaks.py.
+class under a line saying it is biggest first; the classes and their totals are those of the
+in-process leak check of the profiler build (its exit report's `leak check:` line). The scan
+itself is `scan.py`; the roots are found by commands/leaks.py.
+
+Biggest first, where mtrace-top and mtrace-peaks put the biggest last, next to the prompt:
+three lists follow one another here, then the summary, so no order puts the biggest of each
+next to the prompt. First, each list opens with the stack that matters most (the biggest
+definite leak is the first stack of the answer), as memcheck and LeakSanitizer list theirs
+and as the exit report does.
 """
 
 from __future__ import annotations
@@ -70,10 +78,12 @@ def group_lines(kind: str, groups: Sequence[Group], limit: Optional[int], lookup
                 max_frames: Optional[int]) -> List[str]:
     out: List[str] = []
     shown = groups if limit is None else groups[:limit]
+    if groups:
+        out.append(f"{kind}: {plural(len(groups), 'stack')}, biggest first:")
     for g in shown:
         out.append(f"{kind}: {plural(g.bytes, 'byte')} in {plural(g.blocks, 'block')}, "
                    "allocated from:")
-        out += stack_lines(lookups, g.stack, max_frames, option=FRAMES_OPTION)
+        out += stack_lines(lookups, g.stack, max_frames)
     if len(shown) < len(groups):
         rest_bytes, rest_blocks = _total(groups[len(shown):])
         out.append(

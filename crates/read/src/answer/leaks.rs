@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! scanned 100688 bytes of roots (5 objects' data, 2 thread stacks, 2 register sets), reached 16397 of 16497 live blocks
+//! definitely lost: 1 stack, biggest first:
 //! definitely lost: 100000 bytes in 100 blocks, allocated from:
 //!     #0 0x5555555552a9 in leak_site at tests/fixtures/profile_sites.c:332
 //! ...
@@ -11,7 +12,14 @@
 //! ```
 //!
 //! Definitely lost groups first, then possibly lost ones, then still reachable ones, each
-//! biggest first; the classes and their totals are those of the profiler's exit report.
+//! class under a line saying it is biggest first; the classes and their totals are those of
+//! the profiler's exit report.
+//!
+//! Biggest first, where `top` and `peaks` put the biggest last, next to the prompt: three
+//! lists follow one another here, then the summary, so no order puts the biggest of each
+//! next to the prompt. First, each list opens with the stack that matters most (the biggest
+//! definite leak is the first stack of the answer), as memcheck and LeakSanitizer list
+//! theirs and as the exit report does.
 
 use super::parts::{plural, stack_lines, sum_by_stack, Lookups, StackKind};
 use super::AnswerError;
@@ -124,7 +132,8 @@ fn total(groups: &[Group]) -> (u64, u64) {
     )
 }
 
-/// The groups of one class: the first `limit` (`None`: all), then one line for the rest.
+/// The groups of one class under a line giving their number and order: the first `limit`
+/// (`None`: all), then one line for the rest. Nothing for a class without groups.
 fn group_lines(
     class: Class,
     groups: &[Group],
@@ -135,6 +144,12 @@ fn group_lines(
     let kind = class.name();
     let shown = &groups[..limit.unwrap_or(groups.len()).min(groups.len())];
     let mut out = Vec::new();
+    if !groups.is_empty() {
+        out.push(format!(
+            "{kind}: {}, biggest first:",
+            plural(groups.len() as u64, "stack")
+        ));
+    }
     for g in shown {
         out.push(format!(
             "{kind}: {} in {}, allocated from:",
