@@ -206,15 +206,16 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 #[command(
     override_usage = "mem-trace gdb [GDB OPTIONS...] -- PROGRAM [ARGS...]\n       \
-mem-trace gdb [GDB OPTIONS...] CORE --exe PROGRAM\n       \
+mem-trace gdb [GDB OPTIONS...] CORE [--exe PROGRAM]\n       \
 mem-trace gdb [GDB OPTIONS...] PROGRAM CORE",
     after_help = "gdb starts with the mtrace-* commands (mtrace-why, mtrace-history, \
 mtrace-info, mtrace-top, mtrace-peaks, mtrace-leaks) already defined, taken from the library, \
 and runs PROGRAM with the library preloaded (LD_PRELOAD: the library, then yours) on every \
-`run`, through gdb's exec-wrapper. GDB OPTIONS (-batch, -q, -nx, -ex CMD, -x FILE, ...) are \
-passed to gdb as they are. The library is libmem_trace.so beside this binary, or \
-$MEM_TRACE_LIB; either build will do. The exit status is gdb's. Attaching (-p PID) is not \
-supported yet."
+`run`, through gdb's exec-wrapper. A CORE alone opens with the executable its own notes name, \
+found as `mem-trace top CORE` finds it; --exe names it when they do not. GDB OPTIONS (-batch, \
+-q, -nx, -ex CMD, -x FILE, ...) are passed to gdb as they are. The library is $MEM_TRACE_LIB, \
+else libmem_trace.so beside this binary, else the one an installed mem-trace carries; either \
+build will do. The exit status is gdb's. Attaching (-p PID) is not supported yet."
 )]
 pub struct GdbArgs {
     /// gdb's options, verbatim; or (without `--`) gdb's options and a core and its program.

@@ -1,6 +1,8 @@
 //! `mem-trace gdb [GDB OPTIONS...] -- PROGRAM [ARGS...]`: gdb on the program, the program under
-//! the library, the `mtrace-*` commands loaded; or gdb on a core (`CORE --exe PROGRAM`,
-//! `PROGRAM CORE`) with the commands loaded.
+//! the library, the `mtrace-*` commands loaded; or gdb on a core (`CORE`, `CORE --exe PROGRAM`,
+//! `PROGRAM CORE`) with the commands loaded. A core alone is opened with the executable its
+//! notes name, found by the function the readers use (`mem-trace top CORE`), so that both
+//! take the same core the same way.
 //!
 //! - `args`: the words split into gdb's options and what gdb opens;
 //! - `script`: the commands, copied out of the library into a file gdb sources.
@@ -45,19 +47,14 @@ const ET_CORE: u16 = 4;
 pub fn gdb(a: &GdbArgs) -> Result<u8> {
     let split = args::split(&a.words())?;
     let open = match split.open {
-        Open::Either(name) => {
-            if is_core(Path::new(&name)) {
-                return Err(Error::new(format!(
-                    "gdb: {} is a core file: name the program that dumped it with --exe \
-                     PROGRAM (or give PROGRAM CORE)",
-                    Path::new(&name).display()
-                )));
-            }
-            Open::Program {
-                program: name,
-                args: Vec::new(),
-            }
-        }
+        Open::Either(name) if is_core(Path::new(&name)) => Open::Core {
+            program: core_program(Path::new(&name))?.into_os_string(),
+            core: name,
+        },
+        Open::Either(name) => Open::Program {
+            program: name,
+            args: Vec::new(),
+        },
         open => open,
     };
     let lib = library::find_any()?;
@@ -135,6 +132,29 @@ pub fn gdb(a: &GdbArgs) -> Result<u8> {
         ),
         _ => Error::with_code(format!("gdb: cannot start gdb: {e}"), 126),
     })
+}
+
+/// The executable that dumped `core`, from the core's own notes, as the readers find it; an
+/// error naming `--exe` when the notes do not tell or the file is gone.
+fn core_program(core: &Path) -> Result<PathBuf> {
+    use mem_trace_read::target::{core_executable, TargetError};
+    let exe = core_executable(core).map_err(|e| match e {
+        // Says to pass --exe already.
+        TargetError::ExeUnknown { .. } => Error::new(format!("gdb: {e}")),
+        e => Error::new(format!(
+            "gdb: cannot tell which program dumped {}: {e}; name it with --exe PROGRAM",
+            core.display()
+        )),
+    })?;
+    if !exe.is_file() {
+        return Err(Error::new(format!(
+            "gdb: {} names its executable {}, which is no longer there: name the program that \
+             dumped it with --exe PROGRAM",
+            core.display(),
+            exe.display()
+        )));
+    }
+    Ok(exe)
 }
 
 /// `path` from the root, symbolic links kept: gdb starts the program by its path, from

@@ -157,8 +157,11 @@ impl CoreMemory {
     }
 }
 
-/// Opens the core file `path`; `exe` is the executable when the notes do not name it.
-pub(super) fn open(path: &Path, exe: Option<&Path>) -> Result<Target, TargetError> {
+/// The core file `path` mapped, its notes, its `NT_FILE` entries, and the `NT_FILE` path of
+/// its executable when the notes tell it.
+fn read_core(
+    path: &Path,
+) -> Result<(CoreMemory, Notes, Vec<FileEntry>, Option<String>), TargetError> {
     let map = FileMap::open(path.as_os_str().as_bytes()).map_err(|e| match e {
         SymError::NotAFile => TargetError::NotACore {
             path: path.to_path_buf(),
@@ -176,8 +179,25 @@ pub(super) fn open(path: &Path, exe: Option<&Path>) -> Result<Target, TargetErro
             why: "it has no NT_FILE note listing its mapped files, which cores of Linux and of gdb's gcore have".into(),
         });
     };
-    let mut memory = CoreMemory::new(map, segments, &files);
+    let memory = CoreMemory::new(map, segments, &files);
     let exe_entry = executable(&notes, &files, &Dumped(&memory));
+    Ok((memory, notes, files, exe_entry))
+}
+
+/// The executable that dumped the core file `path`, as [`open`] finds it without `--exe`:
+/// the file its notes name, without a ` (deleted)` mark.
+pub(super) fn executable_of(path: &Path) -> Result<PathBuf, TargetError> {
+    match read_core(path)?.3 {
+        Some(entry) => Ok(PathBuf::from(strip_deleted(&entry))),
+        None => Err(TargetError::ExeUnknown {
+            core: path.to_path_buf(),
+        }),
+    }
+}
+
+/// Opens the core file `path`; `exe` is the executable when the notes do not name it.
+pub(super) fn open(path: &Path, exe: Option<&Path>) -> Result<Target, TargetError> {
+    let (mut memory, notes, files, exe_entry) = read_core(path)?;
     // The executable's entry in NT_FILE, and the file to read it from.
     let (exe_entry, exe_file) = match (exe_entry, exe) {
         (None, None) => {

@@ -99,6 +99,14 @@ pub struct ThreadState {
     pub registers: Vec<u64>,
 }
 
+/// The executable that dumped the core file `core`, as its notes name it: the one
+/// [`Target::open`] reads a core's symbols from when given no `--exe`, for a caller that
+/// needs the executable but not the tables (`mem-trace gdb CORE`). An error, saying to pass
+/// `--exe`, when the notes do not tell.
+pub fn core_executable(core: &std::path::Path) -> Result<PathBuf, TargetError> {
+    core_file::executable_of(core)
+}
+
 /// An opened target.
 pub struct Target {
     memory: Box<dyn Memory>,
