@@ -302,12 +302,16 @@ fn estimates_are_within_ten_percent_and_unsampled_blocks_say_so() {
 #[test]
 fn bad_sampling_values_are_one_line_and_exact_is_used() {
     let fixture = c_fixture("sample_sites.c", &[]);
-    for (var, value) in [
-        ("MEM_TRACE_SAMPLE", "lots"),
-        ("MEM_TRACE_SAMPLE", "-5"),
-        ("MEM_TRACE_SAMPLE", "2T"),
-        ("MEM_TRACE_SAMPLE_SEED", "x"),
-        ("MEM_TRACE_SAMPLE_SEED", "-1"),
+    // Each line names the value used instead, not only that it is "the default".
+    const EVERY_BLOCK: &str = "; using the default, 0 (every block recorded)";
+    const NEW_SEED: &str = "; using the default, none (a new seed each run)";
+    for (var, value, used) in [
+        ("MEM_TRACE_SAMPLE", "lots", EVERY_BLOCK),
+        ("MEM_TRACE_SAMPLE", "banana", EVERY_BLOCK),
+        ("MEM_TRACE_SAMPLE", "-5", EVERY_BLOCK),
+        ("MEM_TRACE_SAMPLE", "2T", EVERY_BLOCK),
+        ("MEM_TRACE_SAMPLE_SEED", "x", NEW_SEED),
+        ("MEM_TRACE_SAMPLE_SEED", "-1", NEW_SEED),
     ] {
         let child = Command::new(&fixture.bin)
             .env("LD_PRELOAD", profiler_library())
@@ -327,7 +331,7 @@ fn bad_sampling_values_are_one_line_and_exact_is_used() {
         assert!(
             lines[0].starts_with(&format!(
                 "mem-trace: {var}={value:?} is not valid (expected"
-            )),
+            )) && lines[0].ends_with(used),
             "{}",
             lines[0]
         );

@@ -451,6 +451,90 @@ fn parse_profile(
     }
 }
 
+/// The value of variable `.1` that `.0` holds, as the variable would say it (with what it
+/// means where the number alone would not tell): the line rejecting a bad value names what
+/// is used instead, which for some variables depends on the mode or the build. Written
+/// straight into the line, with no allocation.
+struct InForce<'a>(&'a Config, &'static str);
+
+impl core::fmt::Display for InForce<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let c = self.0;
+        let flag = |on: bool| if on { "1" } else { "0" };
+        match self.1 {
+            "MEM_TRACE_MODE" => f.write_str(match c.mode {
+                Mode::Debug => "debug",
+                Mode::Profile => "profile",
+            }),
+            "MEM_TRACE_FRAMES" => write!(f, "{}", c.frames),
+            "MEM_TRACE_UNWIND" => f.write_str(match c.unwind {
+                Unwind::Cfi => "cfi",
+                Unwind::FramePointers => "fp",
+                Unwind::None => "none",
+            }),
+            "MEM_TRACE_STATS" => f.write_str(flag(c.stats)),
+            "MEM_TRACE_CHECK_STACKS" => match c.check_stacks {
+                0 => f.write_str("0 (no stack checked)"),
+                n => write!(f, "{n}"),
+            },
+            "MEM_TRACE_FREED" => match c.freed {
+                0 => f.write_str("0 (no history of frees)"),
+                n => write!(f, "{n}"),
+            },
+            "MEM_TRACE_QUARANTINE" => match c.quarantine {
+                0 => f.write_str("0 (no quarantine)"),
+                n => write!(f, "{n} bytes"),
+            },
+            "MEM_TRACE_SAMPLE" => match c.sample {
+                0 => f.write_str("0 (every block recorded)"),
+                n => write!(f, "{n}"),
+            },
+            "MEM_TRACE_SAMPLE_SEED" => match c.sample_seed {
+                None => f.write_str("none (a new seed each run)"),
+                Some(n) => write!(f, "{n}"),
+            },
+            "MEM_TRACE_FREE_STACKS" => f.write_str(flag(c.free_stacks)),
+            "MEM_TRACE_TAGS" => f.write_str(flag(c.tags)),
+            "MEM_TRACE_MAX_STACKS" => write!(f, "{}", c.max_stacks),
+            "MEM_TRACE_ON_ERROR" => f.write_str(if c.abort_on_error { "abort" } else { "report" }),
+            "MEM_TRACE_PROFILE" => f.write_str(flag(c.reports)),
+            "MEM_TRACE_PROFILE_INTERVAL" => match c.profile_interval_ms {
+                0 => f.write_str("0 (no periodic report)"),
+                ms if ms % 1000 == 0 => write!(f, "{} seconds", ms / 1000),
+                ms => write!(f, "{}.{:03} seconds", ms / 1000, ms % 1000),
+            },
+            "MEM_TRACE_PROFILE_TOP" => write!(f, "{}", c.profile_top),
+            "MEM_TRACE_PROFILE_BY" => f.write_str(match c.profile_by {
+                RankBy::Live => "live",
+                RankBy::Allocated => "allocated",
+                RankBy::Blocks => "blocks",
+                RankBy::Peak => "peak",
+            }),
+            "MEM_TRACE_LEAKS" => f.write_str(flag(c.leaks)),
+            "MEM_TRACE_SNAPSHOT_SIGNAL" => match c.snapshot_signal {
+                0 => f.write_str("0 (no snapshot signal)"),
+                n => match SIGNALS.iter().find(|&&(_, s)| s == n) {
+                    Some((name, _)) => write!(f, "SIG{name}"),
+                    None => write!(f, "{n}"),
+                },
+            },
+            "MEM_TRACE_OUT" => match &c.out_dir {
+                None => f.write_str("none (reports on standard error)"),
+                Some(dir) => f.write_str(dir),
+            },
+            "MEM_TRACE_REQUESTS" => f.write_str(flag(c.requests)),
+            "MEM_TRACE_RUN_PID" => match c.run_pid {
+                0 => f.write_str("0 (none)"),
+                n => write!(f, "{n}"),
+            },
+            "MEM_TRACE_HOLD_AT_EXIT" => f.write_str(flag(c.hold_at_exit)),
+            "MEM_TRACE_DEFER_SYMBOLS" => f.write_str(flag(c.defer_symbols)),
+            // Every variable `parse` and `load` reject has its arm above (a test holds it).
+            _ => f.write_str("its default"),
+        }
+    }
+}
+
 /// `30`, `0.5`, `2s` as milliseconds, at most a day; `None` if not that.
 fn parse_seconds_ms(v: &str) -> Option<u64> {
     let t = v.trim();
@@ -593,8 +677,11 @@ pub(crate) fn load() -> Config {
         let _ = core::fmt::write(
             &mut out,
             format_args!(
-                "mem-trace: {}={:?} is not valid (expected {}); using the default\n",
-                r.var, r.value, r.expected
+                "mem-trace: {}={:?} is not valid (expected {}); using the default, {}\n",
+                r.var,
+                r.value,
+                r.expected,
+                InForce(&c, r.var)
             ),
         );
     }
@@ -764,6 +851,55 @@ mod tests {
                 ("MEM_TRACE_MODE", "debug or profile")
             );
         }
+    }
+
+    /// Each rejected variable's line names the value used instead, the one the
+    /// configuration holds: the default, or the mode's.
+    #[test]
+    fn a_rejected_value_names_the_value_in_force() {
+        let said = |pairs: &[(&str, &str)]| {
+            let (c, bad) = parse(env(pairs));
+            assert_eq!(bad.len(), 1, "{pairs:?}: {bad:?}");
+            InForce(&c, bad[0].var).to_string()
+        };
+        for (var, garbage, used) in [
+            ("MEM_TRACE_MODE", "fast", "debug"),
+            ("MEM_TRACE_FRAMES", "0", "64"),
+            ("MEM_TRACE_UNWIND", "x", "cfi"),
+            ("MEM_TRACE_STATS", "x", "0"),
+            ("MEM_TRACE_CHECK_STACKS", "x", "0 (no stack checked)"),
+            ("MEM_TRACE_FREED", "x", "65536"),
+            ("MEM_TRACE_QUARANTINE", "x", "4194304 bytes"),
+            ("MEM_TRACE_SAMPLE", "banana", "0 (every block recorded)"),
+            ("MEM_TRACE_SAMPLE_SEED", "x", "none (a new seed each run)"),
+            ("MEM_TRACE_FREE_STACKS", "x", "1"),
+            ("MEM_TRACE_TAGS", "x", "1"),
+            ("MEM_TRACE_MAX_STACKS", "x", "1048576"),
+            ("MEM_TRACE_ON_ERROR", "x", "report"),
+            ("MEM_TRACE_PROFILE_INTERVAL", "x", "30 seconds"),
+            ("MEM_TRACE_PROFILE_TOP", "x", "10"),
+            ("MEM_TRACE_PROFILE_BY", "x", "live"),
+            ("MEM_TRACE_LEAKS", "x", "1"),
+            ("MEM_TRACE_SNAPSHOT_SIGNAL", "x", "SIGUSR2"),
+            ("MEM_TRACE_REQUESTS", "x", "0"),
+            ("MEM_TRACE_RUN_PID", "x", "0 (none)"),
+            ("MEM_TRACE_HOLD_AT_EXIT", "x", "0"),
+            ("MEM_TRACE_DEFER_SYMBOLS", "x", "0"),
+        ] {
+            assert_eq!(said(&[(var, garbage)]), used, "{var}={garbage}");
+        }
+        let profile = if cfg!(feature = "profiler") { "1" } else { "0" };
+        assert_eq!(said(&[("MEM_TRACE_PROFILE", "x")]), profile);
+        // The mode's value, not the debug default's.
+        assert_eq!(
+            said(&[("MEM_TRACE_MODE", "profile"), ("MEM_TRACE_FREED", "x")]),
+            "0 (no history of frees)"
+        );
+        let c = Config::default();
+        assert_eq!(
+            InForce(&c, "MEM_TRACE_OUT").to_string(),
+            "none (reports on standard error)"
+        );
     }
 
     #[test]
