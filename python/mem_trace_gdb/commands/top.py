@@ -45,7 +45,7 @@ parser = ArgumentParser(
 parser.add_argument("-n", "--count", type=positive, default=None, metavar="N",
                     help=f"how many stacks (default {DEFAULT_COUNT})")
 # The count as a bare word (`mtrace-top 3`), as it was first spelled: still taken, not shown.
-parser.add_argument("count_word", nargs="?", type=positive, default=None,
+parser.add_argument("count_word", nargs="?", type=positive, default=None, metavar="N",
                     help=argparse.SUPPRESS)
 parser.add_argument("--by", choices=tuple(profile.BY), default="live",
                     help="what to rank by (default %(default)s)")
