@@ -14,6 +14,7 @@
 //!   one on the same thread (gdb stopped the first at a breakpoint, or abandoned it) goes on.
 
 use core::fmt::{self, Write};
+use mem_trace_core::format::Freed;
 use mem_trace_core::guard;
 use mem_trace_core::out::Out;
 use mem_trace_core::report::frames::{Busy, Printing};
@@ -42,9 +43,18 @@ pub fn print_trace(addr: usize) {
     guard::set_busy(was_inside);
 }
 
+/// The gap within which a live block below an address is named (`N bytes after it`), as the
+/// readers' `mtrace-why` names one (`DEFAULT_MAX_GAP` in crates/read).
+const NEAR: u64 = 4096;
+
 fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::Result {
     let (found, access) = mem_trace_core::store::block_containing(a);
     let Some(b) = found else {
+        // As `mtrace-why` answers: a remembered freed block holding the address, else a
+        // sampling note, else the live block it follows.
+        if let Some(f) = mem_trace_core::store::freed::newest_containing(a) {
+            return freed(a, &f, printing, out);
+        }
         let mean = mem_trace_core::store::header::header()
             .sample_mean
             .load(core::sync::atomic::Ordering::Relaxed);
@@ -56,13 +66,42 @@ fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::
                 mem_trace_core::format_rate(mean)
             );
         }
+        let h = mem_trace_core::store::header::header();
+        let relaxed = core::sync::atomic::Ordering::Relaxed;
+        let no_frees_kept = h.flags.load(relaxed) & mem_trace_core::format::FLAG_PROFILE_MODE != 0;
+        let below = mem_trace_core::store::nearest_below(a)
+            .filter(|b| b.addr + b.size <= a && a - (b.addr + b.size) <= NEAR);
+        if let Some(b) = below {
+            writeln!(
+                out,
+                "mem-trace: {a:#x} is {} bytes after a {}-byte block [{:#x}, {:#x}) allocated by {}",
+                a - (b.addr + b.size),
+                b.size,
+                b.addr,
+                b.addr + b.size,
+                By(b.thread, b.seq)
+            )?;
+            // As the readers say it (crates/read answer::why).
+            writeln!(
+                out,
+                "mem-trace: (not inside any live block{})",
+                match no_frees_kept {
+                    true =>
+                        ", and this process kept no record of frees (profile mode): the \
+                             address may be a dangling pointer; run with --mode debug to have \
+                             frees answered",
+                    false =>
+                        " nor any remembered freed block: an overflow, or a pointer to an \
+                              untracked or long-freed block",
+                }
+            )?;
+            return stack(printing, out, b.stack, "");
+        }
         writeln!(
             out,
             "mem-trace: {a:#x} is not inside any block tracked by mem-trace"
         )?;
-        let h = mem_trace_core::store::header::header();
-        let relaxed = core::sync::atomic::Ordering::Relaxed;
-        if h.flags.load(relaxed) & mem_trace_core::format::FLAG_PROFILE_MODE != 0 {
+        if no_frees_kept {
             // As the readers say it (crates/read answer::why::NO_FREES_KEPT).
             writeln!(
                 out,
@@ -111,9 +150,49 @@ fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::
             "mem-trace: note: table busy ({who}); read without its lock"
         )?;
     }
+    stack(printing, out, b.stack, "")
+}
+
+/// The answer for an address inside a block the program freed, as `mtrace-why` gives it: the
+/// free and its stack, then the allocation and its.
+fn freed(a: u64, f: &Freed, printing: &Printing, out: &mut Out) -> fmt::Result {
+    let b = &f.block;
+    writeln!(
+        out,
+        "mem-trace: {a:#x} is {} bytes inside a {}-byte block [{:#x}, {:#x}) freed{} by {}",
+        a - b.addr,
+        b.size,
+        b.addr,
+        b.addr + b.size,
+        if f.by_realloc { " (by realloc)" } else { "" },
+        By(f.free_thread, f.free_seq)
+    )?;
+    stack(printing, out, f.free_stack, "free ")?;
+    writeln!(
+        out,
+        "mem-trace: previously allocated by {}:",
+        By(b.thread, b.seq)
+    )?;
+    stack(printing, out, b.stack, "")
+}
+
+/// Writes the stack `id`; a line saying none was recorded (of `kind`: "free ") for 0.
+fn stack(printing: &Printing, out: &mut Out, id: u32, kind: &str) -> fmt::Result {
     let mut buf = [0; stacks::MAX_STACK_FRAMES];
-    let Some(frames) = stacks::frames(b.stack, &mut buf) else {
-        return writeln!(out, "mem-trace: no stack was recorded for this block");
-    };
-    printing.write_stack(out, frames)
+    match stacks::frames(id, &mut buf).filter(|_| id != 0) {
+        Some(frames) => printing.write_stack(out, frames),
+        None => writeln!(out, "mem-trace: no {kind}stack was recorded for this block"),
+    }
+}
+
+/// "thread T (#SEQ)", or "thread T" for a tagged block, which keeps no sequence number.
+struct By(u32, u64);
+
+impl fmt::Display for By {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            0 => write!(f, "thread {}", self.0),
+            seq => write!(f, "thread {} (#{seq})", self.0),
+        }
+    }
 }

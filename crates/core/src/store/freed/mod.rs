@@ -205,6 +205,28 @@ pub(crate) fn newest_at(addr: u64) -> Option<Freed> {
         .max_by_key(|f| f.free_seq)
 }
 
+/// The newest remembered free of a block containing `addr`, for `print_trace`: a pass over
+/// the whole ring (a few tens of milliseconds at the largest history), reading records as
+/// the readers do, without a lock; a record rewritten meanwhile is skipped.
+pub fn newest_containing(addr: u64) -> Option<Freed> {
+    let cap = HISTORY.capacity.load(Ordering::Relaxed);
+    let ring = HISTORY.records.load(Ordering::Acquire);
+    if cap == 0 || ring.is_null() {
+        return None;
+    }
+    let written = HISTORY.written.load(Ordering::Acquire);
+    (0..written.min(cap))
+        .filter_map(|slot| {
+            // SAFETY: a slot below the capacity; records are never freed.
+            let r = unsafe { &*ring.add(slot as usize) };
+            let w = words(r);
+            let f = Freed::unpack(&w);
+            let stable = r.addr.load(Ordering::Acquire) == w[0];
+            (w[0] != 0 && stable && f.block.contains(addr)).then_some(f)
+        })
+        .max_by_key(|f| f.free_seq)
+}
+
 /// A record's five words, as a reader copies them (`addr` first, with acquire: the other
 /// words then belong to it).
 fn words(r: &FreedRecord) -> [u64; 5] {
