@@ -71,6 +71,9 @@ pub fn attach(settings: &str) -> Result<Attached, &'static str> {
         config::UNWIND.store(SAVED_UNWIND.load(Ordering::Relaxed), Ordering::Relaxed);
         config::FREE_STACKS.store(SAVED_FREE_STACKS.load(Ordering::Relaxed), Ordering::Relaxed);
     }) {
+        // The peaks of the earlier attach were of blocks now forgotten: this one starts its
+        // own, as a reset would.
+        crate::profile::peaks::reset();
         return Ok(Attached::Resumed);
     }
     if STARTED.swap(true, Ordering::AcqRel) {
@@ -106,12 +109,15 @@ pub fn detach<R: RealAlloc>(g: &Guard, real: &R) -> Option<usize> {
     Some(forget_live(g))
 }
 
-/// Forgets every live block; how many there were.
+/// Forgets every live block, and its bytes in the live total; how many there were. (Each
+/// stack's counters lose it in `take`; the total, which a free's event changes, would
+/// otherwise keep it, and every re-attach add the blocks of the one before.)
 fn forget_live(g: &Guard) -> usize {
     // Collected first: the table's walk holds a shard lock that `take` needs.
     let mut live = Vec::new();
     table::for_each_block(|b| live.push(b.addr));
     live.iter()
-        .filter(|&&a| super::take(g, a as *mut c_void).is_some())
+        .filter_map(|&a| super::take(g, a as *mut c_void))
+        .map(|b| crate::profile::untick(crate::sample::counted(b.addr, b.size).0))
         .count()
 }
