@@ -163,6 +163,20 @@ pub struct NamesTally {
     modules: [ModuleName; NamesTally::MODULES],
     /// Modules noted; past [`NamesTally::MODULES`] only counted.
     modules_seen: usize,
+    /// Whether a module without names lies where the system's packages put files, and
+    /// whether one lies elsewhere (`/usr/local`, a home, a build tree): a package's debug
+    /// symbols come from its -dbgsym package, the others' from building with `-g`.
+    packaged: bool,
+    own: bool,
+}
+
+/// Whether `path` lies where a distribution's packages install files (`/usr` but
+/// `/usr/local`, `/lib*`, `/bin`, `/sbin`).
+fn installed_by_a_package(path: &[u8]) -> bool {
+    (path.starts_with(b"/usr/") && !path.starts_with(b"/usr/local/"))
+        || path.starts_with(b"/lib")
+        || path.starts_with(b"/bin/")
+        || path.starts_with(b"/sbin/")
 }
 
 /// A module's file name, cut to what a hint line needs.
@@ -199,6 +213,10 @@ impl NamesTally {
         }
         self.unnamed += 1;
         let Some(path) = path else { return };
+        match installed_by_a_package(path) {
+            true => self.packaged = true,
+            false => self.own = true,
+        }
         let base = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
         let base = &base[..base.len().min(48)];
         let kept = self.modules_seen.min(Self::MODULES);
@@ -244,10 +262,13 @@ impl NamesTally {
         if self.modules_seen > kept {
             write!(out, " and {} more", self.modules_seen - kept)?;
         }
-        writeln!(
-            out,
-            " (Debian: the -dbgsym package of the package `dpkg -S FILE` names)"
-        )
+        const PACKAGED: &str = "Debian: the -dbgsym package of the package `dpkg -S FILE` names";
+        const OWN: &str = "built here: build with -g, and keep the debug files";
+        match (self.packaged, self.own) {
+            (true, true) => writeln!(out, " ({PACKAGED}; {OWN})"),
+            (false, true) => writeln!(out, " ({OWN})"),
+            _ => writeln!(out, " ({PACKAGED})"),
+        }
     }
 }
 
@@ -507,6 +528,17 @@ mod tests {
         assert!(
             s.contains("of libsqlite3.so.0.8.6, sqlite3, a, b and 3 more (Debian"),
             "{s}"
+        );
+        assert!(s.ends_with("; built here: build with -g, and keep the debug files)\n"));
+        // A program installed by hand is no package's: no -dbgsym hint for it.
+        let mut t = NamesTally::default();
+        t.note(false, Some(b"/usr/local/bin/git"));
+        let mut s = String::new();
+        t.write_hint(&mut s).unwrap();
+        assert_eq!(
+            s,
+            "mem-trace: 1 of 1 frames have no name; install the debug symbols of git \
+             (built here: build with -g, and keep the debug files)\n"
         );
     }
 }

@@ -11,6 +11,12 @@ const LINE_MAX: usize = 80;
 /// for an empty `argv`.
 pub fn command_line(argv: &[Vec<u8>]) -> Option<String> {
     let (program, args) = argv.split_first()?;
+    // A process that wrote a title over its arguments (redis's `redis-server *:6379`,
+    // PostgreSQL's `postgres: checkpointer`, as `setproctitle` does) leaves one string with
+    // spaces in it, then the NULs of the rest of the area: shown as the title, as `ps` does.
+    if program.contains(&b' ') && args.iter().all(|a| a.is_empty()) {
+        return Some(title(program));
+    }
     let base = program.rsplit(|&c| c == b'/').next().unwrap_or(program);
     let mut line = quoted(base);
     for a in args {
@@ -23,6 +29,23 @@ pub fn command_line(argv: &[Vec<u8>]) -> Option<String> {
         line.push_str(&q);
     }
     Some(line)
+}
+
+/// A process title, control characters escaped, cut past [`LINE_MAX`] characters.
+fn title(text: &[u8]) -> String {
+    let text = String::from_utf8_lossy(text);
+    let mut line: String = text
+        .trim_end()
+        .chars()
+        .flat_map(|c| match c.is_control() {
+            true => c.escape_default().collect::<Vec<_>>(),
+            false => vec![c],
+        })
+        .collect();
+    if line.chars().count() > LINE_MAX {
+        line = line.chars().take(LINE_MAX).collect::<String>() + " ...";
+    }
+    line
 }
 
 /// One argument, quoted when a shell would need it, control characters escaped, and cut in
@@ -74,6 +97,15 @@ mod tests {
             "sh -c 'echo '\\''x'\\''\\n'"
         );
         assert_eq!(command_line(&argv(&["x", ""])).unwrap(), "x ''");
+        // A title written over the arguments, the rest of them left empty.
+        assert_eq!(
+            command_line(&argv(&["redis-server 127.0.0.1:6391", "", "", ""])).unwrap(),
+            "redis-server 127.0.0.1:6391"
+        );
+        assert_eq!(
+            command_line(&argv(&["postgres: checkpointer "])).unwrap(),
+            "postgres: checkpointer"
+        );
         let long = "a".repeat(100);
         let line = command_line(&argv(&["cat", &long, &long, &long])).unwrap();
         assert!(line.chars().count() <= LINE_MAX + 4, "{line}");

@@ -269,6 +269,10 @@ fn process(pid: u32, command: Option<&str>) -> String {
     }
 }
 
+/// Why a sampled process with a peak of 0 has no report: not that it allocated nothing.
+const NONE_SAMPLED: &str =
+    "none of its allocations was sampled (MEM_TRACE_SAMPLE): it may have allocated less than the sampling rate";
+
 /// Processes listed one by one before they are summed up by command line.
 const LISTED: usize = 4;
 /// Command lines named when processes are summed up.
@@ -278,8 +282,9 @@ const COMMANDS_NAMED: usize = 8;
 /// counted by command line.
 fn not_kept(dropped: &[Dropped], program: u32) -> Vec<String> {
     let mut lines = Vec::new();
-    let (nothing, small): (Vec<&Dropped>, Vec<&Dropped>) =
-        dropped.iter().partition(|d| d.verdict == Verdict::Nothing);
+    let (nothing, small): (Vec<&Dropped>, Vec<&Dropped>) = dropped
+        .iter()
+        .partition(|d| matches!(d.verdict, Verdict::Nothing | Verdict::NoneSampled));
     let why_small = format!(
         "nothing lost and a peak under {}; `run --all-reports` keeps them",
         worth::SMALL_PEAK_SHOWN
@@ -300,6 +305,7 @@ fn not_kept(dropped: &[Dropped], program: u32) -> Vec<String> {
                 };
                 let why = match d.verdict {
                     Verdict::Nothing => why.clone(),
+                    Verdict::NoneSampled => NONE_SAMPLED.to_string(),
                     _ => format!("it allocated nothing worth one ({why})"),
                 };
                 lines.push(format!(
@@ -326,6 +332,11 @@ fn not_kept(dropped: &[Dropped], program: u32) -> Vec<String> {
             named.push(format!("{} more commands", counted.len() - COMMANDS_NAMED));
         }
         let what = match group[0].verdict {
+            Verdict::Nothing | Verdict::NoneSampled
+                if group.iter().any(|d| d.verdict == Verdict::NoneSampled) =>
+            {
+                "allocated nothing, or nothing that was sampled".to_string()
+            }
             Verdict::Nothing => "allocated nothing".to_string(),
             _ => format!("allocated nothing worth one ({why})"),
         };
@@ -568,7 +579,10 @@ mod tests {
             command: Some(command.into()),
             verdict,
         };
-        let mut dropped = vec![drop(31, "exit_paths nothing", Verdict::Nothing)];
+        let mut dropped = vec![
+            drop(31, "exit_paths nothing", Verdict::Nothing),
+            drop(32, "gcc -v", Verdict::NoneSampled),
+        ];
         for pid in 40..46 {
             dropped.push(drop(
                 pid,
@@ -594,12 +608,13 @@ mod tests {
             [
                 "mem-trace:   exit report of process 30 (git upload-pack .): mem-trace.30.1.txt",
                 "mem-trace:   no report kept for process 31 (exit_paths nothing), the program: it allocated nothing",
+                "mem-trace:   no report kept for process 32 (gcc -v): none of its allocations was sampled (MEM_TRACE_SAMPLE): it may have allocated less than the sampling rate",
                 "mem-trace:   no report kept for 6 processes that allocated nothing worth one (nothing lost and a peak under 1 MiB; `run --all-reports` keeps them): 4 × wc -c, 2 × cat",
                 "mem-trace:   no exit report from 6 processes, which ended without calling exit (killed by a signal, or _exit): 50, 51, 52, 53 and 2 more",
             ]
         );
         // A few are named one by one; nothing kept at all is said first.
-        let lines = summary(dir, &[], &dropped[1..3], &Ended::default());
+        let lines = summary(dir, &[], &dropped[2..4], &Ended::default());
         assert_eq!(
             lines,
             [

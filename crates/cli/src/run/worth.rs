@@ -3,7 +3,8 @@
 //! data, nothing lost; a hundred such files hide the one report that matters. They are not
 //! kept, and the summary names their processes instead (`run --all-reports` keeps them).
 //!
-//! - A process that allocated nothing (a peak of 0 bytes): no report, whichever it is.
+//! - A process that allocated nothing (a peak of 0 bytes): no report, whichever it is. Under
+//!   sampling a peak of 0 only says no allocation was sampled, and the summary says that.
 //! - Another process than the program `run` started, with nothing definitely or possibly lost
 //!   and a peak under [`SMALL_PEAK`]: no report.
 //! - Everything else, and every final report (asked for when `run` was stopped), is kept.
@@ -20,6 +21,8 @@ pub enum Verdict {
     Keep,
     /// The process allocated nothing.
     Nothing,
+    /// No allocation of the process was sampled: it may have allocated, below the rate.
+    NoneSampled,
     /// Nothing lost, and a peak under [`SMALL_PEAK`].
     Small,
 }
@@ -34,7 +37,10 @@ pub fn verdict(text: &str, kind: &str, program: bool) -> Verdict {
         return Verdict::Keep;
     };
     if peak == 0 {
-        return Verdict::Nothing;
+        return match text.contains("mem-trace: estimated from sampled allocations") {
+            true => Verdict::NoneSampled,
+            false => Verdict::Nothing,
+        };
     }
     let nothing_lost = lost(text).is_some_and(|(definitely, possibly)| definitely + possibly == 0);
     if !program && peak < SMALL_PEAK && nothing_lost {
@@ -93,6 +99,12 @@ mod tests {
             Verdict::Keep
         );
         assert_eq!(verdict(&report(0, 0, 0), "at exit", true), Verdict::Nothing);
+        let sampled = report(0, 0, 0).replacen(
+            "\n",
+            "\nmem-trace: estimated from sampled allocations: this process samples one allocation per 512 KiB allocated (MEM_TRACE_SAMPLE)\n",
+            1,
+        );
+        assert_eq!(verdict(&sampled, "at exit", true), Verdict::NoneSampled);
         assert_eq!(
             verdict(&report(16726, 8, 0), "at exit", false),
             Verdict::Keep
