@@ -166,8 +166,8 @@ pub unsafe extern "C" fn mem_trace_attach(settings: *const c_char) -> i64 {
     got::patch_all(&crate::hooks::redirected()) as i64
 }
 
-/// Stops tracing: puts back every GOT entry that still points at a hook, hands every
-/// quarantined block back to glibc and forgets the live blocks. The library stays mapped
+/// Stops tracing: puts back every GOT entry that still points at a hook and forgets the live
+/// blocks (an attached tracer holds no quarantine to hand back). The library stays mapped
 /// (a pointer to a hook may have been taken meanwhile; the hooks then pass straight to
 /// glibc). Returns the number of entries restored, or a negative [`error`].
 #[no_mangle]

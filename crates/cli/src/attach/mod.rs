@@ -140,7 +140,7 @@ pub fn detach(a: &DetachArgs) -> Result<()> {
         return Err(Error::new(format!("process {pid}: {}", failure(rc))));
     }
     println!(
-        "mem-trace: detached from process {pid}: {rc} GOT entries restored, quarantined blocks handed back to glibc; the library stays loaded, idle"
+        "mem-trace: detached from process {pid}: {rc} GOT entries restored, the live blocks forgotten (their frees are no longer seen); the library stays loaded, idle"
     );
     Ok(())
 }
