@@ -537,7 +537,9 @@ fn the_profiles_readers_are_unseen_by_the_program() {
     common::mem_trace_binary();
     let dir = fixture.dir.join("unseen-readers");
     let mut cmd = beside_reports(&fixture.bin, &dir, common::profiler_library());
-    cmd.args(["quiet-children", "1200"])
+    // 3 s for at least three reports 0.2 s apart: the first one symbolizes every module and
+    // starts the profile's reader, which took 0.7 s on a loaded 2-core machine.
+    cmd.args(["quiet-children", "3000"])
         .env("MEM_TRACE_PROFILE_INTERVAL", "0.2");
     let out = succeeded(
         cmd,
