@@ -36,6 +36,28 @@ extern "C" {
     fn gnu_get_libc_version() -> *const core::ffi::c_char;
 }
 
+/// The start of an ELF64 symbol table entry, up to the section index `dladdr1` is asked for.
+#[repr(C)]
+struct Elf64Sym {
+    st_name: u32,
+    st_info: u8,
+    st_other: u8,
+    /// 0 (`SHN_UNDEF`): not defined in this module.
+    st_shndx: u16,
+}
+
+/// `dladdr1`'s flag for the symbol's table entry.
+const RTLD_DL_SYMENT: c_int = 1;
+
+extern "C" {
+    fn dladdr1(
+        addr: *const c_void,
+        info: *mut libc::Dl_info,
+        extra: *mut *mut c_void,
+        flags: c_int,
+    ) -> c_int;
+}
+
 type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
 type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
@@ -114,14 +136,25 @@ fn say_if_shadowed() {
     if first.is_null() || ours == 0 || object_of(first) == ours {
         return;
     }
-    // SAFETY: all-zero is a valid Dl_info; dladdr only writes it.
+    // SAFETY: all-zero is a valid Dl_info; dladdr1 only writes it and `sym`.
     let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    // SAFETY: `info` is a local dladdr may write.
-    let name = if unsafe { libc::dladdr(first, &mut info) } != 0 && !info.dli_fname.is_null() {
+    let mut entry: *mut c_void = core::ptr::null_mut();
+    // SAFETY: `info` and `entry` are locals dladdr1 may write (RTLD_DL_SYMENT: the symbol's
+    // table entry).
+    let found = unsafe { dladdr1(first, &mut info, &mut entry, RTLD_DL_SYMENT) } != 0;
+    let sym = entry.cast::<Elf64Sym>();
+    // SAFETY: a non-null entry is the loader's, in the module's mapped symbol table.
+    let defined = found && !sym.is_null() && unsafe { (*sym).st_shndx } != 0;
+    if !defined || info.dli_saddr != first {
+        // No definition there: a non-PIE executable that takes `malloc`'s address makes its
+        // PLT stub the symbol's address (an undefined entry with a value: Debian's
+        // /usr/bin/python3.11), and the stub calls the hook.
+        return;
+    }
+    let name = match info.dli_fname.is_null() {
         // SAFETY: dladdr's file name is a NUL-terminated string the loader keeps.
-        unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes()
-    } else {
-        b""
+        false => unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes(),
+        true => b"",
     };
     let name = match core::str::from_utf8(name) {
         Ok("") | Err(_) => "the program's executable",

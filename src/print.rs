@@ -43,8 +43,8 @@ pub fn print_trace(addr: usize) {
     guard::set_busy(was_inside);
 }
 
-/// The gap within which a live block below an address is named (`N bytes after it`), as the
-/// readers' `mtrace-why` names one (`DEFAULT_MAX_GAP` in crates/read).
+/// The gap within which a live block near an address is named (`N bytes after it`, `before
+/// it`), as the readers' `mtrace-why` names one (`DEFAULT_MAX_GAP` in crates/read).
 const NEAR: u64 = 4096;
 
 fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::Result {
@@ -69,13 +69,20 @@ fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::
         let h = mem_trace_core::store::header::header();
         let relaxed = core::sync::atomic::Ordering::Relaxed;
         let no_frees_kept = h.flags.load(relaxed) & mem_trace_core::format::FLAG_PROFILE_MODE != 0;
+        // The nearest live block ending below or starting above within the gap; between two
+        // as near, the one below ("after" it: overflows are more common than underflows).
         let below = mem_trace_core::store::nearest_below(a)
-            .filter(|b| b.addr + b.size <= a && a - (b.addr + b.size) <= NEAR);
-        if let Some(b) = below {
+            .filter(|b| b.addr + b.size <= a && a - (b.addr + b.size) <= NEAR)
+            .map(|b| (a - (b.addr + b.size), "after", b));
+        let above = lowest_above(a).map(|b| (b.addr - a, "before", b));
+        let near = match (below, above) {
+            (Some(b), Some(c)) => Some(if c.0 < b.0 { c } else { b }),
+            (b, c) => b.or(c),
+        };
+        if let Some((distance, relation, b)) = near {
             writeln!(
                 out,
-                "mem-trace: {a:#x} is {} bytes after a {}-byte block [{:#x}, {:#x}) allocated by {}",
-                a - (b.addr + b.size),
+                "mem-trace: {a:#x} is {distance} bytes {relation} a {}-byte block [{:#x}, {:#x}) allocated by {}",
                 b.size,
                 b.addr,
                 b.addr + b.size,
@@ -151,6 +158,18 @@ fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::
         )?;
     }
     stack(printing, out, b.stack, "")
+}
+
+/// The live block starting lowest in `(a, a + NEAR]`: walked down from the highest one there,
+/// a block at a time (at most a few hundred in a page's worth of small blocks).
+fn lowest_above(a: u64) -> Option<mem_trace_core::format::Block> {
+    let mut lowest = None;
+    let mut under = a.saturating_add(NEAR);
+    while let Some(b) = mem_trace_core::store::nearest_below(under).filter(|b| b.addr > a) {
+        lowest = Some(b);
+        under = b.addr - 1;
+    }
+    lowest
 }
 
 /// The answer for an address inside a block the program freed, as `mtrace-why` gives it: the
