@@ -21,6 +21,7 @@
 //! What depends on glibc's chunk layout (block tags, the check of a wild pointer against
 //! glibc's heap) is off on another allocator (`mem_trace_core::real`).
 
+use crate::dl::{dladdr1, RTLD_DL_SYMENT};
 use core::ffi::{c_int, c_void, CStr};
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use mem_trace_core::real::RealAlloc;
@@ -44,18 +45,6 @@ struct Elf64Sym {
     st_other: u8,
     /// 0 (`SHN_UNDEF`): not defined in this module.
     st_shndx: u16,
-}
-
-/// `dladdr1`'s flag for the symbol's table entry.
-const RTLD_DL_SYMENT: c_int = 1;
-
-extern "C" {
-    fn dladdr1(
-        addr: *const c_void,
-        info: *mut libc::Dl_info,
-        extra: *mut *mut c_void,
-        flags: c_int,
-    ) -> c_int;
 }
 
 type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;

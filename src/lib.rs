@@ -38,6 +38,8 @@
 pub mod allocator;
 #[cfg(feature = "tracer")]
 mod attach;
+#[cfg(feature = "tracer")]
+mod dl;
 mod entries;
 mod gdb_script;
 #[cfg(feature = "tracer")]

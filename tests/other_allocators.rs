@@ -119,16 +119,7 @@ fn redis_under_run(mode: &str, sample: Option<&str>, port: u16) {
         .arg(&dir)
         .arg("--")
         .arg(&server)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(["--dir"])
-        .arg(&dir)
+        .args(redis_args(port, &dir))
         .current_dir(&dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -200,6 +191,17 @@ fn redis_under_run(mode: &str, sample: Option<&str>, port: u16) {
     }
 }
 
+/// A redis-server's arguments: `port`, its files in `dir`, no persistence.
+fn redis_args(port: u16, dir: &Path) -> Vec<std::ffi::OsString> {
+    let port = port.to_string();
+    let mut args: Vec<std::ffi::OsString> = ["--port", &port, "--save", "", "--appendonly", "no"]
+        .iter()
+        .map(Into::into)
+        .collect();
+    args.extend(["--dir".into(), dir.into()]);
+    args
+}
+
 fn which(name: &str) -> Option<String> {
     let out = Command::new("sh")
         .args(["-c", &format!("command -v {name}")])
@@ -244,16 +246,7 @@ fn redis_with_jemalloc_is_attached_read_and_detached_twenty_times_under_load() {
     let dir = scratch_dir("other_allocators", "redis-attach");
     let redis = Redis(
         Command::new(&server)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&dir)
+            .args(redis_args(port, &dir))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -16,21 +16,7 @@
 
 use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
-/// `dladdr1`'s request for the module's `struct link_map`.
-const RTLD_DL_LINKMAP: c_int = 2;
-/// `dlinfo` requests: the search path, and its size.
-const RTLD_DI_SERINFO: c_int = 4;
-const RTLD_DI_SERINFOSIZE: c_int = 5;
-
-extern "C" {
-    fn dladdr1(
-        addr: *const c_void,
-        info: *mut libc::Dl_info,
-        extra: *mut *mut c_void,
-        flags: c_int,
-    ) -> c_int;
-    fn dlinfo(handle: *mut c_void, request: c_int, arg: *mut c_void) -> c_int;
-}
+use crate::dl::{dladdr1, dlinfo, RTLD_DI_SERINFO, RTLD_DI_SERINFOSIZE, RTLD_DL_LINKMAP};
 
 /// glibc's `Dl_serpath`.
 #[repr(C)]
