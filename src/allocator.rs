@@ -140,16 +140,7 @@ fn say_if_shadowed() {
         // /usr/bin/python3.11), and the stub calls the hook.
         return;
     }
-    let name = match info.dli_fname.is_null() {
-        // SAFETY: dladdr's file name is a NUL-terminated string the loader keeps.
-        false => unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes(),
-        true => b"",
-    };
-    let name = match core::str::from_utf8(name) {
-        Ok("") | Err(_) => "the program's executable",
-        Ok(name) => name,
-    };
-    mem_trace_core::real::shadowed(name);
+    mem_trace_core::real::shadowed(file_name(&info).unwrap_or("the program's executable"));
 }
 
 /// Where glibc is loaded. Not found from `__libc_malloc`: tcmalloc defines that name too
@@ -171,15 +162,28 @@ fn lookup(name: &CStr) -> *mut c_void {
     unsafe { libc::dlsym(handle, name.as_ptr()) }
 }
 
-/// The base address of the object holding `f`, 0 if none is known.
-fn object_of(f: *mut c_void) -> usize {
+/// What `dladdr` knows of the object holding `f`.
+fn dl_info(f: *mut c_void) -> Option<libc::Dl_info> {
     // SAFETY: all-zero is a valid Dl_info; dladdr only writes it.
     let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
     // SAFETY: `info` is a local dladdr may write.
-    if unsafe { libc::dladdr(f, &mut info) } == 0 {
-        return 0;
+    (unsafe { libc::dladdr(f, &mut info) } != 0).then_some(info)
+}
+
+/// The base address of the object holding `f`, 0 if none is known.
+fn object_of(f: *mut c_void) -> usize {
+    dl_info(f).map_or(0, |info| info.dli_fbase as usize)
+}
+
+/// The object's file name in `info`, when there is one (and it is UTF-8).
+fn file_name(info: &libc::Dl_info) -> Option<&'static str> {
+    if info.dli_fname.is_null() {
+        return None;
     }
-    info.dli_fbase as usize
+    // SAFETY: dladdr's file name is a NUL-terminated string the loader keeps while the object
+    // is loaded, and an allocator or the executable stays loaded.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?;
+    (!name.is_empty()).then_some(name)
 }
 
 /// The next definition of `name` if it is in the object at `base`, else null.
@@ -227,16 +231,12 @@ fn other_allocator() -> Option<()> {
     VALLOC.store(next_in(c"valloc", base), Ordering::Relaxed);
     PVALLOC.store(next_in(c"pvalloc", base), Ordering::Relaxed);
     USABLE_SIZE.store(next_in(c"malloc_usable_size", base), Ordering::Relaxed);
-    // SAFETY: all-zero is a valid Dl_info; dladdr only writes it.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    // SAFETY: `info` is a local dladdr may write.
-    let name = if unsafe { libc::dladdr(malloc, &mut info) } != 0 && !info.dli_fname.is_null() {
-        // SAFETY: dladdr's file name is a NUL-terminated string the loader keeps.
-        unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes()
-    } else {
-        b"another library"
-    };
-    mem_trace_core::real::set_other(name);
+    let info = dl_info(malloc);
+    mem_trace_core::real::set_other(
+        info.as_ref()
+            .and_then(file_name)
+            .unwrap_or("another library"),
+    );
     Some(())
 }
 
@@ -246,7 +246,7 @@ static POSIX_MEMALIGN: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut())
 unsafe extern "C" fn memalign_by_posix(align: usize, size: usize) -> *mut c_void {
     let mut p = core::ptr::null_mut();
     // SAFETY: set before this function is chosen, to a posix_memalign of that signature.
-    let f: PosixMemalign = unsafe { core::mem::transmute(POSIX_MEMALIGN.load(Ordering::Relaxed)) };
+    let f = unsafe { load::<PosixMemalign>(&POSIX_MEMALIGN) };
     // posix_memalign wants a multiple of the word size.
     let align = align.max(core::mem::size_of::<usize>()).next_power_of_two();
     // SAFETY: `p` is a local it may write.

@@ -18,6 +18,7 @@ use mem_trace_core::format::Freed;
 use mem_trace_core::guard;
 use mem_trace_core::out::Out;
 use mem_trace_core::report::frames::{Busy, Printing};
+use mem_trace_core::report::By;
 use mem_trace_core::store::table::Access;
 use mem_trace_core::store::{stacks, threads};
 
@@ -86,7 +87,7 @@ fn answer(a: u64, was_inside: bool, printing: &Printing, out: &mut Out) -> fmt::
                 b.size,
                 b.addr,
                 b.addr + b.size,
-                By(b.thread, b.seq)
+                By::allocation(&b)
             )?;
             // As the readers say it (crates/read answer::why).
             writeln!(
@@ -184,13 +185,16 @@ fn freed(a: u64, f: &Freed, printing: &Printing, out: &mut Out) -> fmt::Result {
         b.addr,
         b.addr + b.size,
         if f.by_realloc { " (by realloc)" } else { "" },
-        By(f.free_thread, f.free_seq)
+        By {
+            thread: f.free_thread,
+            seq: f.free_seq,
+        }
     )?;
     stack(printing, out, f.free_stack, "free ")?;
     writeln!(
         out,
         "mem-trace: previously allocated by {}:",
-        By(b.thread, b.seq)
+        By::allocation(b)
     )?;
     stack(printing, out, b.stack, "")
 }
@@ -201,17 +205,5 @@ fn stack(printing: &Printing, out: &mut Out, id: u32, kind: &str) -> fmt::Result
     match stacks::frames(id, &mut buf).filter(|_| id != 0) {
         Some(frames) => printing.write_stack(out, frames),
         None => writeln!(out, "mem-trace: no {kind}stack was recorded for this block"),
-    }
-}
-
-/// "thread T (#SEQ)", or "thread T" for a tagged block, which keeps no sequence number.
-struct By(u32, u64);
-
-impl fmt::Display for By {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.1 {
-            0 => write!(f, "thread {}", self.0),
-            seq => write!(f, "thread {} (#{seq})", self.0),
-        }
     }
 }

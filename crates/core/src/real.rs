@@ -26,21 +26,12 @@ pub trait RealAlloc {
     unsafe fn free(&self, block: *mut c_void);
 }
 
-/// The file name of the allocator underneath when it is not glibc's (at most [`NAME_MAX`]
-/// bytes; empty for glibc).
-static OTHER: crate::sync::SpinLock<([u8; NAME_MAX], usize)> =
-    crate::sync::SpinLock::new(([0; NAME_MAX], 0));
 static IS_OTHER: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-const NAME_MAX: usize = 256;
 
 /// The program's blocks come from another allocator than glibc's (`path`, the library's file):
 /// what reads glibc's chunk headers is off (block tags, the check of a pointer never seen
 /// allocated), and the start-up line says so. Called before the tracer initialises.
-pub fn set_other(path: &[u8]) {
-    let mut other = OTHER.lock();
-    let n = path.len().min(NAME_MAX);
-    other.0[..n].copy_from_slice(&path[..n]);
-    other.1 = n;
+pub fn set_other(path: &str) {
     IS_OTHER.store(true, core::sync::atomic::Ordering::Release);
     // Chosen at the first call of the family, before any block: the tracer may have
     // initialised already (its constructor, or a thread's first call), with tags on.
@@ -48,10 +39,9 @@ pub fn set_other(path: &[u8]) {
     let _ = core::fmt::write(
         &mut crate::out::Out::stderr(),
         format_args!(
-            "mem-trace: the program allocates with {}, not glibc's malloc: its blocks are \
+            "mem-trace: the program allocates with {path}, not glibc's malloc: its blocks are \
              traced there, without block tags and without the check of unknown pointers \
-             against glibc's heap\n",
-            core::str::from_utf8(&other.0[..n]).unwrap_or("another library")
+             against glibc's heap\n"
         ),
     );
 }
@@ -60,15 +50,6 @@ pub fn set_other(path: &[u8]) {
 #[inline(always)]
 pub fn is_glibc() -> bool {
     !IS_OTHER.load(core::sync::atomic::Ordering::Acquire)
-}
-
-/// Calls `f` with the other allocator's file name, if there is one.
-pub fn with_other(f: impl FnOnce(&[u8])) {
-    if is_glibc() {
-        return;
-    }
-    let other = OTHER.lock();
-    f(&other.0[..other.1]);
 }
 
 /// The program's own `malloc` (in `module`) comes before this library's in the lookup order:

@@ -182,7 +182,7 @@ pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
             b.size,
             b.addr,
             b.addr + b.size,
-            By(&b)
+            By::allocation(&b)
         ),
         Why::Stack => writeln!(out, "it points into this thread's stack"),
         Why::Code => writeln!(out, "it points into loaded code"),
@@ -213,7 +213,7 @@ pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
                     b.size,
                     b.addr,
                     b.addr + b.size,
-                    By(&b)
+                    By::allocation(&b)
                 );
                 (Some(b), "that block was")
             }
@@ -221,21 +221,40 @@ pub(crate) fn invalid_free(state: &ThreadState, addr: u64, why: Why, op: Op) {
         },
     };
     if let Some(b) = block {
-        let _ = writeln!(out, "mem-trace: {relation} allocated by {} here:", By(&b));
+        let _ = writeln!(
+            out,
+            "mem-trace: {relation} allocated by {} here:",
+            By::allocation(&b)
+        );
         recorded_stack(&mut out, b.stack, &mut w);
     }
     finish(out, w);
 }
 
-/// "thread T (#SEQ)": who allocated a block and at which event, or only the thread for a
-/// tagged block, which keeps no sequence number (profile mode).
-struct By<'a>(&'a Block);
+/// "thread T (#SEQ)": who allocated (or freed) a block and at which event, or only the thread
+/// where no sequence number is kept (a tagged block, profile mode).
+pub struct By {
+    /// The thread's index.
+    pub thread: u32,
+    /// The event's sequence number; 0: none kept.
+    pub seq: u64,
+}
 
-impl core::fmt::Display for By<'_> {
+impl By {
+    /// Who allocated `b`.
+    pub fn allocation(b: &Block) -> Self {
+        By {
+            thread: b.thread,
+            seq: b.seq,
+        }
+    }
+}
+
+impl core::fmt::Display for By {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self.0.seq {
-            0 => write!(f, "thread {}", self.0.thread),
-            seq => write!(f, "thread {} (#{seq})", self.0.thread),
+        match self.seq {
+            0 => write!(f, "thread {}", self.thread),
+            seq => write!(f, "thread {} (#{seq})", self.thread),
         }
     }
 }

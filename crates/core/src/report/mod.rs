@@ -4,4 +4,5 @@
 mod errors;
 pub mod frames;
 
+pub use errors::By;
 pub(crate) use errors::{double_free, double_free_racing, invalid_free, Op, Why};
