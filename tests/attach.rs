@@ -483,6 +483,7 @@ fn live_figures_agree(f: &Fixture, pid: u32, cycle: usize) {
     };
     // SAFETY: kill with the pid of the test's own child.
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    wait_stopped(pid);
     let (top, peaks, info) = (ask("top"), ask("peaks"), ask("info"));
     // SAFETY: as above.
     unsafe { libc::kill(pid as i32, libc::SIGCONT) };
@@ -512,6 +513,29 @@ fn live_figures_agree(f: &Fixture, pid: u32, cycle: usize) {
         close,
         "cycle {cycle}: live figures disagree\n{top}\n{peaks}\n{info}"
     );
+}
+
+/// Waits until every thread of `pid` is stopped. A `SIGSTOP` takes effect late: the thread
+/// that takes it, here the main one asleep in `read`, must first be scheduled to stop the
+/// others, and with the four busy threads on two processors that took long enough for
+/// thousands of allocations to happen between `top` and `peaks`.
+fn wait_stopped(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .all(|t| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                // The state follows the command name, which is in parentheses.
+                let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+                matches!(state, Some("T") | Some("t") | None)
+            })
+    };
+    while !stopped() {
+        assert!(Instant::now() < deadline, "process {pid} did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// `mem-trace attach` on the idle target with a long wait for a thread at malloc's entry
