@@ -702,7 +702,6 @@ pub(crate) fn load() -> Config {
     PROFILE_BY.store(c.profile_by as u8, Ordering::Relaxed);
     LEAKS.store(on && c.leaks, Ordering::Relaxed);
     SNAPSHOT_SIGNAL.store(if on { c.snapshot_signal } else { 0 }, Ordering::Relaxed);
-    crate::sample::configure(c.sample, c.sample_seed);
     if let Some(dir) = &c.out_dir {
         let _ = OUT_DIR.set(dir.clone());
     }

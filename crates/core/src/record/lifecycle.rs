@@ -139,6 +139,7 @@ fn init() -> bool {
     // Before the first note (a bad variable's), and before the program can close fd 2.
     crate::out::remember_stderr();
     let c = config::load();
+    crate::sample::configure(c.sample, c.sample_seed);
     crate::profile::init();
     freed::configure(c.freed, c.free_stacks);
     stacks::configure(c.max_stacks);
