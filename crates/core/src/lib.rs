@@ -31,6 +31,7 @@
 
 pub mod arena;
 pub mod capture;
+mod clock;
 pub mod config;
 pub mod glibc_heap;
 pub mod guard;
@@ -59,14 +60,15 @@ pub fn format_rate(mean: u64) -> impl core::fmt::Display {
 /// Defines `MEM_TRACE_HEADER`, the exported root of every table (docs/LAYOUT.md), in the crate
 /// that links this one into a program or library. `#[no_mangle]` keeps it in the dynamic symbol
 /// table, so a reader finds it even in a stripped `.so`; `#[used]` keeps the linker from
-/// dropping it. This crate refers to it by name (see `store::header`).
+/// dropping it. This crate refers to it by name (see `store::header`); its value is
+/// `store::initial`'s.
 #[macro_export]
 macro_rules! define_header {
     () => {
         /// The root of mem-trace's tables, read by gdb and other readers (docs/LAYOUT.md).
         #[no_mangle]
         #[used]
-        pub static MEM_TRACE_HEADER: $crate::format::Header = $crate::store::header::initial();
+        pub static MEM_TRACE_HEADER: $crate::format::Header = $crate::store::initial::value();
     };
 }
 

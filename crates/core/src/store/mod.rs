@@ -6,7 +6,7 @@
 //! - [`freed`]: the newest frees, with who freed them;
 //! - [`tags`]: in profile mode, small blocks' records in front of them instead of in the table;
 //! - [`quarantine`]: freed blocks held back from reuse (not exported: only totals are);
-//! - [`header`]: the exported root that points at all of them.
+//! - [`header`]: the exported root that points at all of them, and [`initial`], its value.
 //!
 //! Every table is allocated from the arena explicitly, published so that a reader without a
 //! lock (gdb on a core, `print_trace` while a writer is stopped) sees whole entries, and never
@@ -14,6 +14,7 @@
 
 pub mod freed;
 pub mod header;
+pub mod initial;
 pub mod quarantine;
 pub mod stacks;
 pub mod table;
