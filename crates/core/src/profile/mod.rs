@@ -77,17 +77,6 @@ pub(crate) fn untick(size: u64) {
         .fetch_sub(size, core::sync::atomic::Ordering::Relaxed);
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds: the clock reports measure time with.
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the current time into `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Start-up work.
 pub(crate) fn init() {
     events::init();

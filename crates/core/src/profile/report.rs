@@ -333,7 +333,7 @@ fn other_stacks(f: &mut Out, all: &[Counts], top: &[Ranked], by: RankBy) -> fmt:
 }
 
 fn seconds_since_start() -> f64 {
-    super::monotonic_ns().saturating_sub(PROFILE.started_ns.load(Relaxed)) as f64 / 1e9
+    crate::clock::monotonic_ns().saturating_sub(PROFILE.started_ns.load(Relaxed)) as f64 / 1e9
 }
 
 /// The global peak, every thread's (running threads all, exited ones, which keep theirs, the

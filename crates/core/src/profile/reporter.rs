@@ -112,7 +112,7 @@ pub(crate) fn start() {
         if sig != 0 {
             super::signal::install(sig);
         }
-        let due = super::monotonic_ns() / 1_000_000 + interval;
+        let due = crate::clock::monotonic_ns() / 1_000_000 + interval;
         DUE_MS.store(due, Relaxed);
         wait_for(if interval != 0 {
             ON_DUE_ALLOCATION
@@ -417,5 +417,5 @@ fn write(kind: Kind) {
 }
 
 fn now_ms() -> u64 {
-    super::monotonic_ns() / 1_000_000
+    crate::clock::monotonic_ns() / 1_000_000
 }

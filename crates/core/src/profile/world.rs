@@ -135,7 +135,7 @@ pub(crate) struct World {
 
 /// Monotonic milliseconds.
 fn now_ms() -> u64 {
-    super::monotonic_ns() / 1_000_000
+    crate::clock::monotonic_ns() / 1_000_000
 }
 
 fn map(len: usize) -> Option<*mut u8> {

@@ -159,7 +159,7 @@ pub(crate) fn another_frees(state: &ThreadState, addr: u64) -> bool {
     let Some(mut s) = others() else {
         return false;
     };
-    let start = crate::profile::monotonic_ns();
+    let start = crate::clock::monotonic_ns();
     let mut spins = 0u32;
     loop {
         while s.addr.load(Acquire) == addr {
@@ -170,7 +170,7 @@ pub(crate) fn another_frees(state: &ThreadState, addr: u64) -> bool {
             }
             // Bounded: a winner stopped by a debugger (or a slot whose free never returned, a
             // signal handler's `longjmp`) must not hang every loser.
-            if crate::profile::monotonic_ns().saturating_sub(start) > 1_000_000_000 {
+            if crate::clock::monotonic_ns().saturating_sub(start) > 1_000_000_000 {
                 return true;
             }
             // SAFETY: sched_yield has no preconditions; the winner may be waiting for a core
