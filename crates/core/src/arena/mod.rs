@@ -33,6 +33,7 @@
 //! in flight when memory ran out to finish.
 
 mod pages;
+use pages::anonymous;
 
 use crate::sync::SpinLock;
 use core::alloc::{GlobalAlloc, Layout};
@@ -131,32 +132,7 @@ fn short() {
     f();
 }
 
-/// `len` bytes of zeroed, private, anonymous memory at an address of the kernel's choosing;
-/// with `noreserve`, backed only where touched (`MAP_NORESERVE`). `None` on failure. The one
-/// `mmap` of the arena: its mappings, the reserve, the scratch region and the page bitmap.
-pub(super) fn anonymous(len: usize, noreserve: bool) -> Option<*mut u8> {
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-    let flags = if noreserve {
-        flags | libc::MAP_NORESERVE
-    } else {
-        flags
-    };
-    // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
-    // existing memory.
-    let p = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            -1,
-            0,
-        )
-    };
-    (p != libc::MAP_FAILED).then_some(p.cast())
-}
-
-/// [`anonymous`] memory marked as the arena's (`owns`); `None` on failure, when nothing is
+/// [`anonymous`](pages::anonymous) memory marked as the arena's (`owns`); `None` on failure, when nothing is
 /// left mapped.
 fn map_marked(len: usize) -> Option<*mut u8> {
     let p = anonymous(len, false)?;

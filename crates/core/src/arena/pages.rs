@@ -37,7 +37,7 @@ fn leaf(index: usize, create: bool) -> Option<&'static [AtomicU64]> {
     let mut p = slot.load(Ordering::Acquire);
     if p.is_null() && create {
         let len = LEAF_WORDS * 8;
-        let fresh = super::anonymous(len, true)?;
+        let fresh = anonymous(len, true)?;
         p = match slot.compare_exchange(
             ptr::null_mut(),
             fresh.cast(),
@@ -84,6 +84,31 @@ pub(super) fn marked(p: *const u8) -> bool {
         return false;
     };
     leaf(l, false).is_some_and(|w| w[bit / 64].load(Ordering::Acquire) & (1 << (bit % 64)) != 0)
+}
+
+/// `len` bytes of zeroed, private, anonymous memory at an address of the kernel's choosing;
+/// with `noreserve`, backed only where touched (`MAP_NORESERVE`). `None` on failure. The one
+/// `mmap` of the arena: its mappings, the reserve, the scratch region and the page bitmap.
+pub(super) fn anonymous(len: usize, noreserve: bool) -> Option<*mut u8> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let flags = if noreserve {
+        flags | libc::MAP_NORESERVE
+    } else {
+        flags
+    };
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
+    // existing memory.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p.cast())
 }
 
 #[cfg(test)]

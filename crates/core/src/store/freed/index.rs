@@ -13,7 +13,7 @@
 //! by their claimed runs) is measured as `disorder`, which tells a reader what a chain cut
 //! short may hide (the walk is `mem_trace_read::layout::freed_index`).
 
-use super::{words, HISTORY};
+use super::ring::{words, HISTORY};
 use crate::arena;
 use core::convert::Infallible;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};

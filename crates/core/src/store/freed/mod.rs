@@ -16,28 +16,19 @@
 //! reader finds the frees of an address without a pass over the whole ring.
 
 pub mod index;
+mod ring;
+
+pub use ring::HISTORY;
+use ring::words;
 
 use crate::arena;
 use core::alloc::Layout;
 use core::cell::Cell;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 pub use mem_trace_format::Freed;
 use mem_trace_format::{
-    pack_seq_id, FreedHistory, FreedRecord, FREED_BY_REALLOC as BY_REALLOC,
+    pack_seq_id, FreedRecord, FREED_BY_REALLOC as BY_REALLOC,
     FREED_FLAG_FREE_STACKS as FLAG_FREE_STACKS,
-};
-
-/// The one history.
-pub static HISTORY: FreedHistory = FreedHistory {
-    record_size: core::mem::size_of::<FreedRecord>() as u32,
-    flags: AtomicU32::new(0),
-    capacity: AtomicU64::new(0),
-    records: AtomicPtr::new(core::ptr::null_mut()),
-    written: AtomicU64::new(0),
-    quarantine_limit: AtomicU64::new(0),
-    quarantined_bytes: AtomicU64::new(0),
-    errors: AtomicU64::new(0),
-    index: AtomicPtr::new(core::ptr::null_mut()),
 };
 
 /// Sets the ring's size (called once, at initialisation, before any free is recorded).
@@ -225,20 +216,6 @@ pub fn newest_containing(addr: u64) -> Option<Freed> {
             (w[0] != 0 && stable && f.block.contains(addr)).then_some(f)
         })
         .max_by_key(|f| f.free_seq)
-}
-
-/// A record's five words, as a reader copies them (`addr` first, with acquire: the other
-/// words then belong to it).
-fn words(r: &FreedRecord) -> [u64; 5] {
-    let last = u64::from(r.free_thread.load(Ordering::Relaxed))
-        | u64::from(r.flags.load(Ordering::Relaxed)) << 32;
-    [
-        r.addr.load(Ordering::Acquire),
-        r.size_thread.load(Ordering::Relaxed),
-        r.seq_stack.load(Ordering::Relaxed),
-        r.free_seq_stack.load(Ordering::Relaxed),
-        last,
-    ]
 }
 
 #[cfg(test)]

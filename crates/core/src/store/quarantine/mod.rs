@@ -31,6 +31,7 @@
 //! double and invalid frees, rare in any program — so it is a scan of every thread's FIFO and
 //! lists rather than a set kept up to date on every free.
 
+mod held;
 mod recycled;
 mod ring;
 
@@ -42,19 +43,10 @@ use allocator_api2::vec::Vec;
 use core::cell::Cell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use held::block_of;
+pub(crate) use held::{Released, TAGGED};
 use recycled::{class_of, Recycled};
 use ring::Ring;
-
-/// The mark of a held entry that is a tagged block's chunk (chunks are 16-byte aligned).
-pub(crate) const TAGGED: u64 = 1;
-
-/// The block address the program knew for the held entry `e`.
-fn block_of(e: u64) -> u64 {
-    match e & TAGGED {
-        0 => e,
-        _ => (e & !TAGGED) + super::tags::bytes(),
-    }
-}
 
 /// A FIFO entry: the held pointer, its [`TAGGED`] mark and its chunk size in one word. Pairs
 /// of words made the FIFO 1 MiB for `live`'s million small blocks in debug mode (its 4 MiB
@@ -143,32 +135,6 @@ static ALL: SpinLock<Vec<&'static Quarantine, Arena>> = SpinLock::new(Vec::new_i
 /// in place), never smaller, so a block of this class always fits a request of this class.
 fn chunk_of(n: u64) -> u64 {
     (n.saturating_add(8 + 15) & !15).max(32)
-}
-
-/// Blocks released from quarantine, to be freed for real by the caller. Left uninitialised
-/// beyond `n`: zeroing 256 bytes on every free was 9% of perf's samples on churn with two
-/// threads.
-pub(crate) struct Released {
-    n: usize,
-    addrs: [MaybeUninit<u64>; 32],
-}
-
-impl Released {
-    /// The released blocks, as pointers to give glibc (a tagged block's chunk).
-    pub(crate) fn addrs(&self) -> &[u64] {
-        // SAFETY: the first `n` entries were written by `hold`; `MaybeUninit<u64>` has the
-        // layout of `u64`.
-        unsafe { core::slice::from_raw_parts(self.addrs.as_ptr().cast(), self.n) }
-    }
-
-    fn push(&mut self, entry: u64) {
-        self.addrs[self.n] = MaybeUninit::new(entry & !TAGGED);
-        self.n += 1;
-    }
-
-    fn full(&self) -> bool {
-        self.n == self.addrs.len()
-    }
 }
 
 /// The limit in bytes that [`hold`] keeps to (0: quarantine off): the configured one

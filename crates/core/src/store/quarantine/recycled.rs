@@ -3,7 +3,7 @@
 //! (the quarantine's documentation says why).
 
 use super::ring::Ring;
-use super::{block_of, Released, TAGGED};
+use super::held::{block_of, Released, TAGGED};
 
 /// Largest glibc chunk kept for reuse; larger blocks go back to glibc when pushed out.
 pub(super) const REUSE_MAX: u64 = 4096;
