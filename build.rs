@@ -65,7 +65,11 @@ const LOADER: &str = "
         # shadow the on-disk package when gdb/mem_trace.py is sourced later.
         for name in sorted(sources):
             __import__(name)
-        sys.modules[package].register()
+        # The library gdb auto-loads this from: the reader is looked for beside it.
+        import gdb
+
+        objfile = gdb.current_objfile()
+        sys.modules[package].register(objfile.filename if objfile is not None else None)
     finally:
         sys.meta_path.remove(loader)
 

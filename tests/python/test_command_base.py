@@ -194,9 +194,10 @@ class BaseTests(unittest.TestCase):
                            "(see 'mtrace-history -h')")
         self.assertOneLine(lambda: self.info.InfoCommand().invoke("extra", False),
                            "mtrace-info: unrecognized arguments: extra (see 'mtrace-info -h')")
-        layout = importlib.import_module("mem_trace_gdb.layout")
+        errors = importlib.import_module("mem_trace_gdb.errors")
         for error, message in [
-            (layout.Corrupt("stack 3: 9999 frames\nsecond line"), "probe: stack 3: 9999 frames"),
+            (errors.MemTraceError("stack 3: 9999 frames\nsecond line"),
+             "probe: stack 3: 9999 frames"),
             (self.gdb.error('No symbol "p" in current context.'),
              'probe: No symbol "p" in current context.'),
             (self.errors.UsageError("`x` is a struct, not an address"),

@@ -184,6 +184,12 @@ class AutoLoadTests(unittest.TestCase):
         subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", cls.lib,
                         os.path.join(FIXTURES, "fake_tracer.c"), asm], check=True)
         subprocess.run(["strip", cls.lib], check=True)
+        # The reader gdb's commands answer through is found beside the library that carries
+        # them, as `cargo build --release` leaves the two.
+        reader = os.path.join(os.path.dirname(library), "libmem_trace_reader.so")
+        if not os.path.isfile(reader):
+            raise AssertionError(f"no {reader} beside {library}: `cargo build --release`")
+        shutil.copy(reader, os.path.join(cls.tmp, "libmem_trace_reader.so"))
         subprocess.run(["gcc", "-g", "-O0", "-pthread", "-o", cls.prog,
                         os.path.join(FIXTURES, "prog.c")], check=True)
 
@@ -216,14 +222,14 @@ class AutoLoadTests(unittest.TestCase):
         self.assertNotIn("Python Exception", out)
 
     def test_sourced_copy_wins_and_both_orders_work(self):
-        probe = "python import mem_trace_gdb.layout as l; print('layout from', l.__spec__.origin)"
+        probe = "python import mem_trace_gdb.target as l; print('target from', l.__spec__.origin)"
         out = self.gdb([f"source {ENTRY}"], [probe, "mtrace-why buffer"])
-        self.assertRegex(out, r"layout from /\S+/python/mem_trace_gdb/layout/__init__\.py")
+        self.assertRegex(out, r"target from /\S+/python/mem_trace_gdb/target\.py")
         self.assertRegex(out, r"at the start of a 100-byte block")
         out = self.gdb([], [probe, f"source {ENTRY}", probe, "mtrace-why buffer"])
         self.assertEqual(
-            re.findall(r"layout from (\S+)", out),
-            ["<mem-trace", os.path.join(ROOT, "python", "mem_trace_gdb", "layout", "__init__.py")],
+            re.findall(r"target from (\S+)", out),
+            ["<mem-trace", os.path.join(ROOT, "python", "mem_trace_gdb", "target.py")],
             out,
         )
         self.assertRegex(out, r"at the start of a 100-byte block")

@@ -11,15 +11,13 @@ use crate::cli::{HistoryArgs, InfoArgs, LeaksArgs, PeaksArgs, StackOptions, TopA
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 use mem_trace_read::answer::{
-    self, frame, AnswerError, Frame, HistoryOptions, LeakTarget, LeaksOptions, Lookups,
-    PeaksOptions, TopOptions, WhyOptions,
+    self, AnswerError, Asked, HistoryOptions, LeakTarget, LeaksOptions, Lookups, PeaksOptions,
+    TopOptions, WhyOptions,
 };
 use mem_trace_read::layout::Tables;
-use mem_trace_read::memory::{read_plain, Memory};
-use mem_trace_read::target::{Source, Symbols, Target};
-use mem_trace_read::text::NamesTally;
+use mem_trace_read::memory::Memory;
+use mem_trace_read::target::{Source, Target};
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt as _;
 
 /// `mem-trace top TARGET [-n N] [--by ...] [--thread T] [-f N] [-r]`.
 pub fn top(args: &TopArgs) -> Result<()> {
@@ -161,60 +159,24 @@ fn answer_with<'t>(
         &mut Lookups<'_>,
     ) -> std::result::Result<Vec<String>, AnswerError>,
 ) -> Result<()> {
-    let layout = |e: mem_trace_read::layout::Error| Error::new(format!("{}: {e}", target.name()));
-    let tables = target.tables().map_err(layout)?;
     let progress = Progress::start(what);
-    let mut symbols = Symbols::new(target);
-    // Counted once per return address, however many stacks show it.
-    let mut tally = NamesTally::default();
-    let mut seen = std::collections::HashSet::new();
-    let mut symbolize = |pc: u64| -> Vec<Frame> {
-        if stacks.raw {
-            return frame::unsymbolized(pc);
-        }
-        let frames = frame::target_frames(&mut symbols, pc);
-        if !seen.insert(pc) {
-            return frames;
-        }
-        let named = frames
-            .iter()
-            .any(|f| f.function.is_some() || f.file.is_some() || f.module.is_some());
-        let module = symbols.module_of(pc.wrapping_sub(1));
-        tally.note(named, module.map(|m| m.path.as_os_str().as_bytes()));
-        frames
+    let asked = Asked {
+        raw: stacks.raw,
+        ..Asked::default()
     };
-    let before = events(target);
-    let lines = {
-        let mut lookups = Lookups::new(&tables, &mut symbolize);
-        read(&tables, &mut lookups).map_err(|e| Error::new(format!("{}: {e}", target.name())))?
-    };
-    let after = events(target);
+    let answered = answer::ask(target, &asked, read).map_err(Error::new)?;
     progress.finish();
     let mut out = std::io::stdout().lock();
-    for line in &lines {
+    for line in &answered.lines {
         // A closed pipe (`| head`) ends the answer quietly, as other tools do.
         if writeln!(out, "{line}").is_err() {
             return Ok(());
         }
     }
     let _ = out.flush();
-    let mut hint = String::new();
-    let _ = tally.write_hint(&mut hint);
-    eprint!("{hint}");
-    if let (true, Some(before), Some(after)) = (target.is_live(), before, after) {
-        if after != before {
-            eprintln!(
-                "mem-trace: note: {} ran on while it was read: {} allocations and frees happened during the read",
-                target.name(),
-                after.wrapping_sub(before)
-            );
-        }
+    eprint!("{}", answered.hint);
+    if let Some(note) = answered.ran_on_note(target) {
+        eprintln!("{note}");
     }
     Ok(())
-}
-
-/// The target's event counter (`next_seq`), when readable.
-fn events(target: &Target) -> Option<u64> {
-    let at = target.header() + core::mem::offset_of!(mem_trace_format::Header, next_seq) as u64;
-    read_plain::<u64>(target.memory(), at).ok()
 }

@@ -22,7 +22,7 @@ from typing import ClassVar, List, Optional
 
 import gdb
 
-from ..layout import MemTraceError
+from ..errors import MemTraceError
 from .errors import UsageError
 from .expression import address_of
 

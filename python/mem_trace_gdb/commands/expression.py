@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gdb
 
-from .. import memory
+from .. import target
 from .errors import UsageError
 
 MASK64 = (1 << 64) - 1
@@ -35,7 +35,7 @@ def address_of(expression: str) -> int:
     The process check comes first: without a process or a core, gdb cannot
     evaluate a local and would answer "No symbol", which hides the real problem.
     """
-    memory.require_process()
+    target.require_process()
     return to_address(expression)
 
 

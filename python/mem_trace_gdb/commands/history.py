@@ -1,6 +1,7 @@
 """`mtrace-history EXPR`: every remembered allocation and free at an address, newest first.
 
-The answer's text is in `text.history`; this is the command line.
+The answer is the Rust reader's (`mem-trace history` prints the same); this is the command
+line.
 """
 
 from __future__ import annotations
@@ -8,10 +9,8 @@ from __future__ import annotations
 
 import gdb
 
-from .. import memory
-from ..text import history
+from .. import reader, target
 from .base import ArgparsedCommand, ArgumentParser, Expression
-from .lookups import lookups
 from .options import add_frames, add_raw
 
 
@@ -43,7 +42,6 @@ class HistoryCommand(ArgparsedCommand):
     command_class = gdb.COMMAND_DATA
 
     def run(self, args):
-        tracer = memory.open_tracer()
-        facts = history.HistoryFacts.read(tracer, args.address)
-        return history.lines(facts, lookups(tracer, args.raw), args.frames or None,
-                             stacks=not args.no_stacks)
+        return reader.ask("history", target.named(), args.address, frames=args.frames,
+                          no_stacks=args.no_stacks, raw=args.raw,
+                          gdb_threads=target.gdb_threads())

@@ -1,15 +1,14 @@
 """`mtrace-info`: is mem-trace loaded, and what does its table hold.
 
-The answer's text is in `text.info`; this is the command line.
+The answer is the Rust reader's (`mem-trace info` prints the same); this is the command line.
 """
 
 from __future__ import annotations
 
 import gdb
 
-from .. import memory
-from ..layout import NotLoaded
-from ..text import info
+from .. import reader, target
+from ..errors import NoProcess, NotLoaded
 from .base import ArgparsedCommand, ArgumentParser
 
 parser = ArgumentParser(
@@ -28,8 +27,8 @@ class InfoCommand(ArgparsedCommand):
 
     def run(self, args):
         try:
-            tracer = memory.open_tracer()
-        except (NotLoaded, memory.NoProcess) as e:
+            named = target.named()
+        except (NotLoaded, NoProcess) as e:
             # "Not loaded" is this command's answer, not a failure.
             return [str(e)]
-        return info.lines(info.InfoFacts.read(tracer))
+        return reader.ask("info", named)

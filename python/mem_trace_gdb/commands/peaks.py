@@ -1,18 +1,15 @@
 """`mtrace-peaks`: live bytes now and at the peak, per thread, and the stacks that held the
 peak.
 
-The answer's text is in `text.profile`; this is the command line.
+The answer is the Rust reader's (`mem-trace peaks` prints the same); this is the command line.
 """
 
 from __future__ import annotations
 
 import gdb
 
-from .. import memory
-from ..text import profile
+from .. import reader, target
 from .base import ArgparsedCommand, ArgumentParser
-from .errors import UsageError
-from .lookups import lookups
 from .options import add_frames, add_raw, positive
 
 DEFAULT_COUNT = 5
@@ -44,10 +41,5 @@ class PeaksCommand(ArgparsedCommand):
     words = True
 
     def run(self, args):
-        tracer = memory.open_tracer()
-        try:
-            facts = profile.PeaksFacts.read(tracer)
-        except profile.NotProfiler as e:
-            raise UsageError(str(e)) from None
-        return profile.peaks_lines(facts, lookups(tracer, args.raw), args.count,
-                                   args.frames or None)
+        return reader.ask("peaks", target.named(), count=args.count, frames=args.frames,
+                          raw=args.raw, gdb_threads=target.gdb_threads())

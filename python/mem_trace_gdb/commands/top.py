@@ -1,7 +1,7 @@
 """`mtrace-top [-n N] [--by live|allocated|blocks|peak] [--thread T]`: the stacks that hold
 the most, from the profiler's per-stack counters.
 
-The answer's text is in `text.profile`; this is the command line.
+The answer is the Rust reader's (`mem-trace top` prints the same); this is the command line.
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ import argparse
 
 import gdb
 
-from .. import memory
-from ..text import profile
+from .. import reader, target
 from .base import ArgparsedCommand, ArgumentParser
 from .errors import UsageError
-from .lookups import lookups
 from .options import add_frames, add_raw, positive
 
 DEFAULT_COUNT = 10
+BY = ("live", "allocated", "blocks", "peak")
 
 
 parser = ArgumentParser(
@@ -47,7 +46,7 @@ parser.add_argument("-n", "--count", type=positive, default=None, metavar="N",
 # The count as a bare word (`mtrace-top 3`), as it was first spelled: still taken, not shown.
 parser.add_argument("count_word", nargs="?", type=positive, default=None, metavar="N",
                     help=argparse.SUPPRESS)
-parser.add_argument("--by", choices=tuple(profile.BY), default="live",
+parser.add_argument("--by", choices=BY, default="live",
                     help="what to rank by (default %(default)s)")
 parser.add_argument("--thread", type=positive, default=None, metavar="T",
                     help="only live blocks allocated by thread index T")
@@ -64,23 +63,5 @@ class TopCommand(ArgparsedCommand):
         if args.count is not None and args.count_word is not None:
             raise UsageError("the count twice: give -n N alone")
         shown = args.count or args.count_word or DEFAULT_COUNT
-        if args.thread is not None and args.by not in ("live", "blocks"):
-            raise UsageError(
-                f"--thread counts the live blocks of the live-block table, which knows nothing "
-                f"of {profile.BY[args.by]} per thread: use --by live or --by blocks"
-            )
-        tracer = memory.open_tracer()
-        try:
-            profile.require_profiler(tracer)
-        except profile.NotProfiler as e:
-            raise UsageError(str(e)) from None
-        if args.thread is not None:
-            count = tracer.thread_count()
-            if args.thread > count:
-                raise UsageError(
-                    f"no thread {args.thread}: the tracer has seen threads 1..{count} "
-                    "(mtrace-peaks lists them)"
-                )
-        facts = profile.TopFacts.read(tracer, args.by, args.thread)
-        return profile.top_lines(facts, lookups(tracer, args.raw), shown,
-                                 args.frames or None)
+        return reader.ask("top", target.named(), count=shown, by=args.by, thread=args.thread,
+                          frames=args.frames, raw=args.raw, gdb_threads=target.gdb_threads())

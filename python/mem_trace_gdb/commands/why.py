@@ -1,17 +1,18 @@
 """`mtrace-why EXPR`: which heap block holds an address, who allocated it, who freed it.
 
-The answer's text and which answer wins are in `text.why`; this is the command line.
+The answer is the Rust reader's (`mem-trace why` prints the same); this is the command line.
 """
 
 from __future__ import annotations
 
 import gdb
 
-from .. import layout, memory
-from ..text import why
+from .. import reader, target
 from .base import ArgparsedCommand, ArgumentParser, Expression
-from .lookups import lookups
 from .options import add_frames, add_raw, non_negative
+
+# How far outside a block an address is still named (bytes).
+DEFAULT_GAP = 4096
 
 parser = ArgumentParser(
     prog="mtrace-why",
@@ -36,7 +37,7 @@ parser = ArgumentParser(
 # All frames unless asked: this is the one answer about one block.
 add_frames(parser, default=0, help="frames per stack (default and 0: all)",
            old=("-n", "--max-frames"))
-parser.add_argument("--gap", type=non_negative, default=layout.DEFAULT_MAX_GAP, metavar="BYTES",
+parser.add_argument("--gap", type=non_negative, default=DEFAULT_GAP, metavar="BYTES",
                     help="how far outside a block to still name it (default %(default)s, 0: off)")
 add_raw(parser)
 parser.add_argument("address", type=Expression, metavar="EXPR", help="the address to explain")
@@ -47,6 +48,5 @@ class WhyCommand(ArgparsedCommand):
     command_class = gdb.COMMAND_DATA
 
     def run(self, args):
-        tracer = memory.open_tracer()
-        facts = why.WhyFacts.read(tracer, args.address, args.gap)
-        return why.lines(facts, lookups(tracer, args.raw), args.frames or None)
+        return reader.ask("why", target.named(), args.address, frames=args.frames,
+                          gap=args.gap, raw=args.raw, gdb_threads=target.gdb_threads())

@@ -10,6 +10,7 @@
 //! [`frame::unsymbolized`] for `--raw`). The functions below do both for a command, with its
 //! options (the defaults of `python/mem_trace_gdb/commands/`).
 
+mod ask;
 pub mod frame;
 pub mod history;
 pub mod info;
@@ -18,6 +19,7 @@ mod parts;
 pub mod profile;
 pub mod why;
 
+pub use ask::{ask, Answered, Asked};
 pub use frame::Frame;
 pub use parts::{Lookups, Records};
 

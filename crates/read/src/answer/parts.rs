@@ -54,6 +54,8 @@ pub struct Lookups<'a> {
     symbolize: &'a mut dyn FnMut(u64) -> Vec<Frame>,
     /// Stacks share return addresses: each is symbolized once.
     frames: HashMap<u64, Vec<Frame>>,
+    /// gdb's thread numbers by kernel thread id (see [`Lookups::with_gdb_threads`]).
+    gdb_threads: Option<&'a HashMap<u32, u32>>,
 }
 
 impl<'a> Lookups<'a> {
@@ -65,7 +67,15 @@ impl<'a> Lookups<'a> {
             records,
             symbolize,
             frames: HashMap::new(),
+            gdb_threads: None,
         }
+    }
+
+    /// With gdb's thread numbers by kernel thread id: a thread that gdb lists is named with
+    /// its number too (`, gdb thread 3`), the number its `thread` command takes.
+    pub fn with_gdb_threads(mut self, threads: &'a HashMap<u32, u32>) -> Self {
+        self.gdb_threads = Some(threads);
+        self
     }
 
     fn frames(&mut self, pc: u64) -> &[Frame] {
@@ -114,8 +124,8 @@ pub(super) fn thread_text(index: u32) -> String {
     }
 }
 
-/// `, tid 4242 "prog"` and `, exited` when the thread record is readable. (gdb's answer adds
-/// `, gdb thread N` for a thread gdb lists; there is no gdb here.)
+/// `, tid 4242 "prog"` and `, exited` (or `, gdb thread 3` for a live thread gdb lists),
+/// when the thread record is readable.
 pub(super) fn thread_details(lookups: &Lookups<'_>, index: u32) -> String {
     let thread = match lookups.records.thread(index) {
         Err(e) => return format!(" (thread record unreadable: {})", error_text(&e)),
@@ -128,6 +138,8 @@ pub(super) fn thread_details(lookups: &Lookups<'_>, index: u32) -> String {
     }
     if thread.exited {
         text += ", exited";
+    } else if let Some(n) = lookups.gdb_threads.and_then(|t| t.get(&thread.tid)) {
+        text += &format!(", gdb thread {n}");
     }
     text
 }
