@@ -159,7 +159,7 @@ pub unsafe extern "C" fn mem_trace_attach(settings: *const c_char) -> i64 {
     };
     // Before the tracer starts: on another allocator, it starts without what needs glibc's.
     crate::allocator::ensure_chosen();
-    if record::attach(settings).is_err() {
+    if record::attached::attach(settings).is_err() {
         return error::NO_START;
     }
     MEM_TRACE_ATTACH_STATE.store(ATTACHED, Ordering::Release);
@@ -178,7 +178,7 @@ pub extern "C" fn mem_trace_detach() -> i64 {
     let restored = got::restore();
     MEM_TRACE_ATTACH_STATE.store(DETACHED, Ordering::Release);
     if let Some(g) = Guard::enter() {
-        record::detach(&g, &crate::allocator::Underneath);
+        record::attached::detach(&g, &crate::allocator::Underneath);
     }
     restored as i64
 }

@@ -407,7 +407,7 @@ pub(super) unsafe extern "C" fn free_from(p: *mut c_void, sp: u64, bp: u64) {
 unsafe fn free_kept(g: Guard, p: *mut c_void, caller: Caller) {
     // Until this free is written down: another thread's free of the same block waits for it
     // rather than judge the block unknown (`record::racing`).
-    let _freeing = record::racing::freeing(&g, p as u64);
+    let _freeing = record::freeing(&g, p as u64);
     // SAFETY: forwarded contract.
     let Some(block) = (unsafe { tagged::untag_once(&g, p) }) else {
         // SAFETY: forwarded contract.

@@ -38,7 +38,7 @@ pub(crate) struct ThreadState {
     /// Records of the freed-block history this thread has claimed.
     pub history: freed::Claim,
     /// This thread's frees waiting for their record and hold (`record::deferred`).
-    pub deferred: crate::record::deferred::Local,
+    pub deferred: crate::record::batch::Local,
     /// The block this thread is freeing, for racing frees of it (`record::racing`).
     pub freeing: crate::record::racing::Local,
     /// This thread's quarantine.
@@ -60,7 +60,7 @@ impl ThreadState {
             capture: capture::Local::new(),
             stacks: stacks::Local::new(),
             history: freed::Claim::new(),
-            deferred: crate::record::deferred::Local::new(),
+            deferred: crate::record::batch::Local::new(),
             freeing: crate::record::racing::Local::new(),
             quarantine: quarantine::Local::new(),
             profile: crate::profile::counters::Local::new(),

@@ -24,7 +24,7 @@
 //! value then.
 
 use crate::arena;
-use crate::state::ThreadState;
+use crate::store::threads;
 use crate::store::header::header;
 use crate::sync::RawSpin;
 use core::cell::Cell;
@@ -272,17 +272,19 @@ fn bump(word: &AtomicU64, by: u64) {
     word.store(word.load(Relaxed).wrapping_add(by), Relaxed);
 }
 
-/// A block of `size` bytes became live on `stack`; `new` when it is a new allocation (not a
-/// block put back after a failed `realloc`).
+/// A block of `size` bytes became live on `stack`, in the thread whose parts are `local` and
+/// `thread`; `new` when it is a new allocation (not a block put back after a failed
+/// `realloc`).
 #[inline(always)]
 pub(crate) fn add(
-    state: &ThreadState,
+    local: &Local,
+    thread: &threads::Local,
     stack: u32,
     (size, blocks): (u64, u64),
     seq: u64,
     new: bool,
 ) {
-    update(&state.profile, state.thread.record(), stack, seq, |c| {
+    update(local, thread.record(), stack, seq, |c| {
         bump(&c.live_bytes, size);
         bump(&c.live_blocks, blocks);
         if new {
@@ -294,8 +296,14 @@ pub(crate) fn add(
 
 /// A block of `size` bytes from `stack` is no longer live.
 #[inline(always)]
-pub(crate) fn sub(state: &ThreadState, stack: u32, (size, blocks): (u64, u64), seq: u64) {
-    update(&state.profile, state.thread.record(), stack, seq, |c| {
+pub(crate) fn sub(
+    local: &Local,
+    thread: &threads::Local,
+    stack: u32,
+    (size, blocks): (u64, u64),
+    seq: u64,
+) {
+    update(local, thread.record(), stack, seq, |c| {
         bump(&c.live_bytes, size.wrapping_neg());
         bump(&c.live_blocks, blocks.wrapping_neg());
     });
@@ -337,32 +345,40 @@ pub fn counts(stack: u32) -> Counts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state;
+
+    /// A thread's two parts the counters take, for the test's life (a cache may outlive it).
+    struct Parts {
+        profile: Local,
+        thread: threads::Local,
+    }
 
     #[test]
     fn live_total_and_at_peak() {
         let h = header();
-        let st = state::current();
+        let st: &'static Parts = Box::leak(Box::new(Parts {
+            profile: Local::new(),
+            thread: threads::Local::new(),
+        }));
         // Stack ids far above what other tests intern, so counts are this test's alone.
         let s = 0x00ab_c001;
-        add(st, s, (100, 1), 10, true);
-        add(st, s, (50, 1), 11, true);
-        sub(st, s, (100, 1), 12);
+        add(&st.profile, &st.thread, s, (100, 1), 10, true);
+        add(&st.profile, &st.thread, s, (50, 1), 11, true);
+        sub(&st.profile, &st.thread, s, (100, 1), 12);
         let n = counts(s);
         assert_eq!((n.live_bytes, n.live_blocks), (50, 1));
         assert_eq!((n.total_bytes, n.total_blocks), (150, 2));
         // A peak at seq 11: the stack held 150 bytes in 2 blocks then.
         let old = h.peak_seq.swap(11, Relaxed);
         let t = 0x00ab_c002;
-        add(st, t, (100, 1), 10, true);
-        add(st, t, (50, 1), 11, true);
+        add(&st.profile, &st.thread, t, (100, 1), 10, true);
+        add(&st.profile, &st.thread, t, (50, 1), 11, true);
         assert_eq!((counts(t).peak_bytes, counts(t).peak_blocks), (150, 2));
-        sub(st, t, (100, 1), 12);
+        sub(&st.profile, &st.thread, t, (100, 1), 12);
         assert_eq!(counts(t).peak_bytes, 150);
-        add(st, t, (7, 1), 13, false);
+        add(&st.profile, &st.thread, t, (7, 1), 13, false);
         // Evicts t's cache record into the shared one (same cache index), after the peak.
         let u = t + CACHE as u32;
-        add(st, u, (1, 1), 14, true);
+        add(&st.profile, &st.thread, u, (1, 1), 14, true);
         let n = counts(t);
         assert_eq!((n.peak_bytes, n.peak_blocks), (150, 2));
         assert_eq!((n.live_bytes, n.live_blocks, n.total_bytes), (57, 2, 150));

@@ -14,11 +14,11 @@ use mem_trace_read::deferred;
 /// further.
 const CMDLINE_MAX: usize = 4096;
 
-/// Whether a report of this `kind` to a file leaves its symbolizing to `run`.
-pub(crate) fn on(kind: super::report::Kind, to_a_file: bool) -> bool {
-    use super::report::Kind;
+/// Whether a report to a file leaves its symbolizing to `run`: only a last one (`at_end`: an
+/// exit or final report).
+pub(crate) fn on(at_end: bool, to_a_file: bool) -> bool {
     to_a_file
-        && matches!(kind, Kind::Exit | Kind::Final)
+        && at_end
         && crate::config::DEFER_SYMBOLS.load(core::sync::atomic::Ordering::Relaxed)
 }
 

@@ -75,7 +75,7 @@ pub(crate) fn check(own_sp: Option<u64>, stop: bool) -> Option<Leaks> {
     for r in extra.iter() {
         scan.root(*r);
     }
-    scan.words(&crate::profile::exit_registers(own_sp));
+    scan.words(&crate::profile::exit::exit_registers(own_sp));
     for t in stopped.unwrap_or(&[]) {
         scan.words(&t.words());
     }

@@ -38,6 +38,7 @@
 pub mod counters;
 mod deferred;
 mod events;
+mod exit;
 mod hold;
 mod leaks;
 mod output;
@@ -52,8 +53,10 @@ pub(crate) mod roots;
 mod signal;
 mod svg;
 mod unseen;
+mod wake;
 pub(crate) mod world;
 
+pub use exit::{exit_begins, program_starts};
 use crate::state::ThreadState;
 use mem_trace_format::Block;
 
@@ -117,8 +120,9 @@ pub fn single_threaded<T>(call: impl FnOnce() -> T) -> T {
 }
 
 /// From the library's destructor, in the thread that called `exit`: the exit report with the
-/// leak check (`MEM_TRACE_LEAKS`).
-pub(crate) fn exiting() {
+/// leak check (`MEM_TRACE_LEAKS`). `degraded` says whether the tracer ran out of memory
+/// (`record`'s state, which this module does not import), asked once the reporter stopped.
+pub(crate) fn exiting(degraded: fn() -> bool) {
     use core::sync::atomic::Ordering::Relaxed;
     if !crate::config::LEAKS.load(Relaxed) {
         reporter::wait_no_more();
@@ -126,7 +130,7 @@ pub(crate) fn exiting() {
         return;
     }
     reporter::stop();
-    if crate::record::degraded() && !room_for_the_report() {
+    if degraded() && !room_for_the_report() {
         crate::out::note(NO_ROOM_NOTE);
     } else {
         full_report(report::Kind::Exit, None);
@@ -183,66 +187,11 @@ pub fn thread_created(tcb: u64) {
     reporter::program_made_a_thread();
 }
 
-/// Where the program's live stack ended when it began to exit, and in which thread
-/// ([`exit_begins`]); 0: not known.
-static EXIT_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-static EXIT_THREAD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-/// The top of glibc's start frames in the main thread, and that thread
-/// ([`program_starts`]); 0: not known.
-static START_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-static START_THREAD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-/// The callee-saved registers of the frame that called `exit` ([`exit_begins`]).
-static EXIT_REGISTERS: [core::sync::atomic::AtomicU64; 6] =
-    [const { core::sync::atomic::AtomicU64::new(0) }; 6];
-
-/// The calling thread begins to exit the process (the preload's `exit`),
-/// its live stack ending at `sp`, with `registers` the calling frame's callee-saved
-/// registers: the exit report's leak check scans this thread's stack from there up, and those
-/// registers as loose words, not the stack from the report's own frame far below, whose dead
-/// slots in between (left by the program's earlier, deeper calls, never overwritten by
-/// `exit`'s chain) would keep lost blocks "reachable" (docs/FINDINGS.md). The registers are
-/// what the exit chain would have saved in its frames; memcheck reads them there.
-pub fn exit_begins(sp: u64, registers: [u64; 6]) {
-    use core::sync::atomic::Ordering::Relaxed;
-    // SAFETY: pthread_self has no preconditions.
-    let me = unsafe { libc::pthread_self() } as u64;
-    for (slot, r) in EXIT_REGISTERS.iter().zip(registers) {
-        slot.store(r, Relaxed);
-    }
-    EXIT_SP.store(sp, Relaxed);
-    EXIT_THREAD.store(me, Relaxed);
-}
-
-/// The program starts (the preload's `__libc_start_main`), in the main thread, with `sp` just
-/// above glibc's start frames (`__libc_start_main`, `__libc_start_call_main`, then `main`):
-/// when the main thread exits without [`exit_begins`] (a return from `main`, whose `exit`
-/// glibc calls without the PLT), nothing of the program's is live below, and the exit
-/// report's scan starts there.
-pub fn program_starts(sp: u64) {
-    use core::sync::atomic::Ordering::Relaxed;
-    // SAFETY: pthread_self has no preconditions.
-    let me = unsafe { libc::pthread_self() } as u64;
-    START_SP.store(sp, Relaxed);
-    START_THREAD.store(me, Relaxed);
-}
-
-/// The registers [`exit_begins`] noted, when `own_sp` is the stack pointer it noted: loose
-/// words of the leak check's roots.
-pub(crate) fn exit_registers(own_sp: Option<u64>) -> [u64; 6] {
-    use core::sync::atomic::Ordering::Relaxed;
-    let at_exit = EXIT_SP.load(Relaxed);
-    if at_exit == 0 || own_sp != Some(at_exit) {
-        return [0; 6];
-    }
-    core::array::from_fn(|i| EXIT_REGISTERS[i].load(Relaxed))
-}
-
 /// A full report from a program thread, whose stack the leak scan reads from the caller's
 /// frame up, or at exit from where the program's stack ended ([`exit_begins`],
 /// [`program_starts`]).
 #[inline(never)]
 fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
-    use core::sync::atomic::Ordering::Relaxed;
     // The scan reads this thread's stack from here up: the frames of the caller and of the
     // program, not the scan's own (below this one, and full of block addresses).
     let marker = 0u64;
@@ -251,14 +200,8 @@ fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
     let me = unsafe { libc::pthread_self() } as u64;
     // Only this thread's, and above this frame: a stack pointer noted by another thread, or
     // one this thread has since returned above (an exit that did not happen), is no bound.
-    let at_exit = EXIT_SP.load(Relaxed);
-    let at_start = START_SP.load(Relaxed);
     if matches!(kind, report::Kind::Exit) {
-        if EXIT_THREAD.load(Relaxed) == me && at_exit > sp {
-            sp = at_exit;
-        } else if START_THREAD.load(Relaxed) == me && at_start > sp {
-            sp = at_start;
-        }
+        sp = exit::scan_from(sp, me);
     }
     let was_busy = crate::guard::set_busy(true);
     let printing = reporter::printing_within_a_second();
@@ -273,8 +216,8 @@ fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
 #[inline(always)]
 pub(crate) fn allocated(state: &ThreadState, block: &Block, counted: (u64, u64), live: u64) {
     peaks::global(live, block.seq);
-    counters::add(state, block.stack, counted, block.seq, true);
-    peaks::add(state, counted.0, true);
+    counters::add(&state.profile, &state.thread, block.stack, counted, block.seq, true);
+    peaks::add(&state.thread, counted.0, true);
     if reporter::waits_for_allocation(block.seq) {
         reporter::made_on_need();
     }
@@ -283,14 +226,14 @@ pub(crate) fn allocated(state: &ThreadState, block: &Block, counted: (u64, u64),
 /// Counts a block put back after a failed `realloc`: live again, but not a new allocation
 /// (the global count never dropped: see [`forgotten`]).
 pub(crate) fn restored(state: &ThreadState, block: &Block, counted: (u64, u64)) {
-    counters::add(state, block.stack, counted, events::now_seq(), false);
-    peaks::add(state, counted.0, false);
+    counters::add(&state.profile, &state.thread, block.stack, counted, events::now_seq(), false);
+    peaks::add(&state.thread, counted.0, false);
 }
 
 /// Uncounts a block just taken out of the table (freed, or about to be moved by `realloc`)
 /// from its stack and its thread. The global count moves with the free's own [`tick`].
 #[inline(always)]
 pub(crate) fn forgotten(state: &ThreadState, block: &Block, counted: (u64, u64)) {
-    counters::sub(state, block.stack, counted, events::now_seq());
-    peaks::sub(state, counted.0, block.thread);
+    counters::sub(&state.profile, &state.thread, block.stack, counted, events::now_seq());
+    peaks::sub(&state.thread, counted.0, block.thread);
 }

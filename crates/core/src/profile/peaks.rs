@@ -9,7 +9,6 @@
 
 use crate::profile::counters::PROFILE;
 use crate::profile::events;
-use crate::state::ThreadState;
 use crate::store::header::header;
 use crate::store::threads;
 use core::sync::atomic::Ordering::Relaxed;
@@ -22,11 +21,11 @@ pub(crate) fn global(live: u64, seq: u64) {
     }
 }
 
-/// A block of `size` bytes became live in the calling thread; `new` when it is a new
+/// A block of `size` bytes became live in the calling thread (its part `thread`); `new` when it is a new
 /// allocation.
 #[inline(always)]
-pub(crate) fn add(state: &ThreadState, size: u64, new: bool) {
-    if let Some(t) = state.thread.record() {
+pub(crate) fn add(thread: &threads::Local, size: u64, new: bool) {
+    if let Some(t) = thread.record() {
         let own = t.own_live.load(Relaxed).wrapping_add(size);
         t.own_live.store(own, Relaxed);
         if new {
@@ -54,14 +53,14 @@ fn global_peak(live: u64, seq: u64) {
 }
 
 /// A block of `size` bytes allocated by thread `owner` is no longer live; the calling thread
-/// freed it.
+/// freed it (its part `thread`).
 #[inline(always)]
-pub(crate) fn sub(state: &ThreadState, size: u64, owner: u32) {
+pub(crate) fn sub(thread: &threads::Local, size: u64, owner: u32) {
     if owner == 0 {
         return;
     }
-    match state.thread.record() {
-        Some(t) if state.thread.index.get() == owner => {
+    match thread.record() {
+        Some(t) if thread.index.get() == owner => {
             t.own_live
                 .store(t.own_live.load(Relaxed).wrapping_sub(size), Relaxed);
         }

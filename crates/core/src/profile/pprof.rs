@@ -46,7 +46,7 @@ pub(crate) fn beside(report: &PathBuf) {
     let binary = match unseen::binary() {
         Binary::There(path) => path,
         Binary::Missing(path) => {
-            unseen::say_missing(&path);
+            unseen::say_missing(&path, wanted());
             GAVE_UP.store(true, Relaxed);
             return;
         }

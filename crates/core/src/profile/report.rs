@@ -120,7 +120,7 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
         .filter(|_| graph_rows > 0)
         .and_then(|p| output::sibling(p, "folded"));
     // Under `mem-trace run`, the exit and final reports leave symbolizing to it.
-    let deferred = super::deferred::on(kind, path.is_some());
+    let deferred = super::deferred::on(matches!(kind, Kind::Exit | Kind::Final), path.is_some());
     let mut stacks_out = match printing {
         _ if deferred => StackWriter::deferred(),
         Some(p) => p.writer(),

@@ -47,6 +47,7 @@ use crate::guard;
 use crate::out::Out;
 use crate::profile::report::{self, Kind};
 use crate::profile::requests;
+use crate::profile::wake::{wake, word, SNAPSHOT};
 use crate::report::frames::Printing;
 use crate::sync::SpinLock;
 use core::fmt::Write;
@@ -55,10 +56,6 @@ use core::sync::atomic::{
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
-/// The word the thread sleeps on when `requests` has none to offer.
-static WAKE: AtomicU32 = AtomicU32::new(0);
-/// Set by the snapshot signal's handler, taken by the thread.
-static SNAPSHOT: AtomicBool = AtomicBool::new(false);
 /// Set when the exit report begins: the thread writes no more reports.
 static EXITING: AtomicBool = AtomicBool::new(false);
 /// Set once the constructor found work for the thread: a forked child waits for its own.
@@ -215,30 +212,6 @@ pub(crate) fn made_on_need() {
         return;
     }
     thread.running = make_thread();
-}
-
-/// Async-signal-safe: wakes the thread for a snapshot.
-pub(crate) fn wake_for_snapshot() {
-    SNAPSHOT.store(true, Release);
-    wake();
-}
-
-/// The word the thread sleeps on: `requests`' shared one while there is one, else ours.
-fn word() -> &'static AtomicU32 {
-    requests::wake_word().unwrap_or(&WAKE)
-}
-
-/// Async-signal-safe: wakes the thread to look at its flags.
-fn wake() {
-    wake_on(word());
-}
-
-/// Async-signal-safe: wakes whoever sleeps on `word` (shared, possibly: no
-/// `FUTEX_PRIVATE_FLAG`).
-pub(crate) fn wake_on(word: &AtomicU32) {
-    word.fetch_add(1, Release);
-    // SAFETY: wakes the sleepers on a word that stays mapped; no memory is written.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }
 
 /// Sleeps on `word` while it is `seen`, at most `ms` milliseconds if given.

@@ -159,7 +159,7 @@ pub(crate) fn done() {
     // bytes, one page) so that no sleeper or waker ever touches an unmapped word.
     // SAFETY: `p` is the mapping's first word, still mapped.
     let word = unsafe { &*p };
-    super::reporter::wake_on(word);
+    wake_on(word);
 }
 
 /// In a forked child: the inherited mapping is the parent's file; the child makes its own
@@ -171,4 +171,12 @@ pub(crate) fn forked() {
         // any more (its only thread is this one).
         unsafe { libc::munmap(old.cast(), FILE_SIZE) };
     }
+}
+
+/// Async-signal-safe: wakes whoever sleeps on `word` (shared, possibly: no
+/// `FUTEX_PRIVATE_FLAG`).
+pub(crate) fn wake_on(word: &AtomicU32) {
+    word.fetch_add(1, core::sync::atomic::Ordering::Release);
+    // SAFETY: wakes the sleepers on a word that stays mapped; no memory is written.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }

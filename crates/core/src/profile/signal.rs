@@ -7,7 +7,7 @@
 //! `SIG_DFL` at start-up); a program that installs its own handler later simply replaces
 //! ours and keeps it.
 
-use crate::profile::reporter;
+use crate::profile::wake;
 
 /// Installs the handler for `sig` if its disposition is the default.
 pub(crate) fn install(sig: i32) {
@@ -36,7 +36,7 @@ extern "C" fn on_signal(_sig: libc::c_int) {
     // SAFETY: __errno_location returns this thread's errno; saved and restored so the
     // interrupted code does not see our write's errno.
     let errno = unsafe { *libc::__errno_location() };
-    reporter::wake_for_snapshot();
+    wake::wake_for_snapshot();
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }

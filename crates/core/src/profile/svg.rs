@@ -18,7 +18,7 @@ pub(crate) fn draw(folded: &PathBuf, svg: &PathBuf, by: &CStr, title: &PathBuf) 
     let binary = match unseen::binary() {
         Binary::There(path) => path,
         Binary::Missing(path) => {
-            unseen::say_missing(&path);
+            unseen::say_missing(&path, super::pprof::wanted());
             return false;
         }
         Binary::Unknown => return false,

@@ -83,14 +83,15 @@ static SAID_MISSING: AtomicBool = AtomicBool::new(false);
 
 /// Says once that the binary at `path` is not there, and what is lost for it: flame graphs
 /// can be drawn later from the `.folded` files, pprof profiles cannot be made once the process
-/// has ended.
-pub(crate) fn say_missing(path: &PathBuf) {
+/// has ended. `pprof`: whether reports get a pprof profile (`pprof::wanted`), told by the
+/// caller so that this module, which `pprof` runs its binary through, does not import it.
+pub(crate) fn say_missing(path: &PathBuf, pprof: bool) {
     if SAID_MISSING.swap(true, Relaxed) {
         return;
     }
     let folded = "the .folded files stay: `mem-trace flamegraph --from-folded FILE.folded -o \
                   FILE.svg` draws one";
-    let _ = if super::pprof::wanted() {
+    let _ = if pprof {
         writeln!(
             Out::stderr(),
             "mem-trace: no flame graphs and no pprof profiles: {} is not there to make them \

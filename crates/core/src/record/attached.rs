@@ -14,7 +14,7 @@
 //! live blocks (their frees will no longer be seen, so keeping them would show them live for
 //! ever); a later [`attach`] resumes with the first attach's settings.
 
-use super::lifecycle;
+use super::{lifecycle, status};
 use crate::config;
 use crate::guard::Guard;
 use crate::real::RealAlloc;
@@ -24,8 +24,6 @@ use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
 use mem_trace_format::FLAG_ATTACHED;
 
-/// Whether the tracer was ever started by an attach (read on the unknown-pointer path only).
-static ATTACHED: AtomicBool = AtomicBool::new(false);
 /// Whether the first attach's start-up (fork handlers, profiler) was done.
 static STARTED: AtomicBool = AtomicBool::new(false);
 /// What `detach` turned off, put back by the next attach.
@@ -43,19 +41,13 @@ pub enum Attached {
     Already,
 }
 
-/// Whether this process's tracer was started by an attach rather than the preload.
-#[inline]
-pub fn attached() -> bool {
-    ATTACHED.load(Ordering::Relaxed)
-}
-
 /// Starts (or resumes) recording in a process the library was `dlopen`ed into. `settings`
 /// are `NAME=VALUE` lines with the environment variables' names, used instead of the
 /// process's environment; they are read at the first attach only. Called from the thread
 /// `mem-trace attach` chose, at a point where it is not inside the allocator or the loader,
 /// before any GOT entry points at the hooks: nothing reaches the tracer concurrently.
 pub fn attach(settings: &str) -> Result<Attached, &'static str> {
-    ATTACHED.store(true, Ordering::Relaxed);
+    status::ATTACHED.store(true, Ordering::Relaxed);
     let _ = config::ATTACH_SETTINGS.set(settings.to_string());
     // Blocks a hook was still recording while the last detach swept the table: their frees
     // since went to glibc unseen. No hook runs now (the GOT entries are glibc's), so the

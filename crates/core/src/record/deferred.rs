@@ -26,19 +26,17 @@
 //! for memory. What a `fork` leaves of other threads' batches in the child stays held there:
 //! at most [`BATCH`] small blocks per thread, never reused.
 
-use super::{freed_now, held_entry};
+use super::steps::{freed_now, held_entry};
 use crate::guard::Guard;
 use crate::real::RealAlloc;
 use crate::state::ThreadState;
 use crate::store::{freed, quarantine, tags};
-use core::cell::Cell;
 use core::ffi::c_void;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 use mem_trace_format::Block;
 
-/// Frees a batch holds.
-pub(crate) const BATCH: usize = 32;
+use super::batch::BATCH;
 
 /// Whether frees of tagged blocks are deferred (set once, at initialisation).
 static ON: AtomicBool = AtomicBool::new(false);
@@ -52,38 +50,6 @@ pub(crate) fn configure(on: bool) {
 #[inline(always)]
 fn on() -> bool {
     ON.load(Ordering::Relaxed)
-}
-
-/// A thread's batch: the addresses of the blocks freed since its last one, their tags freed.
-pub struct Local {
-    /// Frees of tagged blocks since this thread's last allocation (saturating).
-    run: Cell<u32>,
-    /// Blocks in the batch.
-    n: Cell<u32>,
-    blocks: [Cell<u64>; BATCH],
-}
-
-impl Local {
-    /// An empty batch.
-    pub const fn new() -> Self {
-        Local {
-            run: Cell::new(0),
-            n: Cell::new(0),
-            blocks: [const { Cell::new(0) }; BATCH],
-        }
-    }
-
-    /// Takes the batch's blocks, leaving it empty.
-    fn take(&self) -> impl Iterator<Item = u64> + '_ {
-        let n = self.n.replace(0) as usize;
-        self.blocks[..n].iter().map(Cell::get)
-    }
-}
-
-impl Default for Local {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 /// The free of the tagged block `block` ([`tagged::untag`](super::tagged::untag) erased its

@@ -1,7 +1,7 @@
 //! Pointers handed to `free` or `realloc` that are not live block starts: double frees and
 //! invalid frees, told apart from blocks the tracer never saw.
 
-use super::lifecycle::thread_index;
+use super::status::thread_index;
 use crate::capture::modules;
 use crate::glibc_heap;
 use crate::report::{self, Op, Why};
@@ -26,7 +26,7 @@ use core::sync::atomic::{AtomicI64, Ordering};
 /// history and glibc's heap walk are not consulted, since they would call such blocks double
 /// or invalid frees.
 pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op, glibc: bool) -> bool {
-    if super::attached() {
+    if super::status::attached() {
         return judge_attached(state, addr, op);
     }
     // A report names this thread and walks its stack, and the stack check below reads its
@@ -36,7 +36,7 @@ pub(super) fn unknown_pointer(state: &ThreadState, addr: u64, op: Op, glibc: boo
     // Another thread freeing this very block now took it first: once it is done, its free is
     // in the records below, and this is a double free whatever they say. Never a look at the
     // chunk then, which that thread may have handed glibc (and glibc unmapped).
-    let raced = super::racing::another_frees(state, addr);
+    let raced = super::racing::another_frees(&state.freeing, addr);
     // SAFETY: `addr` is what the program passed to `free` or `realloc` (`read_freed`'s
     // contract).
     if let Some(f) = unsafe { tags::read_freed(addr as *mut c_void) } {

@@ -14,6 +14,9 @@
 //! when freed, so the table never claims a freed block is live. The program's calls keep
 //! glibc's semantics throughout; stderr gets one line saying so ([`degrade`]).
 
+use super::status::{
+    degraded, CUT, DEGRADED, DETACHED, EXIT_KEY, FREES, INITIALISING, READY, STATE, UNINIT,
+};
 use crate::capture::{self, modules};
 use crate::guard::Guard;
 use crate::out::Out;
@@ -22,52 +25,15 @@ use crate::store::header::header;
 use crate::store::{freed, quarantine, stacks, table, tags, threads};
 use crate::{arena, config};
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 use mem_trace_format::{
-    CUT_MARKER, FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE, SEQ_TAG_SIZE,
+    FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE, SEQ_TAG_SIZE,
 };
-
-const UNINIT: u8 = 0;
-const INITIALISING: u8 = 1;
-const READY: u8 = 2;
-const DEGRADED: u8 = 3;
-/// `mem-trace detach` stopped the tracer (`attached`): like `DEGRADED`, nothing is recorded or
-/// held, until the next attach makes it `READY` again.
-const DETACHED: u8 = 4;
-static STATE: AtomicU8 = AtomicU8::new(UNINIT);
-/// pthread key whose destructor tells us a thread exits (value: its thread index).
-static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
-/// Frees seen, for statistics (`MEM_TRACE_STATS=1` only).
-pub(super) static FREES: AtomicU64 = AtomicU64::new(0);
-/// Captures recorded as a cut stack, for statistics (`MEM_TRACE_STATS=1` only).
-pub(super) static CUT: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the tracer is ready to record; initialises it on first call.
 #[inline(always)]
 pub(super) fn ready() -> bool {
     STATE.load(Ordering::Acquire) == READY || init()
-}
-
-/// Whether the tracer is ready, without initialising it (the free path: a block freed before
-/// initialisation was never recorded). Still true once degraded: recorded blocks are forgotten
-/// when freed.
-#[inline(always)]
-pub(super) fn is_ready() -> bool {
-    STATE.load(Ordering::Acquire) >= READY
-}
-
-/// Whether the tracer stopped recording for want of memory (see the module documentation).
-#[inline]
-pub(crate) fn degraded() -> bool {
-    STATE.load(Ordering::Relaxed) == DEGRADED
-}
-
-/// Whether new blocks go unrecorded and frees unheld for good or until the next attach:
-/// degraded, or detached. A pointer the table does not know is then most likely a block
-/// made meanwhile, and its free must free.
-#[inline]
-pub(crate) fn not_recording() -> bool {
-    STATE.load(Ordering::Relaxed) >= DEGRADED
 }
 
 /// Detaches a ready tracer (see `attached`): true if it was ready.
@@ -199,44 +165,11 @@ fn capped() {
     );
 }
 
-/// The calling thread's index in the thread table, registering it on first use.
-#[inline(always)]
-pub(super) fn thread_index(state: &ThreadState) -> u32 {
-    match state.thread.index.get() {
-        0 => register_thread(state),
-        i => i,
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn register_thread(state: &ThreadState) -> u32 {
-    let index = threads::register_current(&state.thread);
-    let bounds = &state.capture.bounds;
-    if !bounds.known() {
-        // SAFETY: getpid and gettid have no preconditions.
-        if unsafe { libc::gettid() == libc::getpid() } {
-            bounds.set_main();
-        } else {
-            // A thread not started through the library's pthread_create (which sets bounds
-            // first).
-            bounds.set_from_pthread();
-        }
-    }
-    crate::profile::roots::thread_registered(index, bounds);
-    let key = EXIT_KEY.load(Ordering::Relaxed);
-    if key != u32::MAX && index != 0 {
-        // SAFETY: a key we created; the value is an integer, never dereferenced.
-        unsafe { libc::pthread_setspecific(key, index as usize as *const c_void) };
-    }
-    index
-}
-
 unsafe extern "C" fn on_thread_exit(value: *mut c_void) {
     let state = state::current();
     capture::drop_cache(&state.capture);
     super::deferred::thread_exiting(state);
-    super::racing::thread_exiting(state);
+    super::racing::thread_exiting(&state.freeing);
     quarantine::thread_exiting(&state.quarantine);
     crate::profile::counters::thread_exiting(&state.profile, state.thread.record());
     crate::profile::roots::thread_exited(value as usize as u32);
@@ -253,71 +186,6 @@ pub fn thread_started() {
         let _arena = super::nested::from_arena();
         state.capture.bounds.set_from_pthread();
     }
-}
-
-/// Captures checked against the reference walk, and those that agreed
-/// (`MEM_TRACE_CHECK_STACKS`).
-static CHECKED: AtomicU64 = AtomicU64::new(0);
-static AGREED: AtomicU64 = AtomicU64::new(0);
-static CAPTURES: AtomicU64 = AtomicU64::new(0);
-/// Disagreements printed in full, so that a failing check shows what differed.
-const SHOWN: u64 = 3;
-
-/// Every Nth capture: compares the stack interned as `id` with the reference walk from
-/// here (`buf`: the thread's frame buffer, free again), and prints the first disagreements.
-#[cold]
-#[inline(never)]
-pub(super) fn check_stack(local: &capture::Local, id: u32, buf: &mut [u64]) {
-    let every = config::CHECK_STACKS.load(Ordering::Relaxed);
-    if !CAPTURES
-        .fetch_add(1, Ordering::Relaxed)
-        .is_multiple_of(every)
-    {
-        return;
-    }
-    let n = capture::reference(local, buf);
-    let mut ours = [0; stacks::MAX_STACK_FRAMES];
-    let ours = stacks::frames(id, &mut ours).unwrap_or(&[]);
-    let checked = CHECKED.fetch_add(1, Ordering::Relaxed);
-    // A cut stack agrees when the frames it kept do.
-    let agree = match ours.split_last() {
-        Some((&CUT_MARKER, kept)) => buf[..n].starts_with(kept),
-        _ => ours == &buf[..n],
-    };
-    if agree {
-        AGREED.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    if checked - AGREED.load(Ordering::Relaxed) < SHOWN {
-        let mut out = Out::stderr();
-        let _ = core::fmt::write(
-            &mut out,
-            format_args!(
-                "mem-trace: stack check: stack {id} {ours:x?}\n    reference {:x?}\n",
-                &buf[..n]
-            ),
-        );
-    }
-}
-
-/// The check's line at exit, when it ran.
-fn report_check() {
-    let checked = CHECKED.load(Ordering::Relaxed);
-    if config::CHECK_STACKS.load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    let agreed = AGREED.load(Ordering::Relaxed);
-    let pct = if checked == 0 {
-        100.0
-    } else {
-        agreed as f64 * 100.0 / checked as f64
-    };
-    let _ = core::fmt::write(
-        &mut Out::stderr(),
-        format_args!(
-            "mem-trace: stack check: {agreed} of {checked} stacks identical to framehop's ({pct:.2}%)\n"
-        ),
-    );
 }
 
 /// Whether the forking thread was busy before [`fork_prepare`] made it so (forks run their
@@ -361,7 +229,7 @@ fn unlock_after_fork(child: Option<&ThreadState>) {
 extern "C" fn fork_child() {
     let state = state::current();
     unlock_after_fork(Some(state));
-    super::racing::forked(state);
+    super::racing::forked(&state.freeing);
     // The child's only thread is a new kernel thread: give it its own record on next use.
     state.thread.forget();
     crate::profile::forked();
@@ -390,8 +258,8 @@ pub(super) fn after_start() {
 /// For the library's ELF destructor: the profiler's exit report, and the statistics line,
 /// when asked for.
 pub fn on_unload() {
-    crate::profile::exiting();
-    report_check();
+    crate::profile::exiting(degraded);
+    super::steps::report_check();
     if !config::STATS.load(Ordering::Relaxed) {
         return;
     }

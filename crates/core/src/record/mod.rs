@@ -6,17 +6,17 @@
 //! the real free. Once freed, another thread may get the same address from `malloc` and record
 //! it, and forgetting afterwards would erase that new block.
 
-mod attached;
+pub mod attached;
+pub(crate) mod batch;
 pub(crate) mod deferred;
 mod invalid;
 mod lifecycle;
 pub mod nested;
 pub mod racing;
+mod status;
+mod steps;
 pub mod tagged;
 
-pub use attached::{attach, attached, detach, Attached};
-pub(crate) use lifecycle::degraded;
-use lifecycle::not_recording;
 use lifecycle::ready;
 pub use lifecycle::{on_load, on_unload, thread_started};
 
@@ -28,13 +28,13 @@ use crate::real::RealAlloc;
 use crate::report::Op;
 use crate::sample::{self, Filter};
 use crate::state::ThreadState;
-use crate::store::freed::{self, Freed};
 use crate::store::header::header;
-use crate::store::{quarantine, stacks, table, tags};
+use crate::store::{quarantine, table, tags};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
 use invalid::unknown_pointer;
-use lifecycle::{is_ready, thread_index, CUT, FREES};
+use status::{is_ready, not_recording, thread_index};
+use steps::{free_stack_here, held_entry, remember_free, stack_here};
 use mem_trace_format::Block;
 
 /// What the free hook must do with a pointer.
@@ -65,6 +65,13 @@ pub fn allocated(g: &Guard, p: *mut c_void, size: usize) {
             untracked();
         }
     }
+}
+
+/// Says that this thread frees `addr` until the result is dropped (see `racing::freeing`):
+/// the thread's part of the racing frees' slots, taken from the guard's state.
+#[inline(always)]
+pub fn freeing(g: &Guard, addr: u64) -> racing::Freeing {
+    racing::freeing(&g.state().freeing, addr)
 }
 
 /// Whether an allocation of `size` bytes goes unrecorded under sampling.
@@ -167,40 +174,6 @@ impl Drop for StartHere<'_> {
     }
 }
 
-/// Captures and interns the calling thread's stack (0 when capture is off or failed).
-#[inline(always)]
-fn stack_here(state: &ThreadState) -> u32 {
-    if !config::UNWIND.load(Ordering::Relaxed) {
-        return 0;
-    }
-    // A thread's first call registers it, which sets the stack bounds the capture reads in.
-    thread_index(state);
-    let local = &state.capture;
-    // SAFETY: the thread's frame buffer is used only here, and this never nests: it runs
-    // inside a hook holding the guard, and nothing it calls allocates through a hook.
-    let buf = unsafe { &mut *local.frames.get() };
-    let max = config::FRAMES
-        .load(Ordering::Relaxed)
-        .min(config::MAX_FRAMES);
-    let c = capture::capture_interned(local, &mut buf[..max]);
-    let id = match c.id {
-        0 => {
-            let id = stacks::intern_cached(&state.stacks, &buf[..c.frames], c.node);
-            capture::remember_id(local, id, max);
-            id
-        }
-        id => id,
-    };
-    if config::CHECK_STACKS.load(Ordering::Relaxed) != 0 {
-        lifecycle::check_stack(local, id, &mut buf[..max]);
-    }
-    // Counted only when the statistics line was asked for, like frees: a shared counter.
-    if config::STATS.load(Ordering::Relaxed) && stacks::is_cut(id) {
-        CUT.fetch_add(1, Ordering::Relaxed);
-    }
-    id
-}
-
 fn record(state: &ThreadState, addr: u64, size: u64) {
     // The table line loads while the stack is walked.
     table::prefetch(addr, size);
@@ -294,14 +267,6 @@ pub fn free_tagged<R: RealAlloc>(g: &Guard, block: Block, real: &R) -> Option<*m
     let (entry, bytes) = held_entry(&block);
     let chunk = tags::chunk(block.addr as *mut c_void);
     (!held(g, entry, bytes, real)).then_some(chunk)
-}
-
-/// The quarantine's entry for the chunk of the tagged block `block` (see `quarantine::hold`),
-/// and the bytes asked of glibc for it.
-#[inline(always)]
-fn held_entry(block: &Block) -> (u64, u64) {
-    let chunk = tags::chunk(block.addr as *mut c_void) as u64;
-    (chunk | quarantine::TAGGED, block.size + tags::bytes())
 }
 
 /// Offers the quarantine a freed block (`entry`, of `size` bytes asked of glibc, see
@@ -433,42 +398,6 @@ pub fn moved(g: &Guard, old: Block, q: *mut c_void, size: usize) {
     };
     remember_free(state, old, free_stack, true);
     record_with(state, q as u64, size as u64, stack);
-}
-
-/// The stack to remember a free by (0 when free stacks are off).
-#[inline(always)]
-fn free_stack_here(state: &ThreadState) -> u32 {
-    if config::FREE_STACKS.load(Ordering::Relaxed) {
-        stack_here(state)
-    } else {
-        0
-    }
-}
-
-fn remember_free(state: &ThreadState, block: Block, free_stack: u32, by_realloc: bool) {
-    freed::push(
-        &state.history,
-        &freed_now(state, block, free_stack, by_realloc),
-    );
-}
-
-/// The free of `block` happening now: counted (its sequence number taken, the live bytes
-/// lowered), with this thread and `free_stack`.
-#[inline(always)]
-fn freed_now(state: &ThreadState, block: Block, free_stack: u32, by_realloc: bool) -> Freed {
-    // A shared counter costs a cache-line transfer per free between threads: count only
-    // when the statistics line was asked for.
-    if config::STATS.load(Ordering::Relaxed) {
-        FREES.fetch_add(1, Ordering::Relaxed);
-    }
-    let free_thread = thread_index(state);
-    Freed {
-        block,
-        free_seq: profile::tick(sample::counted(block.addr, block.size).0.wrapping_neg()).0,
-        free_stack,
-        free_thread,
-        by_realloc,
-    }
 }
 
 /// Whether `realloc` may pass `p` to the real allocator `_real` (see

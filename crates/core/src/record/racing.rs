@@ -15,8 +15,6 @@
 //! that thread is done. Each thread writes only its own slot (a cache line of its own), so
 //! the free path pays two plain stores; the rare losing free reads every slot.
 
-use crate::guard::Guard;
-use crate::state::ThreadState;
 use core::sync::atomic::{
     compiler_fence, fence, AtomicU32, AtomicU64,
     Ordering::{Acquire, Relaxed, Release, SeqCst},
@@ -90,8 +88,8 @@ pub struct Freeing(Option<&'static Slot>);
 /// block is taken (its tag erased or its table entry removed, both with release ordering,
 /// which publishes this store to whoever finds the block gone).
 #[inline(always)]
-pub fn freeing(g: &Guard, addr: u64) -> Freeing {
-    let s = slot(&g.state().freeing);
+pub fn freeing(local: &Local, addr: u64) -> Freeing {
+    let s = slot(local);
     if let Some(s) = s {
         s.addr.store(addr, Relaxed);
         // Kept before the take by the compiler; x86-64 (the one target) keeps stores in
@@ -114,8 +112,8 @@ impl Drop for Freeing {
 }
 
 /// At the thread's exit: its slot goes back.
-pub(crate) fn thread_exiting(state: &ThreadState) {
-    if let n @ 1..=256 = state.freeing.slot.replace(u32::MAX) {
+pub(crate) fn thread_exiting(local: &Local) {
+    if let n @ 1..=256 = local.slot.replace(u32::MAX) {
         let s = &TABLE[n as usize - 1];
         s.addr.store(0, Relaxed);
         s.owner.store(0, Release);
@@ -123,8 +121,8 @@ pub(crate) fn thread_exiting(state: &ThreadState) {
 }
 
 /// In a forked child: only the forking thread is left; every other slot is free again.
-pub(crate) fn forked(state: &ThreadState) {
-    let mine = state.freeing.slot.get();
+pub(crate) fn forked(local: &Local) {
+    let mine = local.slot.get();
     for (i, s) in TABLE.iter().enumerate() {
         if i as u32 + 1 != mine {
             s.addr.store(0, Relaxed);
@@ -136,11 +134,11 @@ pub(crate) fn forked(state: &ThreadState) {
 /// Whether another thread is freeing `addr` now; if so, waits (at most about a second) until
 /// it is done, so that its records can be read. Called by a free that found no block at
 /// `addr`, after its own look (which saw the block gone).
-pub(crate) fn another_frees(state: &ThreadState, addr: u64) -> bool {
+pub(crate) fn another_frees(local: &Local, addr: u64) -> bool {
     // The look that found the block gone may have been a plain read of its tag: what the
     // winner stored before taking it is visible from here on.
     fence(Acquire);
-    let mine = state.freeing.slot.get() as usize;
+    let mine = local.slot.get() as usize;
     // This free took nothing: it is no winner for others to wait for (two losers waiting on
     // each other's slots would each wait out the whole second).
     if let Some(s) = TABLE.get(mine.wrapping_sub(1)) {

@@ -6,7 +6,8 @@
 //! free stack, quarantine: `record::free_tagged`). Its tag carries its sequence number only
 //! where the history needs it (`tags::configure`).
 
-use super::{not_recording, remember_free, stack_here, thread_index, FREES};
+use super::status::{not_recording, thread_index, FREES};
+use super::steps::{remember_free, stack_here};
 use crate::config;
 use crate::guard::Guard;
 use crate::profile;
