@@ -184,7 +184,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub push_service: Option<String>,
     /// A label of every pushed profile, NAME=VALUE (repeatable).
-    #[arg(long = "push-label", value_name = "NAME=VALUE", value_parser = crate::push::parse_label)]
+    #[arg(long = "push-label", value_name = "NAME=VALUE", value_parser = parse_label)]
     pub push_labels: Vec<(String, String)>,
     /// The kind of server --push names.
     #[arg(long, value_name = "KIND", value_enum, default_value_t = Server::Pyroscope)]
@@ -608,7 +608,7 @@ pub struct PushArgs {
     #[arg(long, value_name = "NAME")]
     pub service: Option<String>,
     /// A label of every profile, NAME=VALUE (repeatable).
-    #[arg(long = "label", value_name = "NAME=VALUE", value_parser = crate::push::parse_label)]
+    #[arg(long = "label", value_name = "NAME=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
     /// Stop after this many profiles (0: when the process ends).
     #[arg(short = 'n', long = "count", value_name = "N", default_value = "0")]
@@ -616,6 +616,31 @@ pub struct PushArgs {
     /// Seconds to wait for the server to connect and to answer.
     #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = seconds)]
     pub timeout: f64,
+}
+
+/// A label name as Prometheus (and so Pyroscope) accepts it.
+fn valid_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `K=V` of `--label` and `--push-label`, checked (the push sends them as Pyroscope labels).
+pub fn parse_label(text: &str) -> std::result::Result<(String, String), String> {
+    let Some((name, value)) = text.split_once('=') else {
+        return Err(format!("{text:?} is not NAME=VALUE"));
+    };
+    if !valid_label_name(name) || name.starts_with("__") {
+        return Err(format!(
+            "{name:?} is not a label name (letters, digits and _, not starting with a digit or __)"
+        ));
+    }
+    if name == "service_name" {
+        return Err("service_name is set with --service".into());
+    }
+    Ok((name.to_string(), value.to_string()))
 }
 
 /// A duration in seconds, above zero and at most a day.
@@ -678,6 +703,26 @@ fn sample_mean(v: &str) -> std::result::Result<u64, &'static str> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn labels_are_checked_as_pyroscope_takes_them() {
+        assert_eq!(
+            parse_label("host=a-1.example"),
+            Ok(("host".into(), "a-1.example".into()))
+        );
+        assert_eq!(parse_label("region="), Ok(("region".into(), String::new())));
+        for bad in [
+            "nothing",
+            "1x=2",
+            "__name__=x",
+            "a-b=c",
+            "=v",
+            "service_name=x",
+        ] {
+            assert!(parse_label(bad).is_err(), "{bad}");
+        }
+    }
+
 
     #[test]
     fn the_command_line_is_consistent() {

@@ -35,31 +35,6 @@ const PROFILE_NAME: &str = "memory";
 /// Allocation totals per stack at the last accepted push: the base of the next deltas.
 type Totals = HashMap<u32, (u64, u64)>;
 
-/// A label name as Prometheus (and so Pyroscope) accepts it.
-fn valid_label_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// `K=V` of `--label`, checked.
-pub fn parse_label(text: &str) -> std::result::Result<(String, String), String> {
-    let Some((name, value)) = text.split_once('=') else {
-        return Err(format!("{text:?} is not NAME=VALUE"));
-    };
-    if !valid_label_name(name) || name.starts_with("__") {
-        return Err(format!(
-            "{name:?} is not a label name (letters, digits and _, not starting with a digit or __)"
-        ));
-    }
-    if name == "service_name" {
-        return Err("service_name is set with --service".into());
-    }
-    Ok((name.to_string(), value.to_string()))
-}
-
 /// The request body for `server`: one series with one gzipped pprof profile.
 pub fn body(
     server: Server,
@@ -327,25 +302,6 @@ fn service_name(target: &mem_trace_read::target::Target) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn labels_are_checked_as_pyroscope_takes_them() {
-        assert_eq!(
-            parse_label("host=a-1.example"),
-            Ok(("host".into(), "a-1.example".into()))
-        );
-        assert_eq!(parse_label("region="), Ok(("region".into(), String::new())));
-        for bad in [
-            "nothing",
-            "1x=2",
-            "__name__=x",
-            "a-b=c",
-            "=v",
-            "service_name=x",
-        ] {
-            assert!(parse_label(bad).is_err(), "{bad}");
-        }
-    }
 
     /// `server`'s body for a profile of three bytes, labels host=h1, service api, ID id7:
     /// the parsed body, after checking the labels (in `labels` of the series) and the
