@@ -11,13 +11,16 @@
 use crate::error::Result;
 use std::path::PathBuf;
 
-/// The bundled library's path in the cache, written there if needed; `None` without the
-/// `bundle` feature.
-pub fn path() -> Result<Option<PathBuf>> {
+/// The bundled library's path in the cache, under the file name `name` (`library::NAME`),
+/// written there if needed; `None` without the `bundle` feature.
+pub fn path(name: &str) -> Result<Option<PathBuf>> {
     #[cfg(feature = "bundle")]
-    return write::cached().map(Some);
+    return write::cached(name).map(Some);
     #[cfg(not(feature = "bundle"))]
-    Ok(None)
+    {
+        let _ = name;
+        Ok(None)
+    }
 }
 
 #[cfg(feature = "bundle")]
@@ -31,10 +34,10 @@ mod write {
     /// Its hash, from `build.rs`.
     const ID: &str = env!("MEM_TRACE_BUNDLE_ID");
 
-    /// The cached file, written when absent or not the carried bytes.
-    pub fn cached() -> Result<PathBuf> {
+    /// The cached file, named `name`, written when absent or not the carried bytes.
+    pub fn cached(name: &str) -> Result<PathBuf> {
         let dir = cache_dir()?.join("mem-trace").join(ID);
-        let path = dir.join(super::super::library::NAME);
+        let path = dir.join(name);
         if std::fs::read(&path).is_ok_and(|b| b == BYTES) {
             return Ok(path);
         }

@@ -58,7 +58,7 @@ fn locate(build_it: &str) -> Result<PathBuf> {
                 .map_err(|e| Error::new(format!("cannot find this binary's path: {e}")))?;
             let path = exe.with_file_name(NAME);
             if !path.is_file() {
-                if let Some(bundled) = super::bundled::path()? {
+                if let Some(bundled) = super::bundled::path(NAME)? {
                     return Ok(bundled);
                 }
                 return Err(Error::new(format!(
