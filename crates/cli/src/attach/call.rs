@@ -104,7 +104,7 @@ pub fn wait(
 /// is the return to address 0 (the signal forgotten), else what faulted.
 pub fn ended(threads: &mut Threads, tid: i32, func: u64) -> Result<u64, String> {
     let r = ptrace::regs(tid).map_err(|e| e.to_string())?;
-    super::inject::debug(format_args!(
+    super::debug::debug(format_args!(
         "call {func:#x} ended: rip {:#x} rax {:#x}",
         r.rip, r.rax
     ));

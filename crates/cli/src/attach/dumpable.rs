@@ -40,7 +40,7 @@ pub fn is_dumpable(threads: &mut Threads, mem: &Memory, prctl: u64) -> Result<bo
         let value =
             got?.ok_or_else(|| format!("prctl did not return within {LIMIT:?} in thread {tid}"))?;
         restored?;
-        super::inject::debug(format_args!("PR_GET_DUMPABLE in thread {tid}: {value}"));
+        super::debug::debug(format_args!("PR_GET_DUMPABLE in thread {tid}: {value}"));
         // The wrapper returns an int.
         return Ok(!NOT_DUMPABLE.contains(&(value as u32 as i32)));
     }

@@ -176,7 +176,7 @@ impl Session {
                 return Ok(());
             };
             let place = locks::place(&self.mem, &regs, functions, probe);
-            debug(format_args!("thread {tid} is inside {place}: skipped"));
+            super::debug::debug(format_args!("thread {tid} is inside {place}: skipped"));
             let since = inside.map_or_else(Instant::now, |(_, _, since)| since);
             inside = Some((format!("thread {tid} is inside {place}"), probe.lock, since));
             skip.push(tid);
@@ -279,7 +279,7 @@ impl Session {
             return Ok(());
         }
         self.finished = true;
-        debug(format_args!("finishing"));
+        super::debug::debug(format_args!("finishing"));
         self.bps.remove(&self.mem);
         let Some(point) = self.point.take() else {
             self.threads.release();
@@ -303,18 +303,6 @@ impl Session {
         self.threads.release();
         restored.map_err(|e| format!("cannot restore thread {tid}'s registers: {e}"))
     }
-}
-
-/// A line on stderr when `MEM_TRACE_ATTACH_DEBUG` is set: what the injector saw.
-pub fn debug(what: std::fmt::Arguments) {
-    if debugging() {
-        eprintln!("mem-trace attach: {what}");
-    }
-}
-
-/// Whether `MEM_TRACE_ATTACH_DEBUG` is set.
-pub fn debugging() -> bool {
-    std::env::var_os("MEM_TRACE_ATTACH_DEBUG").is_some()
 }
 
 impl Drop for Session {

@@ -95,7 +95,7 @@ pub fn held_before(
                      is not understood, nothing was loaded"
                 )
             })?;
-            super::inject::debug(format_args!(
+            super::debug::debug(format_args!(
                 "{name}: the lock is _rtld_global+{at:#x}, owner {} before ({steps} steps)",
                 field(&before, at + OWNER)
             ));
@@ -110,7 +110,7 @@ pub fn held_before(
             .map_err(|e| format!("cannot read thread {tid}'s code: {e}"))?;
         if insn == [0x0f, 0x05] {
             // Waiting for the lock: another thread owns it, so this one does not.
-            super::inject::debug(format_args!("{name}: system call {} on the way", r.rax));
+            super::debug::debug(format_args!("{name}: system call {} on the way", r.rax));
             return Ok(if r.rax == SYS_FUTEX {
                 Held::NotByIt
             } else {

@@ -273,7 +273,7 @@ fn abandon(threads: &mut Threads, tid: i32, probe: &Probe) -> Result<bool, Strin
                 // Cut short while still queued on the futex: not woken, so no wake-up is
                 // lost with it, and the mutex never became its.
                 if r.orig_rax == SYS_FUTEX && interrupted(r.rax) {
-                    super::inject::debug(format_args!("{name} abandoned in futex"));
+                    super::debug::debug(format_args!("{name} abandoned in futex"));
                     return Ok(false);
                 }
                 resume(threads, true)?;

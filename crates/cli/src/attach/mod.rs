@@ -25,6 +25,7 @@
 
 mod call;
 mod checks;
+mod debug;
 mod dumpable;
 mod image;
 mod inject;

@@ -202,13 +202,13 @@ impl Threads {
             let Some((tid, status)) = wait_any(deadline)? else {
                 return Ok(None);
             };
-            if super::inject::debugging() {
+            if super::debug::debugging() {
                 let rip = if libc::WIFSTOPPED(status) {
                     regs(tid).map_or(0, |r| r.rip)
                 } else {
                     0
                 };
-                super::inject::debug(format_args!(
+                super::debug::debug(format_args!(
                     "wait: tid {tid} status {status:#x} rip {rip:#x}"
                 ));
             }
@@ -307,7 +307,7 @@ impl Threads {
                 return Ok(Some(Stop::Stepped));
             }
             if std::mem::take(&mut t.trap_owed) {
-                super::inject::debug(format_args!("tid {tid}: owed SIGTRAP swallowed"));
+                super::debug::debug(format_args!("tid {tid}: owed SIGTRAP swallowed"));
                 t.pending = 0;
                 self.resume(tid, true)?;
                 return Ok(None);
@@ -348,7 +348,7 @@ impl Threads {
         if let Some(t) = self.threads.get_mut(&tid) {
             t.pending = 0;
         }
-        super::inject::debug(format_args!("tid {tid}: int3 hit at {at:#x}, rewound"));
+        super::debug::debug(format_args!("tid {tid}: int3 hit at {at:#x}, rewound"));
         Ok(Some(at))
     }
 
@@ -364,12 +364,12 @@ impl Threads {
         r.rip = at;
         set_regs(tid, &r).ok()?;
         if !sigtrap_queued(tid) {
-            super::inject::debug(format_args!(
+            super::debug::debug(format_args!(
                 "tid {tid}: stopped just past the int3 at {at:#x}, no SIGTRAP queued; rewound"
             ));
             return None;
         }
-        super::inject::debug(format_args!(
+        super::debug::debug(format_args!(
             "tid {tid}: stopped past the int3 at {at:#x} with its SIGTRAP queued; rewound, draining"
         ));
         // SAFETY: PTRACE_CONT with no signal; no memory is passed.
@@ -385,7 +385,7 @@ impl Threads {
             // SAFETY: waitpid writes the status word.
             let got = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
             if got == tid {
-                super::inject::debug(format_args!("tid {tid}: drained with status {status:#x}"));
+                super::debug::debug(format_args!("tid {tid}: drained with status {status:#x}"));
                 if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
                     self.threads.remove(&tid);
                     return Some(Some(Stop::Exited));
@@ -465,12 +465,12 @@ impl Threads {
     pub fn release(&mut self) {
         cut_short_by_signals(false);
         let deadline = Instant::now() + Duration::from_secs(2);
-        super::inject::debug(format_args!("releasing {:?}", self.tids()));
+        super::debug::debug(format_args!("releasing {:?}", self.tids()));
         let stops = self.stop_all(deadline);
-        super::inject::debug(format_args!("release saw {stops:?}"));
+        super::debug::debug(format_args!("release saw {stops:?}"));
         for (tid, t) in std::mem::take(&mut self.threads) {
             if t.stopped {
-                super::inject::debug(format_args!(
+                super::debug::debug(format_args!(
                     "detach: tid {tid} signal {} rip {:#x}{}",
                     t.pending,
                     regs(tid).map_or(0, |r| r.rip),

@@ -144,7 +144,7 @@ fn at_allocator_entry(
         // Rewound by `threads` already: rip is `at`, the return address at [rsp].
         let r = ptrace::regs(tid)?;
         let caller = mem.read_u64(r.rsp)?;
-        super::inject::debug(format_args!("hit: tid {tid} at {at:#x} from {caller:#x}"));
+        super::debug::debug(format_args!("hit: tid {tid} at {at:#x} from {caller:#x}"));
         if !unsafe_callers.iter().any(|m| m.contains(caller)) && !skip.contains(&tid) {
             bps.remove(mem);
             let which = if bps.at.first().is_some_and(|&(a, _)| a == at) {
@@ -163,7 +163,7 @@ fn at_allocator_entry(
         // instruction with the breakpoints out, then they go back in.
         bps.remove(mem);
         let stepped = threads.step(tid, Instant::now() + Duration::from_secs(1))?;
-        super::inject::debug(format_args!("stepped: tid {tid} {stepped:?}"));
+        super::debug::debug(format_args!("stepped: tid {tid} {stepped:?}"));
         match stepped {
             Stop::Stepped | Stop::Breakpoint(_) => threads.resume(tid, true)?,
             Stop::Exited => {}
@@ -212,7 +212,7 @@ fn in_blocking_call(
     skip: &[i32],
 ) -> io::Result<Option<SafePoint>> {
     let stops = threads.stop_all(Instant::now() + Duration::from_secs(2));
-    super::inject::debug(format_args!("stopped for a blocking call: {stops:?}"));
+    super::debug::debug(format_args!("stopped for a blocking call: {stops:?}"));
     let interrupted_ones: Vec<i32> = stops
         .iter()
         .filter(|&&(tid, s)| s == Stop::Interrupted && threads.is_stopped(tid))
@@ -222,7 +222,7 @@ fn in_blocking_call(
     let mut chosen = None;
     for &tid in &interrupted_ones {
         let r = ptrace::regs(tid)?;
-        super::inject::debug(format_args!(
+        super::debug::debug(format_args!(
             "tid {tid}: rip {:#x} rax {:#x} orig_rax {:#x}",
             r.rip, r.rax, r.orig_rax
         ));
