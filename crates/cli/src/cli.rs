@@ -723,7 +723,6 @@ mod tests {
         }
     }
 
-
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();

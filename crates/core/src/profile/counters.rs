@@ -24,8 +24,8 @@
 //! value then.
 
 use crate::arena;
-use crate::store::threads;
 use crate::store::header::header;
+use crate::store::threads;
 use crate::sync::RawSpin;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering, Ordering::Relaxed};

@@ -17,9 +17,7 @@ const CMDLINE_MAX: usize = 4096;
 /// Whether a report to a file leaves its symbolizing to `run`: only a last one (`at_end`: an
 /// exit or final report).
 pub(crate) fn on(at_end: bool, to_a_file: bool) -> bool {
-    to_a_file
-        && at_end
-        && crate::config::DEFER_SYMBOLS.load(core::sync::atomic::Ordering::Relaxed)
+    to_a_file && at_end && crate::config::DEFER_SYMBOLS.load(core::sync::atomic::Ordering::Relaxed)
 }
 
 /// The first lines of a raw report.

@@ -56,8 +56,8 @@ mod unseen;
 mod wake;
 pub(crate) mod world;
 
-pub use exit::{exit_begins, program_starts};
 use crate::state::ThreadState;
+pub use exit::{exit_begins, program_starts};
 use mem_trace_format::Block;
 
 /// Takes the sequence number of an event that changes the live bytes by `delta` (wrapping:
@@ -216,7 +216,14 @@ fn full_report(kind: report::Kind, to: Option<crate::out::Out>) {
 #[inline(always)]
 pub(crate) fn allocated(state: &ThreadState, block: &Block, counted: (u64, u64), live: u64) {
     peaks::global(live, block.seq);
-    counters::add(&state.profile, &state.thread, block.stack, counted, block.seq, true);
+    counters::add(
+        &state.profile,
+        &state.thread,
+        block.stack,
+        counted,
+        block.seq,
+        true,
+    );
     peaks::add(&state.thread, counted.0, true);
     if reporter::waits_for_allocation(block.seq) {
         reporter::made_on_need();
@@ -226,7 +233,14 @@ pub(crate) fn allocated(state: &ThreadState, block: &Block, counted: (u64, u64),
 /// Counts a block put back after a failed `realloc`: live again, but not a new allocation
 /// (the global count never dropped: see [`forgotten`]).
 pub(crate) fn restored(state: &ThreadState, block: &Block, counted: (u64, u64)) {
-    counters::add(&state.profile, &state.thread, block.stack, counted, events::now_seq(), false);
+    counters::add(
+        &state.profile,
+        &state.thread,
+        block.stack,
+        counted,
+        events::now_seq(),
+        false,
+    );
     peaks::add(&state.thread, counted.0, false);
 }
 
@@ -234,6 +248,12 @@ pub(crate) fn restored(state: &ThreadState, block: &Block, counted: (u64, u64)) 
 /// from its stack and its thread. The global count moves with the free's own [`tick`].
 #[inline(always)]
 pub(crate) fn forgotten(state: &ThreadState, block: &Block, counted: (u64, u64)) {
-    counters::sub(&state.profile, &state.thread, block.stack, counted, events::now_seq());
+    counters::sub(
+        &state.profile,
+        &state.thread,
+        block.stack,
+        counted,
+        events::now_seq(),
+    );
     peaks::sub(&state.thread, counted.0, block.thread);
 }

@@ -74,7 +74,9 @@ pub(crate) fn sub(thread: &threads::Local, size: u64, owner: u32) {
 
 /// Start-up: the clock reports measure the program's run from.
 pub(crate) fn init() {
-    PROFILE.started_ns.store(crate::clock::monotonic_ns(), Relaxed);
+    PROFILE
+        .started_ns
+        .store(crate::clock::monotonic_ns(), Relaxed);
 }
 
 /// Starts a new phase: every peak becomes what is live now, so the next report's peaks are

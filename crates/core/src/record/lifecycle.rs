@@ -26,9 +26,7 @@ use crate::store::{freed, quarantine, stacks, table, tags, threads};
 use crate::{arena, config};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
-use mem_trace_format::{
-    FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE, SEQ_TAG_SIZE,
-};
+use mem_trace_format::{FLAG_FREE_STACKS, FLAG_INITIALISED, FLAG_PROFILE_MODE, SEQ_TAG_SIZE};
 
 /// Whether the tracer is ready to record; initialises it on first call.
 #[inline(always)]

@@ -33,9 +33,9 @@ use crate::store::{quarantine, table, tags};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
 use invalid::unknown_pointer;
+use mem_trace_format::Block;
 use status::{is_ready, not_recording, thread_index};
 use steps::{free_stack_here, held_entry, remember_free, stack_here};
-use mem_trace_format::Block;
 
 /// What the free hook must do with a pointer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -70,7 +70,12 @@ pub(super) fn remember_free(state: &ThreadState, block: Block, free_stack: u32, 
 /// The free of `block` happening now: counted (its sequence number taken, the live bytes
 /// lowered), with this thread and `free_stack`.
 #[inline(always)]
-pub(super) fn freed_now(state: &ThreadState, block: Block, free_stack: u32, by_realloc: bool) -> Freed {
+pub(super) fn freed_now(
+    state: &ThreadState,
+    block: Block,
+    free_stack: u32,
+    by_realloc: bool,
+) -> Freed {
     // A shared counter costs a cache-line transfer per free between threads: count only
     // when the statistics line was asked for.
     if config::STATS.load(Ordering::Relaxed) {

@@ -18,8 +18,8 @@
 pub mod index;
 mod ring;
 
-pub use ring::HISTORY;
 use ring::words;
+pub use ring::HISTORY;
 
 use crate::arena;
 use core::alloc::Layout;

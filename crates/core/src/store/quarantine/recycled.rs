@@ -2,8 +2,8 @@
 //! `malloc` to take back, and given to glibc by a clock hand once over the thread's share
 //! (the quarantine's documentation says why).
 
-use super::ring::Ring;
 use super::held::{block_of, Released, TAGGED};
+use super::ring::Ring;
 
 /// Largest glibc chunk kept for reuse; larger blocks go back to glibc when pushed out.
 pub(super) const REUSE_MAX: u64 = 4096;
