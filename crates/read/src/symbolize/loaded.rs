@@ -113,11 +113,17 @@ impl Loaded {
             return;
         };
         while let Ok(Some(frame)) = frames.next() {
-            let function = frame
-                .function
-                .as_ref()
-                .and_then(|f| f.raw_name().ok())
-                .map(|name| demangle(&name));
+            let function = frame.function.as_ref().and_then(|f| {
+                let name = f.raw_name().ok()?;
+                // gdb writes a C++ function's parameters even where there is no mangled name
+                // to demangle them from (`main()`).
+                if is_cpp(f.language) && !name.starts_with("_Z") && !name.contains('(') {
+                    if let Some(full) = cpp_name(ctx, svma, &name) {
+                        return Some(full);
+                    }
+                }
+                Some(demangle(&name))
+            });
             let (file, line, column) = match &frame.location {
                 Some(loc) => (
                     loc.file.map(str::to_owned),
@@ -260,4 +266,24 @@ pub(super) fn alias_rank(file: &Elf, dynamic: bool, index: u32) -> (u8, usize) {
     let underscores = symbol_name(file, dynamic, index)
         .map_or(usize::MAX, |n| n.bytes().take_while(|&b| b == b'_').count());
     (bind, underscores)
+}
+
+/// gdb's name for the C++ function `name` without a linkage name, in the unit that holds
+/// `svma` (see `cpp_names`).
+fn cpp_name(ctx: &addr2line::Context<Slice>, svma: u64, name: &str) -> Option<String> {
+    let unit = ctx.find_dwarf_and_unit(svma).skip_all_loads()?;
+    super::cpp_names::with_parameters(unit, name)
+}
+
+/// Whether a unit's language is C++ (any of its standards).
+fn is_cpp(language: Option<addr2line::gimli::DwLang>) -> bool {
+    use addr2line::gimli::constants as c;
+    [
+        c::DW_LANG_C_plus_plus,
+        c::DW_LANG_C_plus_plus_03,
+        c::DW_LANG_C_plus_plus_11,
+        c::DW_LANG_C_plus_plus_14,
+    ]
+    .iter()
+    .any(|&l| language == Some(l))
 }

@@ -23,6 +23,7 @@
 //! Anything that fails becomes a [`SymError`]; the caller then prints `module+0xoffset`.
 
 mod bounds;
+mod cpp_names;
 mod debug_files;
 mod demangle;
 mod dwarf;
