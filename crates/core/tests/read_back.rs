@@ -105,7 +105,7 @@ fn foreign_headers_are_refused() {
     let mut bytes = vec![0u8; 144];
     assert!(matches!(
         Tables::open(&Bytes(bytes.clone()), 0),
-        Err(Error::BadMagic { addr: 0 })
+        Err(Error::BadMagic { addr: 0, .. })
     ));
     bytes[..8].copy_from_slice(b"MEMTRACE");
     bytes[8..12].copy_from_slice(&2u32.to_le_bytes());

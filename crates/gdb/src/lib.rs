@@ -18,7 +18,8 @@ use mem_trace_read::answer::{
     self, Answered, Asked, HistoryOptions, LeakTarget, LeaksOptions, PeaksOptions, TopOptions,
     WhyOptions,
 };
-use mem_trace_read::target::{Source, Target, ThreadState};
+use mem_trace_read::layout;
+use mem_trace_read::target::{Source, Target, TargetError, ThreadState};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -57,7 +58,22 @@ impl Named {
 }
 
 fn open(target: Named) -> PyResult<Target> {
-    Target::open(&target.source()?).map_err(|e| Error::new_err(e.to_string()))
+    Target::open(&target.source()?).map_err(|e| Error::new_err(in_gdb(&e)))
+}
+
+/// A failure to open, as gdb's user needs it. Two differ from the `mem-trace` command's: the
+/// tables of another build are fixed by the commands of that build (each library carries its
+/// own, and finds the reader beside it), and a bad magic is the whole answer: gdb read the
+/// symbol's address itself.
+fn in_gdb(e: &TargetError) -> String {
+    match e {
+        TargetError::Layout(layout::Error::Version { found }) => format!(
+            "mem-trace layout version {found} in the process, this gdb script reads version {}: use the gdb/mem_trace.py from the same build",
+            mem_trace_format::VERSION
+        ),
+        TargetError::Layout(bad @ layout::Error::BadMagic { .. }) => bad.to_string(),
+        e => e.to_string(),
+    }
 }
 
 fn reply(answered: Result<Answered, String>) -> PyResult<Reply> {

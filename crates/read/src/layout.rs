@@ -1,5 +1,5 @@
-//! The `docs/LAYOUT.md` decoder: the Rust twin of the Python reader
-//! (`python/mem_trace_gdb/layout/`), over any [`Memory`].
+//! The `docs/LAYOUT.md` decoder, over any [`Memory`]: the one every reader uses (the
+//! `mem-trace` command, and gdb's commands through `crates/gdb`).
 //!
 //! It reads what the writer publishes and nothing else, and trusts none of it: a version it
 //! does not know, sizes that disagree with the contract, a count or capacity past what the
@@ -150,6 +150,8 @@ pub enum Error {
     BadMagic {
         /// Where the header was looked for.
         addr: u64,
+        /// The eight bytes found there instead.
+        found: [u8; 8],
     },
     /// A layout version this reader does not know.
     Version {
@@ -170,11 +172,34 @@ pub enum Error {
     Unreadable(Unreadable),
 }
 
+/// Bytes as a byte-string literal, `b'MEMTRACE'`: printable ASCII as it is, the rest
+/// escaped, so that a corrupt header's bytes can be told apart in one line.
+struct ByteString<'a>(&'a [u8]);
+
+impl fmt::Display for ByteString<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("b'")?;
+        for &b in self.0 {
+            match b {
+                b'\\' | b'\'' => write!(f, "\\{}", b as char)?,
+                0x20..=0x7e => write!(f, "{}", b as char)?,
+                _ => write!(f, "\\x{b:02x}")?,
+            }
+        }
+        f.write_str("'")
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::BadMagic { addr } => {
-                write!(f, "no mem-trace header at {addr:#x} (wrong magic)")
+            Error::BadMagic { addr, found } => {
+                write!(
+                    f,
+                    "no mem-trace header at {addr:#x} (magic {}, expected {})",
+                    ByteString(found),
+                    ByteString(&MAGIC)
+                )
             }
             Error::Version { found } => write!(
                 f,
@@ -294,7 +319,9 @@ impl<'m, M: Memory + ?Sized> Tables<'m, M> {
         let mut head = [0u8; 12];
         mem.read(addr, &mut head)?;
         if head[..8] != MAGIC {
-            return Err(Error::BadMagic { addr });
+            let mut found = [0u8; 8];
+            found.copy_from_slice(&head[..8]);
+            return Err(Error::BadMagic { addr, found });
         }
         let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
         if version != VERSION {

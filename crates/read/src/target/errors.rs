@@ -271,9 +271,14 @@ mod tests {
         for (e, want) in cases {
             assert_eq!(one_line(&e), want);
         }
-        let magic = one_line(&TargetError::Layout(layout::Error::BadMagic { addr: 0x10 }));
+        let magic = one_line(&TargetError::Layout(layout::Error::BadMagic {
+            addr: 0x10,
+            found: *b"XEMT\0\x01'\\",
+        }));
         assert!(
-            magic.starts_with("no mem-trace header at 0x10 (wrong magic): "),
+            magic.starts_with(
+                "no mem-trace header at 0x10 (magic b'XEMT\\x00\\x01\\'\\\\', expected b'MEMTRACE'): "
+            ),
             "{magic}"
         );
     }
