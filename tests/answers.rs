@@ -19,8 +19,10 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::mtrace::{comparable_with_gdb, with_entry_script};
-use common::{c_fixture, profiler_library, run_with_timeout, script, Fixture, GDB_TIMEOUT};
+use common::mtrace::{comparable_with_gdb, with_entry_script, without_gdb_thread};
+use common::{
+    c_fixture, mem_trace_binary, profiler_library, run_with_timeout, script, Fixture, GDB_TIMEOUT,
+};
 use mem_trace_read::answer::{
     self, frame, profile::By, HistoryOptions, LeakTarget, LeaksOptions, Lookups, PeaksOptions,
     TopOptions, WhyOptions,
@@ -121,21 +123,27 @@ fn hex(word: &str) -> u64 {
 }
 
 fn ask_gdb(fixture: &Fixture, pid: u32) -> FromGdb {
-    let path = fixture.dir.join("answers.gdb");
+    gdb_on(fixture, "answers", &["-p", &pid.to_string()], "")
+}
+
+/// gdb on `target` (`-p PID`, or the executable and a core) running [`SCRIPT`], then `more`.
+fn gdb_on(fixture: &Fixture, label: &str, target: &[&str], more: &str) -> FromGdb {
+    let path = fixture.dir.join(format!("{label}.gdb"));
     let script = format!(
         "set pagination off\nset width 0\nset height 0\nset confirm off\n\
-         set debuginfod enabled off\n{}",
+         set debuginfod enabled off\n{}{more}\n",
         SCRIPT.replace("{dir}", &fixture.dir.display().to_string())
     );
     fs::write(&path, script).expect("write the gdb script");
     let mut cmd = Command::new("gdb");
-    cmd.args(["-nx", "-batch", "-p", &pid.to_string(), "-x"])
+    cmd.args(["-nx", "-batch", "-x"])
         .arg(&path)
+        .args(target)
         .current_dir(&fixture.dir)
         .env_remove("LD_PRELOAD");
     let out = run_with_timeout(
         cmd,
-        &fixture.dir.join("answers.gdb-output"),
+        &fixture.dir.join(format!("{label}.gdb-output")),
         true,
         None,
         GDB_TIMEOUT,
@@ -404,4 +412,119 @@ fn answers_equal_the_gdb_commands_on_the_same_process() {
         let ours: Vec<String> = ours[name].iter().map(|l| same(l)).collect();
         assert_eq!(ours, theirs, "{name}\n{}", report(name));
     }
+}
+
+/// The `mem-trace` twin of each section of [`SCRIPT`], on `target` (a PID or a core file).
+fn twins(fixture: &Fixture, target: &str, gdb: &FromGdb) -> HashMap<String, Vec<String>> {
+    let (hold, kept) = (format!("{:#x}", gdb.hold + 16), format!("{:#x}", gdb.kept));
+    let after = format!("{:#x}", gdb.kept + 5004);
+    let commands: [(&str, Vec<&str>); 10] = [
+        ("why-hold", vec!["why", target, &hold]),
+        ("why-kept", vec!["why", target, &kept]),
+        ("why-after", vec!["why", target, &after]),
+        ("history", vec!["history", target, &kept]),
+        ("info", vec!["info", target]),
+        ("top", vec!["top", target]),
+        (
+            "allocated",
+            vec!["top", target, "-n", "3", "--by", "allocated"],
+        ),
+        (
+            "thread",
+            vec![
+                "top", target, "-n", "2", "--thread", "1", "--by", "blocks", "-f", "2",
+            ],
+        ),
+        ("peaks", vec!["peaks", target, "-n", "2"]),
+        ("leaks", vec!["leaks", target, "-n", "0"]),
+    ];
+    commands
+        .into_iter()
+        .map(|(name, args)| {
+            let mut cmd = Command::new(mem_trace_binary());
+            cmd.args(&args)
+                .current_dir(&fixture.dir)
+                .env_remove("LD_PRELOAD");
+            let out = run_with_timeout(
+                cmd,
+                &fixture
+                    .dir
+                    .join(format!("twin-{name}-{}", target.replace('/', "_"))),
+                false,
+                None,
+                GDB_TIMEOUT,
+                &format!("mem-trace {}", args.join(" ")),
+            );
+            assert!(out.success(), "{}", out.describe());
+            (
+                name.to_string(),
+                out.stdout.lines().map(str::to_string).collect(),
+            )
+        })
+        .collect()
+}
+
+/// gdb's commands and the `mem-trace` command answer through one reader: on the same process,
+/// live (gdb holds it stopped; `mem-trace leaks` stops it itself) and from its core, each
+/// command prints the very lines of its twin, frames, file:line and figures alike, but for
+/// gdb's own thread numbers.
+#[test]
+fn the_gdb_commands_and_their_mem_trace_twins_print_the_same_live_and_from_a_core() {
+    let fixture = with_entry_script(c_fixture("profile_sites.c", &[]));
+    let running = start(&fixture);
+    let pid = running.0.id().to_string();
+    let core = fixture.dir.join("sites.core");
+    let live = gdb_on(
+        &fixture,
+        "live",
+        &["-p", &pid],
+        &format!("generate-core-file {}", core.display()),
+    );
+    assert!(core.is_file(), "gdb wrote no core\n{}", live.output);
+    let live_twins = twins(&fixture, &pid, &live);
+    drop(running);
+    let bin = fixture.bin.display().to_string();
+    let core_name = core.display().to_string();
+    let from_core = gdb_on(&fixture, "core", &[&bin, &core_name], "");
+    let core_twins = twins(&fixture, &core_name, &from_core);
+
+    for (what, gdb, ours) in [
+        ("live", &live, &live_twins),
+        ("core", &from_core, &core_twins),
+    ] {
+        for bad in ["Traceback", "Python Exception", "internal error"] {
+            assert!(
+                !gdb.output.contains(bad),
+                "{what}: `{bad}` in gdb's output\n{}",
+                gdb.output
+            );
+        }
+        // A command that failed says so on a line of its own, `mtrace-why: ...`.
+        assert!(
+            !gdb.output.lines().any(|l| l.starts_with("mtrace-")),
+            "{what}: a command failed\n{}",
+            gdb.output
+        );
+        let mut names: Vec<&String> = ours.keys().collect();
+        names.sort();
+        for name in names {
+            let theirs: Vec<String> = gdb
+                .sections
+                .get(name)
+                .unwrap_or_else(|| {
+                    panic!("{what}: no section {name} in gdb's output\n{}", gdb.output)
+                })
+                .iter()
+                .map(|l| without_gdb_thread(l))
+                .collect();
+            assert_eq!(ours[name], theirs, "{what}: {name}\n{}", gdb.output);
+        }
+    }
+    // The answers name the fixture's own lines: the same text is a right text.
+    let src = fixture.src.display().to_string();
+    assert!(
+        core_twins["why-kept"][1].contains(&format!(" in kept_site at {src}:")),
+        "{:?}",
+        core_twins["why-kept"]
+    );
 }

@@ -108,9 +108,18 @@ fn build_library() -> Result<PathBuf, String> {
 
 /// `cargo build --release -p mem-trace-preload --features FEATURE --lib`, into `target_dir`
 /// when given (the preload package alone: the workspace's other libraries are not the preload).
+///
+/// gdb's commands answer through the reader module, `libmem_trace_reader.so`, which they look
+/// for beside the library: it is built there too.
 fn build_library_in(feature: &str, target: Option<PathBuf>) -> Result<PathBuf, String> {
     let args = ["-p", "mem-trace-preload", "--features", feature, "--lib"];
-    cargo_build(&args, target, "libmem_trace.so")
+    let library = cargo_build(&args, target.clone(), "libmem_trace.so")?;
+    cargo_build(
+        &["-p", "mem-trace-gdb", "--lib"],
+        target,
+        "libmem_trace_reader.so",
+    )?;
+    Ok(library)
 }
 
 /// `fixture` under `library`, for readers to read while it waits: no periodic report and no

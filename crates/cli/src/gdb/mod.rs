@@ -40,6 +40,23 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The variable that names the gdb commands' reader module to them.
+const READER_VARIABLE: &str = "MEM_TRACE_READER";
+/// The reader module's file name, beside the library (`cargo build --release` builds both).
+const READER: &str = "libmem_trace_reader.so";
+
+/// The reader module beside `lib`, or beside this binary.
+fn reader_beside(lib: &Path) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok();
+    [
+        Some(lib.with_file_name(READER)),
+        exe.map(|e| e.with_file_name(READER)),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.is_file())
+}
+
 /// ELF's `e_type` of a core file.
 const ET_CORE: u16 = 4;
 
@@ -61,6 +78,13 @@ pub fn gdb(a: &GdbArgs) -> Result<u8> {
     let data = library::read(&lib)?;
     let user = std::env::var_os("LD_PRELOAD");
     let mut cmd = Command::new("gdb");
+    // The reader gdb's commands answer through, built beside the library; one the user
+    // named wins.
+    if std::env::var_os(READER_VARIABLE).is_none() {
+        if let Some(reader) = reader_beside(&lib) {
+            cmd.env(READER_VARIABLE, reader);
+        }
+    }
     let mut trust = OsString::from("add-auto-load-safe-path ");
     trust.push(&lib);
     // gdb and the shell it starts the wrapper with must not run under the tracer, whatever
