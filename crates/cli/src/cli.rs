@@ -1,7 +1,8 @@
 //! The command line: `mem-trace SUBCOMMAND ...`, parsed with clap.
 //!
 //! The reading subcommands take the options of the gdb commands they mirror
-//! (`python/mem_trace_gdb/commands/`), with the same names, defaults and limits, so that
+//! (`python/mem_trace_gdb/commands/`, whose answers are the same code's), with the same names,
+//! defaults and limits, so that
 //! `mtrace-top -n 3 --by allocated` in gdb is `mem-trace top PID -n 3 --by allocated` here.
 //!
 //! One idea has one spelling in every subcommand that has it: frames per stack `-f/--frames`,

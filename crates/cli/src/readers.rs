@@ -1,6 +1,6 @@
 //! The subcommands that answer as the gdb commands do: `top`, `peaks`, `leaks`, `why`,
 //! `history`, `info`. Each opens its target, reads the answer with `mem_trace_read::answer`
-//! (the Rust twin of the gdb commands' text, so the lines are the same) and prints it.
+//! (which gdb's commands print too, through `crates/gdb`) and prints it.
 //!
 //! A running process is read while it runs: a line it changes between two reads is retried
 //! by the decoder, and when allocations happened during the read, a note on stderr says how

@@ -3,8 +3,9 @@
 //! Everything that turns mem-trace's raw tables into answers, with no part in recording:
 //! - [`memory`]: where the bytes come from — this process, or another one read with
 //!   `process_vm_readv` without stopping it;
-//! - [`layout`]: the decoder of `docs/LAYOUT.md` over a memory source, the Rust twin of the
-//!   Python reader (`python/mem_trace_gdb/layout/`), built on the types of `mem-trace-format`;
+//! - [`layout`]: the decoder of `docs/LAYOUT.md` over a memory source, built on the types of
+//!   `mem-trace-format`: the one decoder of every reader (the `mem-trace` command, and gdb's
+//!   commands through `crates/gdb`);
 //! - [`profile`]: the profiler's counters, peaks and per-thread numbers, summed as the
 //!   contract says;
 //! - [`target`]: a running process or a core file: its memory, modules, mappings, threads

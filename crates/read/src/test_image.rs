@@ -1,6 +1,6 @@
-//! Synthetic process images in the mem-trace layout, version 6, for the unit tests: the Rust
-//! twin of `tests/python/image.py`, written from docs/LAYOUT.md with its own offsets, not with
-//! the decoder's, so that a misreading of the contract in one does not hide in both.
+//! Synthetic process images in the mem-trace layout, version 6, for the unit tests, written
+//! from docs/LAYOUT.md with their own offsets, not with the decoder's, so that a misreading of
+//! the contract in one does not hide in both.
 
 use crate::memory::{read_plain, Memory, Unreadable};
 use mem_trace_format::{STACK_IN_TREE, VERSION};

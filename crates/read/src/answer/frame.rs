@@ -1,6 +1,4 @@
-//! One source-level frame and the way a backtrace line shows it: the Rust twin of
-//! `python/mem_trace_gdb/frame.py`, so that both sides print the same line for the same
-//! return address.
+//! One source-level frame and the way a backtrace line shows it, in every reader's answers.
 
 use crate::symbolize::SymFrame;
 
@@ -109,7 +107,7 @@ fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// An optional text, empty counting as absent (as in Python).
+/// An optional text, empty counting as absent.
 fn some(s: &Option<String>) -> Option<&str> {
     s.as_deref().filter(|s| !s.is_empty())
 }

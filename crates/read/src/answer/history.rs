@@ -1,5 +1,5 @@
 //! The answer of `history ADDR` (`mtrace-history`): every remembered allocation and free
-//! touching an address, newest first; the Rust twin of `python/mem_trace_gdb/text/history.py`:
+//! touching an address, newest first:
 //!
 //! ```text
 //! 0x55555555b601: 3 events, newest first

@@ -1,5 +1,4 @@
-//! The answer of `info` (`mtrace-info`): is mem-trace loaded, and what its tables hold; the
-//! Rust twin of `python/mem_trace_gdb/text/info.py`.
+//! The answer of `info` (`mtrace-info`): is mem-trace loaded, and what its tables hold.
 
 use super::parts::error_text;
 use crate::layout::{Error, History, Tables, Totals, SUM_LINE};

@@ -1,6 +1,6 @@
 //! The answer of `leaks` (`mtrace-leaks`): the live blocks in memcheck's classes (definitely
 //! lost, possibly lost, still reachable: see [`crate::leaks`]), grouped by the stack that
-//! allocated them; the Rust twin of `python/mem_trace_gdb/text/leaks.py`:
+//! allocated them:
 //!
 //! ```text
 //! scanned 100688 bytes of roots (5 objects' data, 2 thread stacks, 2 register sets), reached 16397 of 16497 live blocks

@@ -1,14 +1,14 @@
-//! The answers of the gdb commands (`mtrace-why`, `-history`, `-info`, `-top`, `-peaks`,
-//! `-leaks`), read from outside the process: the Rust twin of the pure Python text modules
-//! (`python/mem_trace_gdb/text/`), line for line, so that `mem-trace why ADDR` on a core says
-//! what `mtrace-why ADDR` says on it in gdb. Only what gdb alone knows is absent: gdb's own
-//! thread numbers (`, gdb thread N`).
+//! The answers of the reading commands, read from outside the process: `mem-trace why`,
+//! `history`, `info`, `top`, `peaks` and `leaks`, and gdb's `mtrace-why`, `-history`, `-info`,
+//! `-top`, `-peaks` and `-leaks`, which print these same lines (through `crates/gdb`), so
+//! that `mem-trace why ADDR` on a core says what `mtrace-why ADDR` says on it in gdb. gdb adds
+//! what only it knows: its own thread numbers (`, gdb thread N`, see [`Lookups`]).
 //!
 //! Each answer is facts read from the [`Tables`] (a `*Facts::read`) rendered into lines (a
 //! `lines` function) with [`Lookups`]: the stacks' and threads' records and a function from a
 //! return address to its frames ([`frame::frames`] over the target's symbolizer, or
 //! [`frame::unsymbolized`] for `--raw`). The functions below do both for a command, with its
-//! options (the defaults of `python/mem_trace_gdb/commands/`).
+//! options; [`ask`] opens the tables and symbolizes for them.
 
 mod ask;
 pub mod frame;

@@ -1,5 +1,4 @@
-//! The pieces every answer is made of: sizes, blocks, threads, numbered stacks; the Rust twin
-//! of `python/mem_trace_gdb/text/parts.py`.
+//! The pieces every answer is made of: sizes, blocks, threads, numbered stacks.
 //!
 //! Nothing here fails for unreadable memory: a stack or thread record that cannot be read
 //! becomes a line saying so, and the rest of the answer stands.
@@ -237,8 +236,7 @@ pub(super) fn stack_lines(
 
 /// A recursion repeats the same frames (one function, or up to this many calling each other
 /// in turn): shown once, with at least [`RECURSION_SHOWN`] of its frames, then one line for
-/// the rest when that hides at least [`RECURSION_MIN_HIDDEN`]. As `recursion_plan` in
-/// python/mem_trace_gdb/text/parts.py.
+/// the rest when that hides at least [`RECURSION_MIN_HIDDEN`].
 const RECURSION_PERIOD: usize = 4;
 const RECURSION_SHOWN: usize = 3;
 const RECURSION_MIN_HIDDEN: usize = 3;

@@ -1,6 +1,6 @@
 //! The answers of `top` and `peaks` (`mtrace-top`, `mtrace-peaks`): where the memory is, and
 //! where it was at the peak, from the profiler's per-stack counters (docs/LAYOUT.md
-//! "Profile"); the Rust twin of `python/mem_trace_gdb/text/profile.py`. A ranking reads like a
+//! "Profile"). A ranking reads like a
 //! heap profiler's, biggest LAST so that it is the line left on the screen after a long list:
 //!
 //! ```text

@@ -1,5 +1,5 @@
 //! The answer of `why ADDR` (`mtrace-why`): which heap block holds an address, who allocated
-//! it, who freed it; the Rust twin of `python/mem_trace_gdb/text/why.py`. It reads like
+//! it, who freed it. It reads like
 //! AddressSanitizer's:
 //!
 //! ```text

@@ -1,7 +1,6 @@
 //! The freed-block history as the answers need it: its header, checked (`mtrace-info`, and
 //! what a missing free stack means), and every remembered event at an address
-//! (`mtrace-history`). The Rust twin of `Tracer.history_header` and `Tracer.history` in
-//! `python/mem_trace_gdb/layout/tracer.py`.
+//! (`mtrace-history`).
 
 use super::{Error, Tables};
 use crate::memory::{read_plain, Memory};

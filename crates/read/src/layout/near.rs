@@ -1,8 +1,7 @@
 //! Live blocks by address, as the answers need them: the block that holds an address or the
 //! nearest one within a gap (`mtrace-why`), every block that holds it (`mtrace-history`), and
-//! every live block (the leak scan, `mtrace-top --thread`). The Rust twin of
-//! `Tracer.find_block`, `live_blocks_containing` and `blocks` in
-//! `python/mem_trace_gdb/layout/tracer.py`, built on [`Tables::shard_blocks`].
+//! every live block (the leak scan, `mtrace-top --thread`), built on
+//! [`Tables::shard_blocks`].
 
 use super::tags::{self, region_of};
 use super::{Error, Tables};

@@ -2,8 +2,8 @@
 //! (docs/FINDINGS.md "Peaks and leaks as DHAT, LSan and memcheck define them"). One
 //! classification for every reader: the profiler's in-process exit report (crates/core, which
 //! reads its own memory) and the `mem-trace leaks` command (a running process or a core), so
-//! that the same program gets the same classes from both. The gdb command's twin
-//! (`python/mem_trace_gdb/scan.py`) follows the same rules; a change to one is a change to both.
+//! that the same program gets the same classes from both (gdb's `mtrace-leaks` is the latter,
+//! through `crates/gdb`).
 //!
 //! A conservative scan: every aligned word of the roots ([`Root`], plus loose words such as a
 //! thread's registers) and, transitively, of the blocks reached, is taken for a pointer if it

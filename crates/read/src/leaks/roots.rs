@@ -1,7 +1,7 @@
 //! Where a scan from outside the process starts: the target's modules, mappings and threads
-//! made into roots, the way the gdb command finds them (`python/mem_trace_gdb/commands/leaks.py`,
-//! `data_roots` and `thread_roots`), so that a core gives the same roots, hence the same
-//! answer, as gdb on that core:
+//! made into roots, for `mem-trace leaks` and gdb's `mtrace-leaks` alike (gdb hands over the
+//! registers of the threads it holds stopped), so that a process and its core give the same
+//! roots, hence the same answer:
 //! - the writable allocated sections of every loaded module (`.data`, `.bss`, `.got`, ...,
 //!   thread-local templates excepted: each thread has its own copy) and of the vDSO, from
 //!   their section headers, except mem-trace's own library: its data points at the tracer's

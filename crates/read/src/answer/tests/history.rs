@@ -1,4 +1,4 @@
-//! `HistoryTextTests` and `test_history_facts` of `tests/python/test_text.py`.
+//! The history answer's lines, and its facts read from tables.
 
 use super::super::history::{lines, HistoryFacts};
 use super::*;

@@ -1,4 +1,4 @@
-//! `InfoTextTests` of `tests/python/test_text.py`.
+//! The info answer's lines.
 
 use super::super::info::{lines, InfoFacts};
 use crate::layout::Tables;

@@ -1,5 +1,5 @@
-//! `test_leak_lines` of `tests/python/test_profile.py`, and the whole answer read from a
-//! synthetic process: tables, a stack and registers.
+//! The leak answer's lines, and the whole answer read from a synthetic process: tables, a
+//! stack and registers.
 
 use super::super::leaks::{group_by_stack, lines, LeakFacts};
 use super::profile::sites;

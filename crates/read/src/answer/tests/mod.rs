@@ -1,6 +1,4 @@
-//! The answers' lines on synthetic facts, with fake records and symbols: the cases of
-//! `tests/python/test_text.py` and `tests/python/test_profile.py`, with the same expected
-//! lines but for what only gdb knows (`, gdb thread N` is absent) and how errors are worded.
+//! The answers' lines on synthetic facts, with fake records and symbols.
 
 mod history;
 mod info;

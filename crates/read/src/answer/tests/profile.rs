@@ -1,5 +1,4 @@
-//! `ProfileTextTests` of `tests/python/test_profile.py` (top and peaks), and the ranking's
-//! order and clamps.
+//! The lines of top and peaks, and the ranking's order and clamps.
 
 use super::super::profile::{peaks_lines, rank, top_lines, By, PeaksFacts, Ranked, TopFacts};
 use super::super::AnswerError;

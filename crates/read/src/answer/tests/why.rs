@@ -1,5 +1,4 @@
-//! `WhyLiveBlockTests`, `WhyFreedBlockTests`, `ThreadTests` and `FactsFromTablesTests` of
-//! `tests/python/test_text.py`.
+//! The why answer: live and freed blocks, threads, and its facts read from tables.
 
 use super::super::why::{lines, WhyFacts};
 use super::*;

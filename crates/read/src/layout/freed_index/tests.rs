@@ -1,5 +1,5 @@
-//! The cases of `IndexTests` and `IndexErrorTests` in `tests/python/test_layout.py`, on images
-//! built from docs/LAYOUT.md: through the index, the same answers as a scan of the ring.
+//! The freed-block index on images built from docs/LAYOUT.md: through the index, the same
+//! answers as a scan of the ring, and its corruptions reported.
 
 use super::super::near::tests::{BIG, HEAP};
 use super::super::{Error, Tables};

@@ -1,4 +1,5 @@
-//! The cases of `HistoryTests` and `HistoryErrorTests` in `tests/python/test_layout.py`.
+//! The history at an address, and its corruptions reported, on images built from
+//! docs/LAYOUT.md.
 
 use super::super::near::tests::{standard, BIG, HEAP};
 use super::super::{Error, Tables};

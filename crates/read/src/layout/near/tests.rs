@@ -1,5 +1,5 @@
-//! The cases of `FindBlockTests` and `HeaderTests` in `tests/python/test_layout.py`, on
-//! images built from docs/LAYOUT.md.
+//! Finding blocks by address, and checking the header, on images built from
+//! docs/LAYOUT.md.
 
 use super::super::Tables;
 use super::{Match, Relation, DEFAULT_MAX_GAP};

@@ -1,6 +1,5 @@
-//! The scan on synthetic memory: the cases of `tests/python/test_profile.py` (`ScanTests`),
-//! and the same classes as the gdb command's two-pass scan (`python/mem_trace_gdb/scan.py`,
-//! transcribed below) on random heaps.
+//! The scan on synthetic memory: hand-made cases, and on random heaps the same classes as a
+//! plain two-pass scan (below), the definition the scan's single pass must agree with.
 
 use super::super::{Class, Live, Outcome, Root};
 use super::Scan;
@@ -328,7 +327,7 @@ fn each_reached_block_is_read_once_and_gaps_never() {
     assert_eq!(reads, want);
 }
 
-/// `scan.py`'s two passes, transcribed: the still reachable blocks are the closure of the
+/// The classes by definition, in two passes: the still reachable blocks are the closure of the
 /// roots under start pointers; the possibly lost ones, the closure under any pointer of what
 /// interior pointers met on the way hit.
 fn two_passes(img: &Image, blocks: &[Live], roots: &[Root], registers: &[u64]) -> Vec<Class> {
