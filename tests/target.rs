@@ -376,7 +376,7 @@ fn a_running_process_and_its_core_give_the_same_answers() {
     });
     assert!(matches!(
         open_core(&foreign, None),
-        Err(TargetError::Layout(layout::Error::BadMagic { addr })) if addr == from_live.header
+        Err(TargetError::Layout(layout::Error::BadMagic { addr, .. })) if addr == from_live.header
     ));
     for path in variants.into_inner() {
         let _ = fs::remove_file(path);

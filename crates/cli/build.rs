@@ -1,5 +1,6 @@
-//! With the `bundle` feature: builds the preload library (crates/preload) and leaves it in
-//! `$OUT_DIR/libmem_trace.so` for `src/run/bundled.rs` to carry, with its hash in
+//! With the `bundle` feature: builds the preload library (crates/preload) and the reader gdb's
+//! commands answer through (crates/gdb), and leaves them in `$OUT_DIR/libmem_trace.so` and
+//! `$OUT_DIR/libmem_trace_reader.so` for `src/run/bundled.rs` to carry, with a hash of both in
 //! `MEM_TRACE_BUNDLE_ID`. Without the feature: nothing.
 //!
 //! The library is built by a nested `cargo build --release` into a target directory of its
@@ -17,7 +18,6 @@ fn main() {
     }
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let root = manifest.join("../..");
-    let preload = root.join("crates/preload/Cargo.toml");
     // Rebuilt when the library's sources change: every crate it is made of, and the gdb
     // commands it embeds, named file by file (a named directory is scanned recursively, and
     // Python writes `__pycache__` there on every import).
@@ -28,18 +28,43 @@ fn main() {
         "crates/format",
         "crates/read",
         "crates/preload",
+        "crates/gdb",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     python_sources(&root.join("python/mem_trace_gdb"));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let target = out.join("preload-target");
+    let library = build(
+        &root.join("crates/preload/Cargo.toml"),
+        &target,
+        "libmem_trace.so",
+    );
+    let reader = build(
+        &root.join("crates/gdb/Cargo.toml"),
+        &target,
+        "libmem_trace_reader.so",
+    );
+    for (name, bytes) in [
+        ("libmem_trace.so", &library),
+        ("libmem_trace_reader.so", &reader),
+    ] {
+        std::fs::write(out.join(name), bytes)
+            .unwrap_or_else(|e| panic!("cannot write {name} to {}: {e}", out.display()));
+    }
+    let id = fnv1a(&library) ^ fnv1a(&reader).rotate_left(1);
+    println!("cargo:rustc-env=MEM_TRACE_BUNDLE_ID={id:016x}");
+}
+
+/// `cargo build --release --lib` of the package `manifest` into `target`; the bytes of the
+/// library `file` it built.
+fn build(manifest: &std::path::Path, target: &std::path::Path, file: &str) -> Vec<u8> {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.args(["build", "--release", "--lib", "--manifest-path"])
-        .arg(&preload)
+        .arg(manifest)
         .arg("--target-dir")
-        .arg(&target);
+        .arg(target);
     if env::var_os("CARGO_NET_OFFLINE").is_some_and(|v| v == "true") {
         cmd.arg("--offline");
     }
@@ -47,17 +72,13 @@ fn main() {
     cmd.env_remove("CARGO_TARGET_DIR");
     let status = cmd
         .status()
-        .unwrap_or_else(|e| panic!("cannot run cargo to build the bundled library: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run cargo to build the bundled {file}: {e}"));
     assert!(
         status.success(),
-        "building the bundled library failed ({status})"
+        "building the bundled {file} failed ({status})"
     );
-    let built = target.join("release/libmem_trace.so");
-    let bytes =
-        std::fs::read(&built).unwrap_or_else(|e| panic!("cannot read {}: {e}", built.display()));
-    std::fs::write(out.join("libmem_trace.so"), &bytes)
-        .unwrap_or_else(|e| panic!("cannot copy {}: {e}", built.display()));
-    println!("cargo:rustc-env=MEM_TRACE_BUNDLE_ID={:016x}", fnv1a(&bytes));
+    let built = target.join("release").join(file);
+    std::fs::read(&built).unwrap_or_else(|e| panic!("cannot read {}: {e}", built.display()))
 }
 
 /// `rerun-if-changed` for every `.py` file under `dir`.

@@ -1,8 +1,10 @@
 //! The library this binary carries when built with the `bundle` feature (`cargo install
 //! --path crates/cli --features bundle`), for a `mem-trace` installed with no library beside
 //! it: written on first use to `$XDG_CACHE_HOME/mem-trace/<id>/libmem_trace.so` (else
-//! `~/.cache/...`), where `<id>` is a hash of the library's bytes taken when this binary was
-//! built, so two installed versions never share a file.
+//! `~/.cache/...`), where `<id>` is a hash of the files' bytes taken when this binary was
+//! built, so two installed versions never share a file. The reader gdb's commands answer
+//! through, `libmem_trace_reader.so`, is carried too and written beside it, where the
+//! commands look for it.
 //!
 //! The file is compared with the carried bytes on every use (a few milliseconds) and written
 //! again if it differs; it is written to a temporary name in the same directory and renamed
@@ -31,23 +33,29 @@ mod write {
 
     /// The library, as `build.rs` built it.
     static BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmem_trace.so"));
+    /// The reader gdb's commands load, as `build.rs` built it, and its file name.
+    static READER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmem_trace_reader.so"));
+    const READER_NAME: &str = "libmem_trace_reader.so";
     /// Its hash, from `build.rs`.
     const ID: &str = env!("MEM_TRACE_BUNDLE_ID");
 
-    /// The cached file, named `name`, written when absent or not the carried bytes.
+    /// The cached library, named `name`, with the reader beside it, each written when absent
+    /// or not the carried bytes.
     pub fn cached(name: &str) -> Result<PathBuf> {
         let dir = cache_dir()?.join("mem-trace").join(ID);
         let path = dir.join(name);
-        if std::fs::read(&path).is_ok_and(|b| b == BYTES) {
-            return Ok(path);
+        for (path, bytes) in [(path.clone(), BYTES), (dir.join(READER_NAME), READER)] {
+            if std::fs::read(&path).is_ok_and(|b| b == bytes) {
+                continue;
+            }
+            write_atomically(&dir, &path, bytes).map_err(|e| {
+                Error::new(format!(
+                    "cannot write the bundled library to {}: {e}: set XDG_CACHE_HOME to a \
+                     writable directory, or MEM_TRACE_LIB to a libmem_trace.so",
+                    path.display()
+                ))
+            })?;
         }
-        write_atomically(&dir, &path).map_err(|e| {
-            Error::new(format!(
-                "cannot write the bundled library to {}: {e}: set XDG_CACHE_HOME to a writable \
-                 directory, or MEM_TRACE_LIB to a libmem_trace.so",
-                path.display()
-            ))
-        })?;
         Ok(path)
     }
 
@@ -70,12 +78,13 @@ mod write {
         }
     }
 
-    fn write_atomically(dir: &Path, path: &Path) -> std::io::Result<()> {
+    fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(".libmem_trace.so.{}", std::process::id()));
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
         let written = (|| {
             let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(BYTES)?;
+            f.write_all(bytes)?;
             f.sync_all()?;
             std::fs::rename(&tmp, path)
         })();
