@@ -273,7 +273,7 @@ mod tests {
         let s = Stack {
             id: 3,
             counts: Counts::default(),
-            frames: vec![
+            frames: crate::stacks::shared(vec![
                 Frame {
                     ra: 0x401234,
                     symbols: vec![sym("site", Some("/src/p.c"), 3, 0)],
@@ -283,7 +283,7 @@ mod tests {
                     ra: mem_trace_format::CUT_MARKER,
                     ..Frame::default()
                 },
-            ],
+            ]),
         };
         assert_eq!(
             frame_strings(&s),
@@ -312,7 +312,7 @@ mod tests {
                         total_blocks: 1,
                         ..Counts::default()
                     },
-                    frames: vec![],
+                    frames: crate::stacks::shared(vec![]),
                 },
                 Stack {
                     id: 1,
@@ -324,7 +324,7 @@ mod tests {
                         peak_bytes: 200,
                         peak_blocks: 4,
                     },
-                    frames: vec![
+                    frames: crate::stacks::shared(vec![
                         Frame {
                             ra: 0x401234,
                             symbols: vec![
@@ -334,7 +334,7 @@ mod tests {
                             module: Some((b"/bin/p".to_vec(), 0)),
                         },
                         main.clone(),
-                    ],
+                    ]),
                 },
                 Stack {
                     id: 2,
@@ -345,14 +345,14 @@ mod tests {
                         total_blocks: 1,
                         ..Counts::default()
                     },
-                    frames: vec![
+                    frames: crate::stacks::shared(vec![
                         Frame {
                             ra: 0x7f00_0000_1000,
                             symbols: vec![],
                             module: Some((b"/lib/libx.so".to_vec(), 0x7f00_0000_0000)),
                         },
                         main,
-                    ],
+                    ]),
                 },
             ],
             now_seq: 1000,

@@ -195,13 +195,15 @@ mod tests {
             frames: names
                 .iter()
                 .enumerate()
-                .map(|(i, n)| Frame {
-                    ra: 0x1000 + i as u64,
-                    symbols: vec![SymFrame {
-                        function: Some(n.to_string()),
-                        ..SymFrame::default()
-                    }],
-                    module: None,
+                .map(|(i, n)| {
+                    std::rc::Rc::new(Frame {
+                        ra: 0x1000 + i as u64,
+                        symbols: vec![SymFrame {
+                            function: Some(n.to_string()),
+                            ..SymFrame::default()
+                        }],
+                        module: None,
+                    })
                 })
                 .collect(),
         }

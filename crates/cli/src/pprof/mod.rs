@@ -378,7 +378,9 @@ pub fn thread_shares(target: &Target) -> Result<Vec<ThreadShare>> {
 
 /// The gzipped encoding of `profile`, as pprof files are.
 pub fn encode(profile: &proto::Profile) -> Vec<u8> {
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    // The fastest level: on a compiler's 34k stacks the default one was a fifth of the whole
+    // command's time, for a file a third smaller.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&profile.encode_to_vec())
         .and_then(|()| gz.finish())
         .expect("compressing into memory")

@@ -30,14 +30,14 @@ fn profile() -> Profile {
                     total_blocks: 6,
                     ..Counts::default()
                 },
-                frames: vec![
+                frames: crate::stacks::shared(vec![
                     Frame {
                         ra: 0x40_1234,
                         symbols: vec![sym("inner", "/src/p.c", 3), sym("outer", "/src/p.c", 5)],
                         module: Some((b"/bin/p".to_vec(), 0)),
                     },
                     main.clone(),
-                ],
+                ]),
             },
             Stack {
                 id: 2,
@@ -48,14 +48,14 @@ fn profile() -> Profile {
                     total_blocks: 1,
                     ..Counts::default()
                 },
-                frames: vec![
+                frames: crate::stacks::shared(vec![
                     Frame {
                         ra: 0x7f00_0000_1678,
                         symbols: vec![],
                         module: Some((b"/lib/libx.so".to_vec(), 0x7f00_0000_0000)),
                     },
                     main,
-                ],
+                ]),
             },
         ],
         now_seq: 10,
@@ -163,10 +163,10 @@ fn the_encoding_is_gzipped_protobuf_that_decodes_back() {
 fn a_stack_without_frames_and_a_cut_stack_get_named_locations() {
     let mut prof = profile();
     prof.stacks[0].frames.clear();
-    prof.stacks[1].frames.push(Frame {
+    prof.stacks[1].frames.push(std::rc::Rc::new(Frame {
         ra: mem_trace_format::CUT_MARKER,
         ..Frame::default()
-    });
+    }));
     let p = document(&prof, &[], &modules(), 0, "");
     let s = |i: i64| p.string_table[i as usize].as_str();
     let name =
