@@ -18,16 +18,18 @@ use mem_trace_format::{
 };
 use std::collections::{BTreeMap, HashMap};
 
+mod events;
 pub mod freed_index;
 mod history;
 mod near;
+mod relation;
 pub mod tags;
 #[cfg(test)]
 mod tests;
 
 pub use crate::units::HumanBytes;
-pub use history::{Event, EventKind, History};
-pub use near::{Match, Relation, DEFAULT_MAX_GAP};
+pub use events::{Event, EventKind, History};
+pub use relation::{Match, Relation, DEFAULT_MAX_GAP};
 
 /// The most slots a reader accepts in one array (docs/LAYOUT.md: "reject absurd values").
 const MAX_CAPACITY: u64 = 1 << 32;
