@@ -168,8 +168,8 @@ mod preload {
         take,
         reallocated,
         start,
-        print_trace: crate::print_trace,
-        reset_peaks: Some(crate::mem_trace_reset_peaks),
+        print_trace,
+        reset_peaks: Some(reset_peaks),
         report_to: Some(report_to),
         peaks: Some(peaks),
     };
@@ -182,12 +182,24 @@ mod preload {
         }
     }
 
+    /// `print_trace` from this library's own tables, what a wrapper asks the table for. (The
+    /// exported `crate::print_trace` answers the same here: it asks on only a preload it has
+    /// looked up, and the preload looks up none; only a wrapper's copy does.)
+    extern "C" fn print_trace(addr: usize) {
+        crate::print::print_trace(addr)
+    }
+
+    /// The reset of this library's own peaks, as [`print_trace`] (`mem_trace_reset_peaks`).
+    extern "C" fn reset_peaks() {
+        mem_trace_core::profile::peaks::reset()
+    }
+
     extern "C" fn report_to(fd: i32) {
         mem_trace_core::profile::report_to(fd)
     }
 
     unsafe extern "C" fn peaks(out: *mut PeaksC, threads: *mut ThreadPeakC, cap: usize) -> usize {
-        let p = crate::profile::own_peaks();
+        let p = crate::own_peaks::own_peaks();
         // SAFETY: the caller passes its own `PeaksC`.
         unsafe {
             out.write(PeaksC {

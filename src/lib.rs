@@ -46,11 +46,13 @@ mod gdb_script;
 mod hooks;
 #[cfg(feature = "tracer")]
 mod next;
+mod own_peaks;
 mod profile;
 #[cfg(feature = "global-alloc")]
 mod traced;
 
-pub use profile::{peaks, report, report_to_file, reset_peaks, Peaks, ThreadPeak};
+pub use own_peaks::{Peaks, ThreadPeak};
+pub use profile::{peaks, report, report_to_file, reset_peaks};
 #[cfg(feature = "global-alloc")]
 pub use traced::Traced;
 // Not named `print_trace`: a module of the same name as the exported function is a debug-info
@@ -98,15 +100,14 @@ pub extern "C" fn print_trace(addr: usize) {
 /// with `call mem_trace_reset_peaks()`: it never waits on a lock and never allocates.
 #[no_mangle]
 pub extern "C" fn mem_trace_reset_peaks() {
-    match entries::preload_if_known() {
-        Some(e) => {
-            if let Some(reset) = e.reset_peaks {
-                reset()
-            }
-        }
-        None => mem_trace_core::profile::peaks::reset(),
-    }
+    profile::reset_peaks_known()
 }
+
+/// Keeps `print_trace` in a program that links the `Traced` wrapper, for gdb to call: nothing
+/// else refers to it, and the linker drops what nothing refers to.
+#[cfg(feature = "global-alloc")]
+#[used]
+static PRINT_TRACE: extern "C" fn(usize) = print_trace;
 
 /// Initialises before `main` even if nothing allocated yet, and registers the fork handlers.
 #[cfg(all(feature = "tracer", not(test)))]

@@ -4,39 +4,10 @@
 //! the tracer linked into the program then records nothing), the program's own otherwise.
 
 use crate::entries::{self, PeaksC, ThreadPeakC};
-use mem_trace_core::store::header::header;
-use mem_trace_core::store::threads;
+use crate::own_peaks::{own_peaks, Peaks, ThreadPeak};
 use std::io::{self, Read, Seek, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
-use std::sync::atomic::Ordering::Relaxed;
-
-/// Live bytes and their high-water marks since start or the last [`reset_peaks`], counted by
-/// the profiler on every allocation and free.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Peaks {
-    /// The highest live bytes of the whole process.
-    pub global: u64,
-    /// The live bytes now.
-    pub live: u64,
-    /// Every thread that allocated, in the order they first did.
-    pub threads: Vec<ThreadPeak>,
-}
-
-/// One thread's share of [`Peaks`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ThreadPeak {
-    /// Kernel thread id.
-    pub tid: u32,
-    /// The thread's name when it first allocated.
-    pub name: String,
-    /// The highest live bytes of the blocks this thread allocated.
-    pub peak: u64,
-    /// The live bytes of the blocks it allocated (wherever they were freed).
-    pub live: u64,
-    /// Whether the thread has exited.
-    pub exited: bool,
-}
 
 /// The peaks now (see [`Peaks`]). Under an old tracer-only preload, which kept none, all 0.
 pub fn peaks() -> Peaks {
@@ -79,42 +50,26 @@ pub fn peaks() -> Peaks {
     }
 }
 
-/// The peaks in this copy of the tracer's tables.
-pub(crate) fn own_peaks() -> Peaks {
-    let h = header();
-    let mut threads = Vec::new();
-    threads::for_each(|t| {
-        let name = t.name.split(|&b| b == 0).next().unwrap_or_default();
-        threads.push(ThreadPeak {
-            tid: t.tid.load(Relaxed),
-            name: String::from_utf8_lossy(name).into_owned(),
-            peak: t.peak_bytes.load(Relaxed),
-            live: t.live_bytes(),
-            exited: t.flags.load(Relaxed) & mem_trace_core::format::THREAD_EXITED != 0,
-        })
-    });
-    Peaks {
-        global: h.peak_bytes.load(Relaxed),
-        live: live(h.live_bytes.load(Relaxed)),
-        threads,
-    }
-}
-
-/// A live count read while a free races its allocation may be negative for an instant.
-fn live(bytes: u64) -> u64 {
-    if (bytes as i64) < 0 {
-        0
-    } else {
-        bytes
-    }
-}
-
 /// Starts a new phase: every peak (global, per thread, and the stacks held at the global
 /// peak) becomes what is live now, so the next report's peaks are the new phase's own.
 pub fn reset_peaks() {
     // Looked up here, so that the entry gdb calls knows whether the preload holds the tables.
     entries::preload();
-    crate::mem_trace_reset_peaks()
+    reset_peaks_known()
+}
+
+/// [`reset_peaks`] as far as already looked up (never calls anything, as gdb's call of
+/// `mem_trace_reset_peaks` needs): the preload's reset when the preload holds the tables, else
+/// this copy's.
+pub(crate) fn reset_peaks_known() {
+    match entries::preload_if_known() {
+        Some(e) => {
+            if let Some(reset) = e.reset_peaks {
+                reset()
+            }
+        }
+        None => mem_trace_core::profile::peaks::reset(),
+    }
 }
 
 /// Writes the report to `fd`, from the process's tables; an error when the preload that

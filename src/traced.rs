@@ -128,11 +128,6 @@ fn start<A: 'static>() -> u8 {
     mode
 }
 
-/// Keeps `print_trace` in the program for gdb to call: nothing else refers to it, and the
-/// linker drops what nothing refers to.
-#[used]
-static PRINT_TRACE: extern "C" fn(usize) = crate::print_trace;
-
 extern "C" fn on_exit() {
     record::on_unload()
 }

@@ -75,9 +75,31 @@ struct Walk<'a> {
     patched: Vec<Patch>,
 }
 
+/// The hooks of the attach, kept by [`patch_all`] for [`patch_new_modules`].
+static HOOKS: Mutex<Vec<(&'static [u8], usize)>> = Mutex::new(Vec::new());
+
 /// Points every GOT entry of every loaded module (but ld.so, the vDSO and this library) that
-/// names one of `hooks` at the hook. Returns the number of entries patched.
+/// names one of `hooks` at the hook, and keeps `hooks` for the modules loaded later. Returns
+/// the number of entries patched.
 pub(crate) fn patch_all(hooks: &[(&'static [u8], usize)]) -> usize {
+    if let Ok(mut kept) = HOOKS.lock() {
+        kept.clear();
+        kept.extend_from_slice(hooks);
+    }
+    patch(hooks)
+}
+
+/// Points the GOT entries of modules loaded since the attach at the hooks the attach gave
+/// [`patch_all`] (entries already patched are left as they are). Called after a `dlopen` in
+/// an attached process. A `dlopen` that sees the process attached before the attach kept its
+/// hooks loaded its module before the attach's own walk, which patches it.
+pub(crate) fn patch_new_modules() {
+    let hooks = HOOKS.lock().map(|h| h.clone()).unwrap_or_default();
+    patch(&hooks);
+}
+
+/// [`patch_all`]'s walk.
+fn patch(hooks: &[(&'static [u8], usize)]) -> usize {
     let mut walk = Walk {
         hooks,
         own: patch_all as *const () as usize,

@@ -2,7 +2,8 @@
 //! points the command calls in the running process after loading the library there with
 //! `dlopen`, and the state the command reads before it does anything.
 //!
-//! - `got`: the GOT entries of every module pointed at the hooks, and put back.
+//! - `got`: the GOT entries of every module pointed at the hooks, and put back;
+//! - `state`: how the library came into the process, exported for the command to read.
 //!
 //! The command stops one thread at a point where it is not inside the allocator or the loader
 //! and calls `dlopen`, then [`mem_trace_attach`], on it; the process's other threads run on.
@@ -12,28 +13,19 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod got;
+mod state;
+
+pub(crate) use got::patch_new_modules;
+pub(crate) use state::{attached, loaded_late};
+// Asked by the destructor, which is not in unit tests.
+#[cfg(not(test))]
+pub(crate) use state::tracing;
 
 use core::ffi::{c_char, CStr};
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::Ordering;
 use mem_trace_core::guard::Guard;
 use mem_trace_core::record;
-
-/// How this library came into the process, for `mem-trace attach` and `detach` to read
-/// before they act: [`PRELOADED`] (also when linked into the program), [`LOADED`],
-/// [`ATTACHED`] or [`DETACHED`]. Exported under this name; the command reads it from the
-/// process's memory.
-#[no_mangle]
-#[used]
-pub static MEM_TRACE_ATTACH_STATE: AtomicU32 = AtomicU32::new(PRELOADED);
-
-/// Preloaded, or linked: the hooks won symbol lookup, there is nothing to attach.
-pub const PRELOADED: u32 = 0;
-/// Loaded into a running process by `dlopen` (`mem-trace attach`), not attached yet.
-pub const LOADED: u32 = 1;
-/// Attached: the GOT entries point at the hooks.
-pub const ATTACHED: u32 = 2;
-/// Detached: the GOT entries are back, the hooks pass blocks straight to glibc.
-pub const DETACHED: u32 = 3;
+use state::{ATTACHED, DETACHED, LOADED, MEM_TRACE_ATTACH_STATE, PRELOADED};
 
 /// [`mem_trace_attach`]'s and [`mem_trace_detach`]'s failures, as negative return values
 /// (the command names each).
@@ -108,30 +100,6 @@ unsafe extern "C" fn each(
     }
     order.index += 1;
     0
-}
-
-/// Whether the tracer was attached to this process and is not detached.
-pub(crate) fn attached() -> bool {
-    MEM_TRACE_ATTACH_STATE.load(Ordering::Acquire) == ATTACHED
-}
-
-/// Points the GOT entries of modules loaded since the attach at the hooks (entries already
-/// patched are left as they are). Called after a `dlopen` in an attached process.
-pub(crate) fn patch_new_modules() {
-    got::patch_all(&crate::hooks::redirected());
-}
-
-/// Whether the library was `dlopen`ed by `mem-trace attach` (whether attached now or not).
-pub(crate) fn loaded_late() -> bool {
-    MEM_TRACE_ATTACH_STATE.load(Ordering::Acquire) != PRELOADED
-}
-
-/// Whether the tracer runs in this process: preloaded, or attached now.
-pub(crate) fn tracing() -> bool {
-    matches!(
-        MEM_TRACE_ATTACH_STATE.load(Ordering::Acquire),
-        PRELOADED | ATTACHED
-    )
 }
 
 /// Starts tracing a running process this library was `dlopen`ed into: initialises the

@@ -8,6 +8,7 @@
 //! whole, and a block met twice while it moves is the same block.
 
 use crate::memory::{read_plain, read_words, Memory, Unreadable};
+use crate::units::human_bytes;
 use core::fmt;
 use mem_trace_format::{
     shard_of, Block, CallTree, Freed, FreedHistory, FreedIndex, FreedRecord, Header, IndexGeometry,
@@ -18,15 +19,18 @@ use mem_trace_format::{
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
+mod events;
 pub mod freed_index;
 mod history;
 mod near;
+mod relation;
 pub mod tags;
 #[cfg(test)]
 mod tests;
 
-pub use history::{Event, EventKind, History};
-pub use near::{Match, Relation, DEFAULT_MAX_GAP};
+pub use crate::units::HumanBytes;
+pub use events::{Event, EventKind, History};
+pub use relation::{Match, Relation, DEFAULT_MAX_GAP};
 
 /// The most slots a reader accepts in one array (docs/LAYOUT.md: "reject absurd values").
 const MAX_CAPACITY: u64 = 1 << 32;
@@ -48,35 +52,6 @@ fn read_words_in_pieces(
         words.extend(read_words(mem, addr + 8 * words.len() as u64, n)?);
     }
     Ok(words)
-}
-/// `bytes` for a message: "96 GiB", "4 KiB", "24 bytes".
-pub(crate) fn human_bytes(bytes: u64) -> String {
-    HumanBytes(bytes).to_string()
-}
-
-/// A byte count as a person says it ("96 GiB", "1.5 KiB", "24 bytes"), written without
-/// allocating (`print_trace` writes it).
-pub struct HumanBytes(pub u64);
-
-impl fmt::Display for HumanBytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-        let bytes = self.0;
-        if bytes < 1024 {
-            return write!(f, "{bytes} bytes");
-        }
-        let mut value = bytes as f64 / 1024.0;
-        let mut unit = 0;
-        while value >= 1024.0 && unit + 1 < UNITS.len() {
-            value /= 1024.0;
-            unit += 1;
-        }
-        if value.fract() == 0.0 || value >= 100.0 {
-            write!(f, "{value:.0} {}", UNITS[unit])
-        } else {
-            write!(f, "{value:.1} {}", UNITS[unit])
-        }
-    }
 }
 
 /// `Ok` when the target has `len` bytes of memory at `addr`; else a `Corrupt` error naming

@@ -53,7 +53,7 @@ impl core::fmt::Display for Rate {
         write!(
             f,
             "one allocation per ~{}",
-            crate::layout::HumanBytes(self.0)
+            crate::units::HumanBytes(self.0)
         )
     }
 }

@@ -4,7 +4,8 @@
 //! meanwhile). The `mem-trace` command prints an [`Answered`]; gdb's commands, through the
 //! reader module loaded into gdb, print the same lines, so the two cannot drift apart.
 
-use super::{frame, AnswerError, Frame, Lookups};
+use super::error::AnswerError;
+use super::{frame, Frame, Lookups};
 use crate::layout::Tables;
 use crate::memory::{read_plain, Memory};
 use crate::target::{Symbols, Target};

@@ -21,8 +21,8 @@
 //! definite leak is the first stack of the answer), as memcheck and LeakSanitizer list
 //! theirs and as the exit report does.
 
+use super::error::AnswerError;
 use super::parts::{plural, stack_lines, sum_by_stack, Lookups, StackKind};
-use super::AnswerError;
 use crate::layout::Tables;
 use crate::leaks::{roots, Class, Live, Outcome, Roots, Scan, Total};
 use crate::memory::Memory;

@@ -11,6 +11,7 @@
 //! options; [`ask`] opens the tables and symbolizes for them.
 
 mod ask;
+mod error;
 pub mod frame;
 pub mod history;
 pub mod info;
@@ -20,13 +21,13 @@ pub mod profile;
 pub mod why;
 
 pub use ask::{ask, Answered, Asked};
+pub use error::AnswerError;
 pub use frame::Frame;
 pub use parts::{Lookups, Records};
 
-use crate::layout::{self, Tables, DEFAULT_MAX_GAP};
+use crate::layout::{Tables, DEFAULT_MAX_GAP};
 use crate::memory::Memory;
 use crate::target::{Mapping, Module, ThreadState};
-use core::fmt;
 use profile::By;
 
 /// Frames per stack when the user does not say.
@@ -35,41 +36,6 @@ pub const DEFAULT_FRAMES: usize = 8;
 /// A count where 0 means "all", as every `-n`/`-f` option takes it: `None` for 0.
 pub fn all_if_zero(n: usize) -> Option<usize> {
     (n != 0).then_some(n)
-}
-
-/// Why an answer could not be given; each displays as one line saying what to do.
-#[derive(Debug)]
-pub enum AnswerError {
-    /// The library was built without the profiler: no counters to rank (`top`, `peaks`).
-    NotProfiler,
-    /// The options ask for something the tables cannot answer.
-    Usage(String),
-    /// Not enough memory for the leak scan of this many live blocks.
-    OutOfMemory(usize),
-    /// The tables could not be read.
-    Layout(layout::Error),
-}
-
-impl fmt::Display for AnswerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AnswerError::NotProfiler => f.write_str(profile::NOT_PROFILER),
-            AnswerError::Usage(what) => f.write_str(what),
-            AnswerError::OutOfMemory(n) => write!(
-                f,
-                "not enough memory for the leak scan of {n} live blocks: free some, or scan a core on a bigger machine"
-            ),
-            AnswerError::Layout(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for AnswerError {}
-
-impl From<layout::Error> for AnswerError {
-    fn from(e: layout::Error) -> Self {
-        AnswerError::Layout(e)
-    }
 }
 
 /// The options of `why` (`mtrace-why`).

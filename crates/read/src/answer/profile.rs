@@ -15,10 +15,11 @@
 //! Counts are the shared record plus every thread's cached deltas; a live process may be
 //! caught mid-update (a stack counted twice or not at all for an instant), a core is exact.
 
+use super::error::AnswerError;
+pub use super::error::NOT_PROFILER;
 use super::parts::{
     plural, stack_lines, sum_by_stack, thread_details, thread_text, Lookups, StackKind,
 };
-use super::AnswerError;
 use crate::layout::{checked_sum, Tables, Thread, SUM_LINE};
 use crate::memory::Memory;
 use crate::profile::Peaks;
@@ -58,12 +59,6 @@ impl By {
         }
     }
 }
-
-/// The refusal of the `top` and `peaks` answers under an old tracer-only library, which kept
-/// no counters (every build keeps them now).
-pub const NOT_PROFILER: &str = "this libmem_trace.so is an old tracer-only build (header flag \
-    bit 1 is clear), so it keeps no per-stack counters or peaks: rebuild it with \
-    `cargo build --release` and run the program under that library";
 
 /// One stack's line of a ranking: what the ranking counts, plus its live bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -132,16 +132,6 @@ fn thread_chunks_that_overlap_are_refused() {
 }
 
 #[test]
-fn sizes_read_as_a_person_would_say_them() {
-    use super::human_bytes;
-    assert_eq!(human_bytes(24), "24 bytes");
-    assert_eq!(human_bytes(4096), "4 KiB");
-    assert_eq!(human_bytes(1536), "1.5 KiB");
-    assert_eq!(human_bytes(96 << 30), "96 GiB");
-    assert_eq!(human_bytes(u64::MAX), "16384 PiB");
-}
-
-#[test]
 fn sums_past_2_64_or_below_zero_are_clamped_and_said() {
     use super::checked_sum;
     assert_eq!(checked_sum([]), (0, false));

@@ -24,7 +24,7 @@
 //! stack pointer can only make a block look reachable, never lost. Like gdb's scan, neither
 //! reads memory the program mapped itself.
 
-use super::{Live, Root};
+use super::types::{Live, Root};
 use crate::memory::Memory;
 use crate::target::{regular_file, Mapping, Module, ThreadState};
 use object::elf::{FileHeader64, SHF_ALLOC, SHF_EXECINSTR, SHF_TLS, SHF_WRITE};

@@ -6,7 +6,7 @@
 //! and the highest block end, by binary search on a copy of the sorted starts. All buffers are
 //! allocated once, in [`Scan::new`]; only the worklist grows.
 
-use super::{glibc_next_header, Live, Outcome, Root, Total, LOST, POSSIBLY, REACHABLE};
+use super::types::{glibc_next_header, Live, Outcome, Root, Total, LOST, POSSIBLY, REACHABLE};
 use crate::memory::{Memory, Span};
 
 /// Bytes read at once.

@@ -8,7 +8,7 @@
 //! holding the address that starts at the symbol. Anything else is left unnamed, for the
 //! caller to spell as `module+0xoffset`.
 
-use super::{Elf, Slice};
+use super::types::{Elf, Slice};
 use addr2line::gimli::{
     self, BaseAddresses, DebugFrame, EhFrame, EhFrameHdr, RunTimeEndian, UnwindSection as _,
 };

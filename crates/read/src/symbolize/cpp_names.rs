@@ -4,7 +4,7 @@
 //! and these from their DWARF; the answers name them as gdb does, so that a frame reads the
 //! same in `mtrace-why`, `mem-trace why` and gdb's own `backtrace`.
 
-use super::Slice;
+use super::types::Slice;
 use addr2line::gimli;
 use gimli::{constants, AttributeValue, DebuggingInformationEntry, UnitOffset, UnitRef};
 

@@ -3,7 +3,7 @@
 //! supplementary file (`.gnu_debugaltlink`).
 
 use super::mapping::Mapping;
-use super::Elf;
+use super::types::Elf;
 use object::Object as _;
 
 /// Where `.gnu_debuglink` and `.build-id` debug files are installed by distributions.

@@ -1,6 +1,6 @@
 //! The DWARF sections a module carries (compressed or not), loaded for addr2line.
 
-use super::{Elf, Slice};
+use super::types::{Elf, Slice};
 use addr2line::gimli;
 use object::{Object as _, ObjectSection as _};
 use std::borrow::Cow;

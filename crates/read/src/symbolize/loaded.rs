@@ -6,7 +6,7 @@ use super::debug_files::{find_debug_file, find_sup_file, read_link};
 use super::demangle::demangle;
 use super::dwarf::{decompressed_size, has_dwarf, load_dwarf};
 use super::mapping::Mapping;
-use super::{Elf, Hdr, Slice, SymError, SymFrame};
+use super::types::{Elf, Hdr, Slice, SymError, SymFrame};
 use object::read::elf::Sym as _;
 
 /// A symbol-table entry kept for address lookup; names are read from the table on demand

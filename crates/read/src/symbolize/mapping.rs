@@ -1,7 +1,7 @@
 //! Files mapped read-only with plain `open`/`mmap`: no stdio, no lock, nothing the
 //! dynamic loader holds.
 
-use super::SymError;
+use super::types::SymError;
 
 /// A read-only private mapping of a whole file; unmapped on drop.
 pub(crate) struct Mapping {

@@ -3,6 +3,7 @@
 
 use super::debug_files::{build_id_path, dir_of};
 use super::demangle::demangle;
+use super::types::Elf;
 use super::*;
 use object::Object as _;
 use std::time::Instant;

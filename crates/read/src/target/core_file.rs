@@ -10,8 +10,9 @@
 //! its new end: cores are read once written.)
 
 use super::core_notes::{FileEntry, Notes, AT_EXECFN, AT_PHDR};
+use super::errors::TargetError;
 use super::modules::{self, Policy};
-use super::{Mapping, Target, TargetError};
+use super::types::{Mapping, ProcessFacts, Target};
 use crate::memory::{extent, Memory, Unreadable};
 use crate::symbolize::mapping::Mapping as FileMap;
 use crate::symbolize::SymError;
@@ -139,7 +140,7 @@ impl CoreMemory {
         let backing = &self.backings[range.backing];
         let file = backing
             .file
-            .get_or_init(|| super::regular_file(&backing.path))
+            .get_or_init(|| regular_file(&backing.path))
             .as_ref()?;
         file.read_exact_at(&mut buf[..n], range.offset + (at - range.start))
             .ok()?;
@@ -246,7 +247,7 @@ pub(super) fn open(path: &Path, exe: Option<&Path>) -> Result<Target, TargetErro
         threads: notes.threads,
         name,
         live: false,
-        process: super::ProcessFacts {
+        process: ProcessFacts {
             pid,
             executable: Some(PathBuf::from(&exe_entry)),
             command: notes.psargs.clone(),
@@ -526,6 +527,20 @@ fn infer_permissions(mappings: &mut [Mapping], segments: &[Segment], found: &[mo
             (m.read, m.write, m.exec) = (read, write, exec);
         }
     }
+}
+
+/// The file at `path` opened for reading if it is a regular file. A path from a core's notes
+/// names whatever was mapped then and may be anything by now: opening a FIFO without a writer
+/// would wait forever (hence `O_NONBLOCK`, which regular files ignore), and a device's reads
+/// could too.
+pub(crate) fn regular_file(path: &std::path::Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    f.metadata().ok()?.is_file().then_some(f)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!
 //! Everything is bounded by the note's own size: a count that does not fit is an error.
 
-use super::ThreadState;
+use super::types::ThreadState;
 use object::elf::{FileHeader64, NT_AUXV, NT_FILE, NT_PRPSINFO, NT_PRSTATUS};
 use object::read::elf::NoteIterator;
 use object::LittleEndian as LE;

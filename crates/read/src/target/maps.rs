@@ -4,7 +4,7 @@
 //! optional; the kernel escapes a newline in a file name, so one line is one mapping. A file
 //! deleted or replaced since it was mapped is named `PATH (deleted)`.
 
-use super::Mapping;
+use super::types::Mapping;
 
 /// What the kernel appends to the name of a mapped file that is gone from its path.
 pub(super) const DELETED: &str = " (deleted)";
@@ -45,6 +45,13 @@ fn parse_line(line: &str) -> Option<Mapping> {
 
 fn hex(s: &str) -> Option<u64> {
     u64::from_str_radix(s, 16).ok()
+}
+
+/// The mappings of running process `pid`, from `/proc/PID/maps`, by start address; `None`
+/// when they cannot be read.
+pub fn process_mappings(pid: i32) -> Option<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(parse(&text))
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //! The loaded image carries its GNU build id in its first page (the kernel and gdb both dump
 //! that page), so the file to read symbols from can be checked against what ran.
 
-use super::{Mapping, Module, TargetError};
+use super::errors::TargetError;
+use super::types::{Mapping, Module};
 use crate::memory::{read_plain, Memory};
 use crate::symbolize::mapping::Mapping as FileMap;
 use crate::symbolize::SymError;

@@ -7,9 +7,10 @@
 //! `CAP_SYS_ADMIN` (root); without it such a module has no file, and its frames are shown as
 //! raw addresses ([`SymError::FileChanged`](crate::symbolize::SymError::FileChanged)).
 
+use super::errors::TargetError;
 use super::maps::{self, DELETED};
 use super::modules::{self, Policy};
-use super::{Target, TargetError, ThreadState};
+use super::types::{ProcessFacts, Target, ThreadState};
 use crate::memory::Process;
 use std::path::PathBuf;
 
@@ -59,7 +60,7 @@ pub(super) fn open(pid: i32) -> Result<Target, TargetError> {
         mappings,
         name,
         live: true,
-        process: super::ProcessFacts {
+        process: ProcessFacts {
             pid: Some(pid),
             executable: std::fs::read_link(proc.join("exe")).ok(),
             command: std::fs::read(proc.join("cmdline")).ok().map(|words| {

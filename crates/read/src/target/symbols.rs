@@ -2,7 +2,7 @@
 //! ([`crate::symbolize`]) over the target's modules and the files chosen for them when the
 //! target was opened (checked against the loaded build id; see `modules`).
 
-use super::{Module, Target};
+use super::types::{Module, Target};
 use crate::symbolize::{ModuleRef, SymError, SymFrame, Symbolizer};
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt as _;

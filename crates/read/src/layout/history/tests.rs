@@ -1,9 +1,9 @@
 //! The history at an address, and its corruptions reported, on images built from
 //! docs/LAYOUT.md.
 
+use super::super::events::EventKind::{Allocation, Free};
 use super::super::near::tests::{standard, BIG, HEAP};
 use super::super::{Error, Tables};
-use super::EventKind::{Allocation, Free};
 use crate::test_image::{Built, Free as Freed, ThreadSpec, TraceBuilder};
 
 const MAIN: u32 = 1;

@@ -1,8 +1,8 @@
 //! Finding blocks by address, and checking the header, on images built from
 //! docs/LAYOUT.md.
 
+use super::super::relation::{Match, Relation, DEFAULT_MAX_GAP};
 use super::super::Tables;
-use super::{Match, Relation, DEFAULT_MAX_GAP};
 use crate::test_image::{Built, Image, ThreadSpec, TraceBuilder};
 use mem_trace_format::{shard_of, VERSION};
 
