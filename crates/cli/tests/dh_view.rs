@@ -38,7 +38,7 @@ fn profile() -> Profile {
     let stack = |id, site: Frame, counts| Stack {
         id,
         counts,
-        frames: vec![site, main.clone()],
+        frames: vec![site.into(), main.clone().into()],
     };
     Profile {
         stacks: vec![

@@ -34,7 +34,7 @@ fn stack(id: u32, names: &[&str], live_bytes: u64, total_bytes: u64) -> Stack {
         frames: names
             .iter()
             .enumerate()
-            .map(|(i, n)| frame(0x1000 * (u64::from(id) + 1) + i as u64, n))
+            .map(|(i, n)| frame(0x1000 * (u64::from(id) + 1) + i as u64, n).into())
             .collect(),
     }
 }
@@ -51,7 +51,8 @@ fn stacks() -> Vec<Stack> {
                 ra: 0x7f00_0000_2345,
                 symbols: vec![],
                 module: Some((b"/lib/libz.so".to_vec(), 0x7f00_0000_0000)),
-            }],
+            }
+            .into()],
             ..stack(4, &[], 4096, 4096)
         },
     ]
