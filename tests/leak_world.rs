@@ -8,7 +8,9 @@
 mod common;
 
 use common::leaks::{self, Classes};
-use common::{c_fixture, Fixture};
+use common::{c_fixture, gcore_at_exit_group, mem_trace_binary, run_with_timeout, Fixture};
+use std::process::Command;
+use std::time::Duration;
 
 fn fixture() -> Fixture {
     c_fixture("leak_world.c", &["-pthread"])
@@ -112,4 +114,41 @@ fn a_pool_in_the_programs_own_mapping_keeps_its_blocks() {
             );
         }
     }
+}
+
+/// Read from outside, from a core taken as the program exits: the pool's block is reached
+/// through the program's own mapping, not "definitely lost", and the tracer's own memory
+/// (whose tables hold every block's address) is not taken for the program's.
+#[test]
+fn a_pool_in_the_programs_own_mapping_keeps_its_blocks_read_from_a_core() {
+    let f = fixture();
+    let core = f.dir.join("pool.core");
+    gcore_at_exit_group(&f, &["pool", "exit"], &core, &f.dir.join("pool.gcore-log"));
+    let mut cmd = Command::new(mem_trace_binary());
+    cmd.arg("leaks").arg(&core).args(["-n", "0", "-f", "2"]);
+    let out = run_with_timeout(
+        cmd,
+        &f.dir.join("pool.leaks"),
+        false,
+        None,
+        Duration::from_secs(60),
+        "mem-trace leaks CORE",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let text = out.stdout;
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|l| l.contains(" program mapping")),
+        "the program's mappings were not scanned\n{text}"
+    );
+    assert!(
+        text.contains("still reachable: 777 bytes in 1 block, allocated from:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("no block is definitely lost")
+            || !text.contains("definitely lost: 777 bytes"),
+        "{text}"
+    );
 }

@@ -86,8 +86,10 @@ pub struct Header {
     /// `mem-trace attach`; every block allocated before it is unknown to the tables. 0 before
     /// the first attach and in every preloaded process (version 6).
     pub attached_at: AtomicU64,
-    /// Reserved, 0: the header stays a multiple of 16 bytes.
-    pub reserved: u64,
+    /// Where the tracer's own memory is, for a leak scan from outside that reads the
+    /// program's own mappings ([`crate::ArenaMap`]); null from a library older than it
+    /// (the word was reserved, 0, before), and then those mappings are not read.
+    pub arena: *const crate::ArenaMap,
 }
 
 // SAFETY: the raw pointers are addresses of statics that are themselves Sync, and are never
@@ -123,5 +125,6 @@ mod tests {
         assert_eq!(offset_of!(Header, sample_mean), 128);
         assert_eq!(offset_of!(Header, tag_key), 136);
         assert_eq!(offset_of!(Header, attached_at), 144);
+        assert_eq!(offset_of!(Header, arena), 152);
     }
 }

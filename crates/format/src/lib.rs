@@ -19,6 +19,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod arena;
 mod block;
 mod freed;
 mod header;
@@ -29,6 +30,7 @@ mod table;
 mod tag;
 mod threads;
 
+pub use arena::{ArenaMap, ARENA_LEAF_BITS, ARENA_LEAVES, ARENA_PAGE_BITS};
 pub use block::{Block, Freed};
 pub use freed::{
     link_next, pack_link, FreedHistory, FreedIndex, FreedRecord, IndexGeometry, FREED_BY_REALLOC,
@@ -72,6 +74,8 @@ pub unsafe trait Plain: Sized {}
 // SAFETY: each of these is a `#[repr(C)]` struct of integers, atomics of integers, atomic or
 // raw pointers and arrays of those; any bytes make a valid value.
 unsafe impl Plain for Header {}
+// SAFETY: as above.
+unsafe impl Plain for ArenaMap {}
 // SAFETY: as above.
 unsafe impl Plain for Shard {}
 // SAFETY: as above.

@@ -67,6 +67,17 @@ pub trait Memory {
         }
         done
     }
+
+    /// The runs of `[lo, hi)` whose pages the target has really touched, for a scan of memory
+    /// it may have reserved far beyond what it uses: a running process's from
+    /// `/proc/PID/pagemap`. Sources that cannot tell give the whole range.
+    fn resident(&self, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+        if lo < hi {
+            vec![(lo, hi)]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// Reads a layout value (a header, a shard, a record) at `addr`.
@@ -149,6 +160,10 @@ impl Process {
 impl Memory for Process {
     fn extent_holds(&self, addr: u64, len: u64) -> Result<(), u64> {
         extent::process_holds(self.pid, addr, len)
+    }
+
+    fn resident(&self, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+        extent::process_resident(self.pid, lo, hi)
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Unreadable> {

@@ -235,6 +235,15 @@ fn alloc_large(layout: Layout) -> *mut u8 {
     start as *mut u8
 }
 
+/// Where the arena's memory is, for readers outside the process (the header's `arena`): a
+/// leak scan from outside reads the program's own mappings and must leave these out.
+pub static MAP: mem_trace_format::ArenaMap = mem_trace_format::ArenaMap {
+    directory: &pages::DIRECTORY as *const _ as *const u64,
+    scratch_base: core::sync::atomic::AtomicU64::new(0),
+    scratch_len: core::sync::atomic::AtomicU64::new(0),
+    reserved: 0,
+};
+
 /// Whether `p` is a block of the arena (its chunks, large blocks or scratch region) rather
 /// than of the program's allocator: for a global allocator that serves the tracer from the
 /// arena and the program from another allocator. Never locks, never allocates.
@@ -538,6 +547,8 @@ impl ScratchScope {
                 .find_map(|&len| Some((anonymous(len, true)?, len)))?;
             SCRATCH_LEN.store(len, Ordering::Relaxed);
             SCRATCH_BASE.store(p as usize, Ordering::Relaxed);
+            MAP.scratch_len.store(len as u64, Ordering::Relaxed);
+            MAP.scratch_base.store(p as u64, Ordering::Relaxed);
         }
         let was_in = IN_SCRATCH.with(|s| s.replace(true));
         Some(ScratchScope {

@@ -15,14 +15,15 @@
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-const PAGE_BITS: u32 = 12;
-const ADDR_BITS: u32 = 48;
-/// Pages per leaf, as a power of two.
-const LEAF_BITS: u32 = 22;
-const LEAF_WORDS: usize = (1 << LEAF_BITS) / 64;
-const LEAVES: usize = 1 << (ADDR_BITS - PAGE_BITS - LEAF_BITS);
+// Readers outside the process read the bitmap too (its geometry is the layout's).
+use mem_trace_format::{
+    ARENA_LEAF_BITS as LEAF_BITS, ARENA_LEAVES as LEAVES, ARENA_PAGE_BITS as PAGE_BITS,
+};
 
-static DIRECTORY: [AtomicPtr<AtomicU64>; LEAVES] =
+const LEAF_WORDS: usize = (1 << LEAF_BITS) / 64;
+
+/// The directory, exported through the header's arena map (`super::MAP`).
+pub(super) static DIRECTORY: [AtomicPtr<AtomicU64>; LEAVES] =
     [const { AtomicPtr::new(ptr::null_mut()) }; LEAVES];
 
 /// The leaf and bit of a page, or `None` for an address outside the 48-bit space.

@@ -38,7 +38,7 @@ pub const fn value() -> Header {
         sample_mean: AtomicU64::new(0),
         tag_key: AtomicU64::new(0),
         attached_at: AtomicU64::new(0),
-        reserved: 0,
+        arena: &crate::arena::MAP,
     }
 }
 

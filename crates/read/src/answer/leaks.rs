@@ -24,7 +24,7 @@
 use super::error::AnswerError;
 use super::parts::{plural, stack_lines, sum_by_stack, Lookups, StackKind};
 use crate::layout::Tables;
-use crate::leaks::{roots, Class, Live, Outcome, Roots, Scan, Total};
+use crate::leaks::{roots, Arena, Class, Live, Outcome, Roots, Scan, Total};
 use crate::memory::Memory;
 use crate::target::{Mapping, Module, ThreadState};
 use core::sync::atomic::Ordering::Relaxed;
@@ -57,6 +57,8 @@ pub struct LeakFacts {
     pub stacks: usize,
     /// Threads whose registers were scanned.
     pub register_sets: usize,
+    /// The program's own mappings scanned (a pool, an interpreter's heap pages).
+    pub program: usize,
     /// Bytes of roots or blocks that could not be read.
     pub unreadable: u64,
     /// Blocks the tracer could not record.
@@ -89,6 +91,7 @@ impl LeakFacts {
             objects: roots.objects,
             stacks: roots.stacks,
             register_sets: roots.register_sets,
+            program: roots.program,
             unreadable: outcome.unreadable,
             untracked,
             indirect: outcome.indirect,
@@ -112,7 +115,16 @@ impl LeakFacts {
         blocks.sort_unstable_by_key(|b| b.addr);
         blocks.dedup_by_key(|b| b.addr);
         let mem = tables.memory();
-        let roots = roots(mem, header, modules, mappings, threads, &blocks);
+        let arena = Arena::read(mem, tables.header().arena as u64);
+        let roots = roots(
+            mem,
+            header,
+            modules,
+            mappings,
+            threads,
+            &blocks,
+            arena.as_ref(),
+        );
         let n = blocks.len();
         let mut scan = Scan::new(mem, &mut blocks).ok_or(AnswerError::OutOfMemory(n))?;
         scan.words(&roots.words);
@@ -201,8 +213,13 @@ pub fn lines(
     let (lost_bytes, lost_blocks) = total(&facts.lost);
     let (maybe_bytes, maybe_blocks) = total(&facts.possibly);
     let (kept_bytes, kept_blocks) = total(&facts.reachable);
+    // The program's own mappings only where there are some: most programs map none.
+    let program = match facts.program {
+        0 => String::new(),
+        n => format!(", {}", plural(n as u64, "program mapping")),
+    };
     let roots = format!(
-        "{}' data, {}, {}",
+        "{}' data{program}, {}, {}",
         plural(facts.objects as u64, "object"),
         plural(facts.stacks as u64, "thread stack"),
         plural(facts.register_sets as u64, "register set")

@@ -47,10 +47,12 @@
 //! stacks (crates/core/src/profile/roots.rs); a reader from outside finds them in the target's
 //! mappings and threads ([`roots`]).
 
+mod own;
 mod roots;
 mod scan;
 mod types;
 
+pub use own::Arena;
 pub use roots::{roots, Roots};
 pub use scan::Scan;
 pub use types::{glibc_next_header, Class, Live, Outcome, Root, Total};

@@ -21,9 +21,10 @@
 //! main thread's static TLS where it has one of its own (gdb does not scan it). What such a
 //! scan cannot see: pointers held only in registers, stacks the program allocated itself
 //! (`pthread_attr_setstack`) or that another libc lays out differently; stale words below a
-//! stack pointer can only make a block look reachable, never lost. Like gdb's scan, neither
-//! reads memory the program mapped itself.
+//! stack pointer can only make a block look reachable, never lost. Memory the program mapped
+//! itself is read as well when the tracer describes its own (see `own`).
 
+use super::own::{program_roots, Arena};
 use super::types::{Live, Root};
 use crate::memory::Memory;
 use crate::target::{regular_file, Mapping, Module, ThreadState};
@@ -59,11 +60,15 @@ pub struct Roots {
     pub stacks: usize,
     /// Threads whose registers are scanned.
     pub register_sets: usize,
+    /// The program's own mappings scanned (see `own`).
+    pub program: usize,
 }
 
 /// The roots of the target whose memory is `mem`, with mem-trace's header at `header` (its
 /// library is left out), its `modules`, `mappings` and `threads`. `blocks` are the live
 /// blocks, sorted by address: a mapping that holds one is never taken for a thread's stack.
+/// `arena`: the tracer's memory, when its header describes it; then the program's own
+/// anonymous mappings are roots too (see `own`).
 pub fn roots<M: Memory + ?Sized>(
     mem: &M,
     header: u64,
@@ -71,29 +76,49 @@ pub fn roots<M: Memory + ?Sized>(
     mappings: &[Mapping],
     threads: &[ThreadState],
     blocks: &[Live],
+    arena: Option<&Arena>,
 ) -> Roots {
-    let (mut ranges, objects) = data_roots(mem, header, modules, mappings);
+    let (mut ranges, objects, sections) = data_roots(mem, header, modules, mappings);
     let (stacks, mut words, register_sets) = thread_roots(mem, mappings, threads, blocks);
     words.extend(dtv_words(mem, mappings, blocks));
     let count = stacks.len();
+    let own = arena.map(|arena| {
+        let sps: Vec<u64> = threads.iter().filter_map(|t| t.sp).collect();
+        // The modules' mappings and their writable sections, the tracer's too: a section's
+        // end (`.bss`) lies in an anonymous mapping past the file's.
+        let modules: Vec<(u64, u64)> = modules
+            .iter()
+            .map(|m| (m.start, m.end))
+            .chain(sections)
+            .collect();
+        program_roots(mem, arena, mappings, blocks, &stacks, &sps, &modules)
+    });
     ranges.extend(stacks);
+    let program = own.as_ref().map_or(0, |roots| {
+        mappings
+            .iter()
+            .filter(|m| roots.iter().any(|r| m.start <= r.lo && r.lo < m.end))
+            .count()
+    });
+    ranges.extend(own.into_iter().flatten());
     Roots {
         ranges,
         words,
         objects,
         stacks: count,
         register_sets,
+        program,
     }
 }
 
-/// Every module's writable data but the tracer's, merged where ranges touch; and the number
-/// of modules it comes from.
+/// Every module's writable data but the tracer's, merged where ranges touch; the number of
+/// modules it comes from; and every module's writable sections, the tracer's included.
 fn data_roots<M: Memory + ?Sized>(
     mem: &M,
     header: u64,
     modules: &[Module],
     mappings: &[Mapping],
-) -> (Vec<Root>, usize) {
+) -> (Vec<Root>, usize, Vec<(u64, u64)>) {
     let mut objects: Vec<Vec<(u64, u64)>> = Vec::new();
     for m in modules {
         // Pseudo modules (`[vdso]`) have no file; the vDSO is read from memory below.
@@ -123,6 +148,7 @@ fn data_roots<M: Memory + ?Sized>(
             objects.extend(writable_sections(image.as_slice(), vdso.start));
         }
     }
+    let sections: Vec<(u64, u64)> = objects.iter().flatten().copied().collect();
     let holds = |ranges: &[(u64, u64)], a: u64| ranges.iter().any(|&(s, e)| s <= a && a < e);
     let tracer: Vec<(u64, u64)> = objects
         .iter()
@@ -145,7 +171,7 @@ fn data_roots<M: Memory + ?Sized>(
         .filter(|&(s, e)| !tracer.iter().any(|&(ts, te)| s < te && ts < e))
         .map(|(s, e)| Root::range(s, e))
         .collect();
-    (roots, objects.len())
+    (roots, objects.len(), sections)
 }
 
 /// The sections of an ELF image that are allocated, writable, not code and not thread-local

@@ -85,6 +85,47 @@ pub(crate) fn process_holds(pid: i32, addr: u64, len: u64) -> Result<(), u64> {
     answer
 }
 
+/// The runs of `[lo, hi)` (page-aligned) that process `pid` has resident or swapped out, from
+/// `/proc/PID/pagemap` (bit 63: present, bit 62: swapped); the whole range when it cannot be
+/// read. A page never touched is neither, and reading it would only find zeros. (A page an
+/// earlier read from outside touched maps the zero page and counts as present: it costs a
+/// read of zeros, nothing worse.)
+pub(crate) fn process_resident(pid: i32, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::FileExt as _;
+    const PAGE: u64 = 4096;
+    /// Pages whose entries are read at once.
+    const BATCH: u64 = 4096;
+    let whole = || if lo < hi { vec![(lo, hi)] } else { Vec::new() };
+    let Ok(file) = std::fs::File::open(format!("/proc/{pid}/pagemap")) else {
+        return whole();
+    };
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut entries = vec![0u8; (BATCH * 8) as usize];
+    let mut page = lo / PAGE;
+    let last = hi.div_ceil(PAGE);
+    while page < last {
+        let n = (last - page).min(BATCH);
+        let buf = &mut entries[..(n * 8) as usize];
+        if file.read_exact_at(buf, page * 8).is_err() {
+            return whole();
+        }
+        for (i, e) in buf.chunks_exact(8).enumerate() {
+            let e = u64::from_le_bytes(e.try_into().expect("8 bytes"));
+            if e & (3 << 62) == 0 {
+                continue;
+            }
+            let a = ((page + i as u64) * PAGE).max(lo);
+            let b = ((page + i as u64 + 1) * PAGE).min(hi);
+            match out.last_mut() {
+                Some(run) if run.1 == a => run.1 = b,
+                _ => out.push((a, b)),
+            }
+        }
+        page += n;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

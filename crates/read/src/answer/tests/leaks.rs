@@ -24,6 +24,7 @@ fn facts(hold: Class, leak: Class) -> LeakFacts {
         objects: 3,
         stacks: 1,
         register_sets: 1,
+        program: 0,
         ..Roots::default()
     };
     LeakFacts::from_scan(&blocks, &outcome, &roots, 0)

@@ -62,7 +62,7 @@ fn data_roots_are_the_writable_sections_and_never_the_tracers() {
         core::ptr::addr_of!(BSS) as u64,
     );
     // Another address holds the header: the executable's data are roots, and the vDSO's.
-    let r = roots(&me, 0x10, &modules, &mappings, &[], &[]);
+    let r = roots(&me, 0x10, &modules, &mappings, &[], &[], None);
     let covered = |a: u64| r.ranges.iter().any(|r| r.lo <= a && a < r.hi);
     assert!(covered(data) && covered(bss), "{r:?}");
     let code = mapping as fn(u64, u64, &str, &str) -> Mapping as usize as u64;
@@ -71,7 +71,7 @@ fn data_roots_are_the_writable_sections_and_never_the_tracers() {
     assert_eq!(r.objects, 1 + vdso);
     assert_eq!((r.stacks, r.register_sets), (0, 0));
     // The header in the executable's data: it is the tracer, and none of its data is a root.
-    let r = roots(&me, data, &modules, &mappings, &[], &[]);
+    let r = roots(&me, data, &modules, &mappings, &[], &[], None);
     assert!(!r.ranges.iter().any(|r| r.lo <= bss && bss < r.hi));
     assert_eq!(r.objects, vdso);
 }
@@ -96,6 +96,7 @@ fn a_module_whose_file_is_gone_counts_with_its_writable_mappings() {
         &mappings,
         &[],
         &[],
+        None,
     );
     assert_eq!(r.ranges, [Root::range(0x3000, 0x4000)]);
     assert_eq!(r.objects, 1);
@@ -119,6 +120,7 @@ fn a_module_whose_file_is_gone_counts_with_its_writable_mappings() {
         &mappings.map(|m| named(&m)),
         &[],
         &[],
+        None,
     );
     let _ = std::fs::remove_file(&fifo);
     assert_eq!(r.ranges, [Root::range(0x3000, 0x4000)]);
@@ -146,7 +148,7 @@ fn a_stopped_threads_stack_from_its_red_zone_up_and_its_registers() {
             registers: vec![4],
         },
     ];
-    let r = roots(&img, 0x10, &[], &mappings, &threads, &[]);
+    let r = roots(&img, 0x10, &[], &mappings, &threads, &[], None);
     assert_eq!(
         r.ranges,
         [
@@ -167,7 +169,7 @@ fn a_stack_pointer_in_no_mapping_probes_readable_pages() {
         sp: Some(stack + 0x1010),
         registers: vec![9],
     }];
-    let r = roots(&img, 0x10, &[], &[], &threads, &[]);
+    let r = roots(&img, 0x10, &[], &[], &threads, &[], None);
     assert_eq!(
         r.ranges,
         [Root::range(stack + 0x1010 - 128, stack + 0x3000)]
@@ -222,7 +224,7 @@ fn a_running_process_scans_its_stack_mappings_whole() {
         },
     ];
     let blocks = [Live::new(heap + 0x100, 64, 1)];
-    let r = roots(&img, 0x10, &[], &mappings, &threads, &blocks);
+    let r = roots(&img, 0x10, &[], &mappings, &threads, &blocks, None);
     assert_eq!(
         r.ranges,
         [
@@ -238,7 +240,7 @@ fn a_running_process_scans_its_stack_mappings_whole() {
         sp: Some(thread + 0x7800),
         registers: vec![],
     }];
-    let r = roots(&img, 0x10, &[], &mappings, &known, &blocks);
+    let r = roots(&img, 0x10, &[], &mappings, &known, &blocks, None);
     assert_eq!(r.ranges, [Root::range(thread, thread + 0x8000)]);
 }
 
@@ -268,7 +270,7 @@ fn every_thread_control_blocks_dtv_is_a_loose_word() {
         mapping(cored, cored + 0x8000, "rw-", ""),
         mapping(unguarded, unguarded + 0x8000, "rw-", ""),
     ];
-    let r = roots(&img, 0x10, &[], &mappings, &[], &[]);
+    let r = roots(&img, 0x10, &[], &mappings, &[], &[], None);
     assert_eq!(
         r.words,
         [0x5555_0000_0000, 0x5555_0000_1000, 0x5555_0000_2000]
