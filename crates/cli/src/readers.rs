@@ -81,13 +81,26 @@ pub fn leaks(args: &LeaksArgs) -> Result<()> {
         mappings: target.mappings(),
         threads: target.threads(),
     };
-    let answered = answer_with(&target, &args.stacks, "scanning for leaks", |t, l| {
-        answer::leaks(t, l, &roots, &options)
-    });
+    // Let go as soon as the scan is done: symbolizing needs only what the process never
+    // rewrites (see `answer::leaks_then`).
+    let mut pause = pause;
+    let mut paused = None;
+    let stopped = pause.is_some();
+    let answered = answer_with_stopped(
+        &target,
+        &args.stacks,
+        stopped,
+        "scanning for leaks",
+        |t, l| {
+            answer::leaks_then(t, l, &roots, &options, || {
+                paused = pause.take().map(Pause::resume);
+            })
+        },
+    );
     // Resumed either way; the pause is worth a line only beside an answer (a failure says
     // one line, its own).
-    if let (Some(p), Some(pid)) = (pause, target.pid()) {
-        let (threads, took) = p.resume();
+    let paused = paused.or_else(|| pause.take().map(Pause::resume));
+    if let (Some((threads, took)), Some(pid)) = (paused, target.pid()) {
         if answered.is_ok() {
             eprintln!(
                 "mem-trace: stopped {threads} thread{} of process {pid} for {} ms",
@@ -159,9 +172,24 @@ fn answer_with<'t>(
         &mut Lookups<'_>,
     ) -> std::result::Result<Vec<String>, AnswerError>,
 ) -> Result<()> {
+    answer_with_stopped(target, stacks, false, what, read)
+}
+
+/// [`answer_with`] for a process held stopped (`stopped`) while `read` needed it.
+fn answer_with_stopped<'t>(
+    target: &'t Target,
+    stacks: &StackOptions,
+    stopped: bool,
+    what: &str,
+    read: impl FnOnce(
+        &Tables<'t, dyn Memory + 't>,
+        &mut Lookups<'_>,
+    ) -> std::result::Result<Vec<String>, AnswerError>,
+) -> Result<()> {
     let progress = Progress::start(what);
     let asked = Asked {
         raw: stacks.raw,
+        stopped,
         ..Asked::default()
     };
     let answered = answer::ask(target, &asked, read).map_err(Error::new)?;

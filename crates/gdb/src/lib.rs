@@ -81,7 +81,12 @@ fn reply(answered: Result<Answered, String>) -> PyResult<Reply> {
 }
 
 fn asked(raw: bool, gdb_threads: HashMap<u32, u32>) -> Asked {
-    Asked { raw, gdb_threads }
+    // gdb holds the process stopped throughout.
+    Asked {
+        raw,
+        gdb_threads,
+        stopped: true,
+    }
 }
 
 /// 0 means all, as every `-f`/`-n` option takes it.

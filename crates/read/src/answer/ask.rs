@@ -21,6 +21,10 @@ pub struct Asked {
     /// gdb's number of each thread it lists, by kernel thread id: an answer that names a
     /// thread adds `, gdb thread N`. Empty outside gdb.
     pub gdb_threads: HashMap<u32, u32>,
+    /// The process was held stopped for what the answer is made of, and let go before the
+    /// rest (the leak scan's symbolizing): what it did after is no part of the answer, and
+    /// not reported.
+    pub stopped: bool,
 }
 
 /// An answer's lines, and what the reading noticed.
@@ -91,7 +95,7 @@ pub fn ask<'t>(
     let after = events(target);
     let mut hint = String::new();
     let _ = tally.write_hint(&mut hint);
-    let ran_on = match (target.is_live(), before, after) {
+    let ran_on = match (target.is_live() && !asked.stopped, before, after) {
         (true, Some(before), Some(after)) if after != before => Some(after.wrapping_sub(before)),
         _ => None,
     };

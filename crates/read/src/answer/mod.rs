@@ -223,13 +223,29 @@ pub fn leaks<M: Memory + ?Sized>(
     target: &LeakTarget<'_>,
     options: &LeaksOptions,
 ) -> Result<Vec<String>, AnswerError> {
+    leaks_then(tables, lookups, target, options, || {})
+}
+
+/// [`leaks`], calling `scanned` once the scan is done, before the answer is written: a
+/// reader that stopped the process lets it go there, since what follows reads only stacks
+/// and thread records, which a running process never rewrites, and symbolizing can take
+/// seconds of a big program's debug information.
+pub fn leaks_then<M: Memory + ?Sized>(
+    tables: &Tables<'_, M>,
+    lookups: &mut Lookups<'_>,
+    target: &LeakTarget<'_>,
+    options: &LeaksOptions,
+    scanned: impl FnOnce(),
+) -> Result<Vec<String>, AnswerError> {
     let facts = leaks::LeakFacts::read(
         tables,
         target.header,
         target.modules,
         target.mappings,
         target.threads,
-    )?;
+    );
+    scanned();
+    let facts = facts?;
     let mut out = leaks::lines(
         &facts,
         lookups,
