@@ -10,11 +10,12 @@
 use crate::cli::By;
 use crate::error::{Error, Result};
 use mem_trace_format::{non_negative as positive, Counts};
+use mem_trace_read::addr_map::AddrMap;
 use mem_trace_read::answer::{profile, AnswerError};
 use mem_trace_read::symbolize::SymFrame;
 use mem_trace_read::target::{Symbols, Target};
 use mem_trace_read::text::FoldedFrame;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
 use std::rc::Rc;
 
@@ -129,7 +130,7 @@ pub fn read(target: &Target, thread: Option<u64>) -> Result<Profile> {
         }
     };
     let mut symbols = Symbols::new(target);
-    let mut frames: HashMap<u64, Rc<Frame>> = HashMap::new();
+    let mut frames: AddrMap<Rc<Frame>> = AddrMap::default();
     let mut stacks = Vec::new();
     for (id, c) in counts {
         if c == Counts::default() {

@@ -30,6 +30,7 @@
 /// (tests that scribble over them).
 pub use mem_trace_format as format;
 
+pub mod addr_map;
 pub mod answer;
 pub mod deferred;
 pub mod exp;

@@ -4,6 +4,7 @@
 //! becomes a line saying so, and the rest of the answer stands.
 
 use super::frame::Frame;
+use crate::addr_map::AddrMap;
 use crate::layout::{Error, History, Tables, Thread};
 use crate::memory::Memory;
 use crate::text::Quoted;
@@ -52,7 +53,7 @@ pub struct Lookups<'a> {
     records: &'a dyn Records,
     symbolize: &'a mut dyn FnMut(u64) -> Vec<Frame>,
     /// Stacks share return addresses: each is symbolized once.
-    frames: HashMap<u64, Vec<Frame>>,
+    frames: AddrMap<Vec<Frame>>,
     /// gdb's thread numbers by kernel thread id (see [`Lookups::with_gdb_threads`]).
     gdb_threads: Option<&'a HashMap<u32, u32>>,
 }
@@ -65,7 +66,7 @@ impl<'a> Lookups<'a> {
         Lookups {
             records,
             symbolize,
-            frames: HashMap::new(),
+            frames: AddrMap::default(),
             gdb_threads: None,
         }
     }

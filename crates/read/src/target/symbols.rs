@@ -3,15 +3,15 @@
 //! target was opened (checked against the loaded build id; see `modules`).
 
 use super::types::{Module, Target};
+use crate::addr_map::AddrMap;
 use crate::symbolize::{ModuleRef, SymError, SymFrame, Symbolizer};
-use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt as _;
 
 /// A symbolizer over one target's modules, caching each address's answer.
 pub struct Symbols<'t> {
     target: &'t Target,
     symbolizer: Symbolizer,
-    cache: HashMap<u64, Result<Vec<SymFrame>, SymError>>,
+    cache: AddrMap<Result<Vec<SymFrame>, SymError>>,
 }
 
 impl<'t> Symbols<'t> {
@@ -20,7 +20,7 @@ impl<'t> Symbols<'t> {
         Symbols {
             target,
             symbolizer: Symbolizer::new(),
-            cache: HashMap::new(),
+            cache: AddrMap::default(),
         }
     }
 
