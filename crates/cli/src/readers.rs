@@ -30,6 +30,7 @@ pub fn top(args: &TopArgs) -> Result<()> {
     answer_with(
         &args.target.open()?,
         &args.stacks,
+        false,
         "reading the counters",
         |t, l| answer::top(t, l, &options),
     )
@@ -44,6 +45,7 @@ pub fn peaks(args: &PeaksArgs) -> Result<()> {
     answer_with(
         &args.target.open()?,
         &args.stacks,
+        false,
         "reading the peaks",
         |t, l| answer::peaks(t, l, &options),
     )
@@ -86,7 +88,7 @@ pub fn leaks(args: &LeaksArgs) -> Result<()> {
     let mut pause = pause;
     let mut paused = None;
     let stopped = pause.is_some();
-    let answered = answer_with_stopped(
+    let answered = answer_with(
         &target,
         &args.stacks,
         stopped,
@@ -126,6 +128,7 @@ pub fn why(args: &WhyArgs) -> Result<()> {
     answer_with(
         &args.target.open()?,
         &stacks,
+        false,
         "finding the block",
         |t, l| answer::why(t, l, args.address, &options),
     )
@@ -144,6 +147,7 @@ pub fn history(args: &HistoryArgs) -> Result<()> {
     answer_with(
         &args.target.open()?,
         &stacks,
+        false,
         "reading the history",
         |t, l| answer::history(t, l, args.address, &options),
     )
@@ -156,27 +160,15 @@ pub fn info(args: &InfoArgs) -> Result<()> {
         frames: 0,
         raw: true,
     };
-    answer_with(&target, &stacks, "reading the tables", |t, _| {
+    answer_with(&target, &stacks, false, "reading the tables", |t, _| {
         answer::info(t, target.header())
     })
 }
 
 /// Opens `target`'s tables, gives `read` them and a frame lookup (symbolized over the
 /// target's modules, or raw addresses with `--raw`), and prints the lines it returns.
+/// `stopped`: the process was held stopped while `read` needed it (see `Asked::stopped`).
 fn answer_with<'t>(
-    target: &'t Target,
-    stacks: &StackOptions,
-    what: &str,
-    read: impl FnOnce(
-        &Tables<'t, dyn Memory + 't>,
-        &mut Lookups<'_>,
-    ) -> std::result::Result<Vec<String>, AnswerError>,
-) -> Result<()> {
-    answer_with_stopped(target, stacks, false, what, read)
-}
-
-/// [`answer_with`] for a process held stopped (`stopped`) while `read` needed it.
-fn answer_with_stopped<'t>(
     target: &'t Target,
     stacks: &StackOptions,
     stopped: bool,

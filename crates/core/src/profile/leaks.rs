@@ -18,7 +18,7 @@ use crate::profile::world::{NotStopped, Stopped, World};
 use crate::store::table;
 use allocator_api2::vec::Vec as AVec;
 use mem_trace_read::layout::tags;
-use mem_trace_read::leaks::{Root, Scan};
+use mem_trace_read::leaks::{glibc_heap, mmapped_chunk, Root, Scan};
 use mem_trace_read::memory::{Memory, Process};
 
 pub(crate) use mem_trace_read::leaks::{Live, Total};
@@ -134,10 +134,10 @@ fn program_mappings(
         }
         let mut at = lo;
         // glibc's `mmap`ed chunks, one after the other where the kernel merged their mappings.
-        while let Some(size) = mmapped_chunk(at, hi) {
+        while let Some(size) = mmapped_chunk(&Process::this(), at, hi) {
             at += size;
         }
-        if at >= hi || glibc_heap(at, hi) || holds_a_block(blocks, at, hi) {
+        if at >= hi || glibc_heap(&Process::this(), at, hi) || holds_a_block(blocks, at, hi) {
             continue;
         }
         // The modules' segments and the stop's own mappings may share a mapping with the
@@ -162,41 +162,6 @@ fn program_mappings(
             resident(at, hi, &mut |lo, hi| out.push(Root::range(lo, hi)));
         }
     }
-}
-
-/// The size of the glibc `mmap`ed chunk at `at` (page-aligned, its header's size word with
-/// `IS_MMAPPED` set and within `[at, hi)`), if one starts there.
-fn mmapped_chunk(at: u64, hi: u64) -> Option<u64> {
-    let mut head = [0u8; 16];
-    Process::this().read(at, &mut head).ok()?;
-    let size = u64::from_ne_bytes(head[8..].try_into().expect("8 bytes"));
-    let prev = u64::from_ne_bytes(head[..8].try_into().expect("8 bytes"));
-    let bytes = size & !7;
-    (size & 2 != 0 && prev == 0 && bytes >= 4096 && bytes % 4096 == 0 && bytes <= hi - at)
-        .then_some(bytes)
-}
-
-/// Whether a glibc heap of a non-main arena starts at the 64 MiB-aligned address in
-/// `[lo, hi)`: its `heap_info` (arena, previous heap, size, protected size) is there.
-fn glibc_heap(lo: u64, hi: u64) -> bool {
-    const HEAP_MAX: u64 = 64 << 20;
-    let first = lo.next_multiple_of(HEAP_MAX);
-    let mut a = first;
-    while a < hi {
-        let mut info = [0u8; 32];
-        if Process::this().read(a, &mut info).is_ok() {
-            let w = |i: usize| u64::from_ne_bytes(info[i * 8..i * 8 + 8].try_into().expect("8"));
-            let (arena, size, protected) = (w(0), w(2), w(3));
-            if arena != 0
-                && (4096..=HEAP_MAX).contains(&size)
-                && (size..=HEAP_MAX).contains(&protected)
-            {
-                return true;
-            }
-        }
-        a += HEAP_MAX;
-    }
-    false
 }
 
 /// Whether a live block starts in `[lo, hi)` (`blocks` sorted by address).

@@ -52,7 +52,7 @@ mod roots;
 mod scan;
 mod types;
 
-pub use own::Arena;
+pub use own::{glibc_heap, mmapped_chunk, Arena};
 pub use roots::{roots, Roots};
 pub use scan::Scan;
 pub use types::{glibc_next_header, Class, Live, Outcome, Root, Total};

@@ -161,8 +161,9 @@ pub fn program_roots<M: Memory + ?Sized>(
 }
 
 /// The size of the glibc `mmap`ed chunk at `at` (page-aligned, its header's size word with
-/// `IS_MMAPPED` set and within `[at, hi)`), if one starts there.
-fn mmapped_chunk<M: Memory + ?Sized>(mem: &M, at: u64, hi: u64) -> Option<u64> {
+/// `IS_MMAPPED` set and within `[at, hi)`), if one starts there. (The exit report asks the
+/// same of its own memory.)
+pub fn mmapped_chunk<M: Memory + ?Sized>(mem: &M, at: u64, hi: u64) -> Option<u64> {
     let head = read_words(mem, at, 2).ok()?;
     let (prev, size) = (head[0], head[1]);
     let bytes = size & !7;
@@ -172,7 +173,7 @@ fn mmapped_chunk<M: Memory + ?Sized>(mem: &M, at: u64, hi: u64) -> Option<u64> {
 
 /// Whether a glibc heap of a non-main arena starts at a 64 MiB-aligned address in `[lo, hi)`:
 /// its `heap_info` (arena, previous heap, size, protected size) is there.
-fn glibc_heap<M: Memory + ?Sized>(mem: &M, lo: u64, hi: u64) -> bool {
+pub fn glibc_heap<M: Memory + ?Sized>(mem: &M, lo: u64, hi: u64) -> bool {
     let mut a = lo.next_multiple_of(HEAP_MAX);
     while a < hi {
         if let Ok(info) = read_words(mem, a, 4) {
