@@ -109,6 +109,23 @@ fn a_preloaded_cpython_with_pymalloc_is_told_its_figures_miss_objects() {
         .unwrap_or_else(|| panic!("no exit report\n{}", out.stderr));
     assert!(lines[report + 1].starts_with(MISSING), "{}", out.stderr);
 
+    // Without reports, nothing of ours on the program's stderr, which it may read itself.
+    let mut cmd = Command::new(python());
+    cmd.arg(dir.join("dicts.py"))
+        .env("LD_PRELOAD", profiler_library())
+        .env("MEM_TRACE_PROFILE", "0")
+        .env_remove("PYTHONMALLOC");
+    let out = run_with_timeout(
+        cmd,
+        &dir.join("quiet"),
+        false,
+        None,
+        Duration::from_secs(120),
+        "python3.11",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stderr, "", "{}", out.describe());
+
     let mut cmd = Command::new(python());
     cmd.arg(dir.join("dicts.py"))
         .env("LD_PRELOAD", profiler_library())

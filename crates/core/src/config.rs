@@ -61,6 +61,8 @@ pub(crate) static PROFILE_INTERVAL_MS: AtomicU64 = AtomicU64::new(DEFAULT_PROFIL
 pub(crate) static PROFILE_TOP: AtomicUsize = AtomicUsize::new(DEFAULT_PROFILE_TOP);
 /// Profiler builds: what stacks are ranked by (`MEM_TRACE_PROFILE_BY`), a [`RankBy`] as `u8`.
 pub(crate) static PROFILE_BY: AtomicU8 = AtomicU8::new(RankBy::Live as u8);
+/// Whether reports are written at all (`MEM_TRACE_PROFILE`).
+pub(crate) static REPORTS: AtomicBool = AtomicBool::new(cfg!(feature = "profiler"));
 /// The leak report at exit (`MEM_TRACE_LEAKS`, default 1; `0` off), when reports are on.
 pub(crate) static LEAKS: AtomicBool = AtomicBool::new(cfg!(feature = "profiler"));
 /// Profiler builds: the signal that asks for a full report (`MEM_TRACE_SNAPSHOT_SIGNAL`, a name
@@ -694,6 +696,7 @@ pub(crate) fn load() -> Config {
     ABORT_ON_ERROR.store(c.abort_on_error, Ordering::Relaxed);
     // Reports off: no reporter thread, no signal handler, no exit report; the counters stay.
     let on = c.reports;
+    REPORTS.store(on, Ordering::Relaxed);
     PROFILE_INTERVAL_MS.store(
         if on { c.profile_interval_ms } else { 0 },
         Ordering::Relaxed,

@@ -2,8 +2,11 @@
 //! arenas it maps itself, without `malloc`: unless `PYTHONMALLOC=malloc`, most of a Python
 //! program's objects are invisible to the tracer (a dict-building script peaked at 12 MB in
 //! the reports against 162 MB with the variable set). The figures are not wrong, but they are
-//! not the program's whole heap, and the user must be told: one line at start and in every
-//! report, with the fix. `mem-trace run` sets the variable itself.
+//! not the program's whole heap, and the user must be told: one line in every report, with
+//! the fix, and one at start where the reports go to stderr. Nowhere else: a program that
+//! reads its own or its children's stderr (CPython's test_subprocess compares a child's with
+//! what it wrote: 35 of its tests failed) must find nothing of ours there unless reports
+//! were asked for on it. `mem-trace run` sets the variable itself.
 
 use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
@@ -14,7 +17,7 @@ static BYPASSED: AtomicBool = AtomicBool::new(false);
 pub(crate) const LINE: &str = "mem-trace: this is CPython with its own small-object allocator (pymalloc): objects of up to 512 bytes bypass malloc and are missing from these figures; run with PYTHONMALLOC=malloc (mem-trace run sets it) to count them";
 
 /// At start-up, once the program's libraries are loaded: notes whether this is such a
-/// CPython, and says so on stderr.
+/// CPython, and says so on stderr when the reports go there.
 pub(crate) fn check() {
     // `_PyRuntime` is defined by every CPython 3.7+, in the executable or libpython. It is
     // looked up only where it can be found: a failed `dlsym` at start-up cost every later
@@ -39,6 +42,9 @@ pub(crate) fn check() {
         return;
     }
     BYPASSED.store(true, Relaxed);
+    if !crate::config::REPORTS.load(Relaxed) || crate::config::OUT_DIR.get().is_some() {
+        return;
+    }
     let mut line = [0u8; LINE.len() + 1];
     line[..LINE.len()].copy_from_slice(LINE.as_bytes());
     line[LINE.len()] = b'\n';
