@@ -89,11 +89,6 @@ fn asked(raw: bool, gdb_threads: HashMap<u32, u32>) -> Asked {
     }
 }
 
-/// 0 means all, as every `-f`/`-n` option takes it.
-fn all_if_zero(n: usize) -> Option<usize> {
-    answer::all_if_zero(n)
-}
-
 /// `mtrace-why`: the block that holds `address`, who allocated and freed it.
 #[pyfunction]
 #[pyo3(signature = (target, address, frames=0, gap=4096, raw=false, gdb_threads=HashMap::new()))]
@@ -107,7 +102,7 @@ fn why(
 ) -> PyResult<Reply> {
     let t = open(target)?;
     let options = WhyOptions {
-        max_frames: all_if_zero(frames),
+        max_frames: answer::all_if_zero(frames),
         gap,
     };
     reply(answer::ask(&t, &asked(raw, gdb_threads), |tables, l| {
@@ -128,7 +123,7 @@ fn history(
 ) -> PyResult<Reply> {
     let t = open(target)?;
     let options = HistoryOptions {
-        frames: all_if_zero(frames),
+        frames: answer::all_if_zero(frames),
         no_stacks,
     };
     reply(answer::ask(&t, &asked(raw, gdb_threads), |tables, l| {
@@ -170,7 +165,7 @@ fn top(
         count,
         by,
         thread,
-        frames: all_if_zero(frames),
+        frames: answer::all_if_zero(frames),
     };
     reply(answer::ask(&t, &asked(raw, gdb_threads), |tables, l| {
         answer::top(tables, l, &options)
@@ -190,7 +185,7 @@ fn peaks(
     let t = open(target)?;
     let options = PeaksOptions {
         count,
-        frames: all_if_zero(frames),
+        frames: answer::all_if_zero(frames),
     };
     reply(answer::ask(&t, &asked(raw, gdb_threads), |tables, l| {
         answer::peaks(tables, l, &options)
@@ -226,8 +221,8 @@ fn leaks(
     }
     let t = t;
     let options = LeaksOptions {
-        count: all_if_zero(count),
-        frames: all_if_zero(frames),
+        count: answer::all_if_zero(count),
+        frames: answer::all_if_zero(frames),
         no_reachable,
     };
     let roots = LeakTarget {
