@@ -490,3 +490,48 @@ fn a_forked_child_writes_its_own_final_report() {
         "{stderr}"
     );
 }
+
+/// glibc ends a process whose last thread returns or calls `pthread_exit` with `exit(0)`, and
+/// counts the profiler thread among its threads: `main` leaving by `pthread_exit` while a
+/// thread of its own keeps the blocks, and a child forked from a thread that then leaves,
+/// end as they do plain, with their exit reports, whether or not periodic reports are on.
+/// (Before, each lived on with only the profiler thread, and took no signal but SIGKILL.)
+#[test]
+fn a_process_whose_last_thread_leaves_ends_with_its_exit_report() {
+    for (mode, processes) in [("main-leaves", 1), ("fork-leaves", 2)] {
+        for interval in ["0", "1000"] {
+            let d = scratch(&format!("{mode}-{interval}"));
+            let env = [("MEM_TRACE_PROFILE_INTERVAL", interval)];
+            let out = preloaded(&fixture().bin, &[mode], &env, &d.join("run"));
+            assert_eq!(out.status.code(), Some(0), "{}", out.describe());
+            assert_eq!(
+                out.stderr.matches("(at exit)").count(),
+                processes,
+                "{}",
+                out.describe()
+            );
+            let report = exit_report(&out.stderr);
+            assert!(
+                report.contains("22220 bytes in 4 blocks") && report.contains("hold_site"),
+                "{report}"
+            );
+        }
+    }
+}
+
+/// The same under `mem-trace run`, where every process listens for a final report and so
+/// has a profiler thread from the start.
+#[test]
+fn under_run_a_process_whose_last_thread_leaves_ends() {
+    for (mode, processes) in [("main-leaves", 1), ("fork-leaves", 2)] {
+        let d = scratch(&format!("run-{mode}"));
+        let out = run_with(&d, &["--all-reports"], mode, &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", out.describe());
+        assert_eq!(
+            out.stderr.matches("exit report of process").count(),
+            processes,
+            "{}",
+            out.describe()
+        );
+    }
+}

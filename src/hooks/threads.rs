@@ -3,6 +3,7 @@
 use crate::next;
 use core::ffi::{c_int, c_void};
 use mem_trace_core::guard::Guard;
+use mem_trace_core::profile::last_thread;
 use mem_trace_core::record;
 
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
@@ -16,13 +17,22 @@ type PthreadCreate = unsafe extern "C" fn(
 struct Start {
     routine: StartRoutine,
     arg: *mut c_void,
+    /// Whether the thread is counted among the program's (`last_thread`).
+    counted: bool,
 }
 
 extern "C" fn thread_trampoline(p: *mut c_void) -> *mut c_void {
     // SAFETY: `p` is the Box made in `pthread_create` below, handed over to this thread.
     let start = unsafe { Box::from_raw(p as *mut Start) };
     record::thread_started();
-    let Start { routine, arg } = *start;
+    let Start {
+        routine,
+        arg,
+        counted,
+    } = *start;
+    if counted {
+        last_thread::thread_begins();
+    }
     routine(arg)
 }
 
@@ -48,8 +58,14 @@ pub unsafe extern "C" fn pthread_create(
     // SAFETY: glibc's pthread_create, found with RTLD_NEXT.
     let real: PthreadCreate = unsafe { core::mem::transmute(real) };
     let start = {
-        let _g = Guard::enter();
-        Box::into_raw(Box::new(Start { routine, arg }))
+        // The tracer's own thread, made inside the guard, is not the program's.
+        let g = Guard::enter();
+        let counted = g.is_some() && last_thread::thread_coming();
+        Box::into_raw(Box::new(Start {
+            routine,
+            arg,
+            counted,
+        }))
     };
     // SAFETY: forwarded contract; the trampoline takes ownership of `start`.
     let rc = unsafe { real(thread, attr, thread_trampoline, start.cast()) };
@@ -60,7 +76,10 @@ pub unsafe extern "C" fn pthread_create(
     if rc != 0 {
         let _g = Guard::enter();
         // SAFETY: the thread was not created, so the Box is still ours.
-        drop(unsafe { Box::from_raw(start) });
+        let start = unsafe { Box::from_raw(start) };
+        if start.counted {
+            last_thread::thread_not_made();
+        }
     }
     rc
 }

@@ -26,6 +26,8 @@
 //!   reading the process (without `mem-trace run`);
 //! - `unseen`: that binary run in a child the program cannot see;
 //! - `reporter`: the profiler thread that writes the periodic and snapshot reports;
+//! - `last_thread`: the program's threads counted, so that the profiler thread leaves with
+//!   the last of them;
 //! - `signal`: the snapshot signal's handler, which only wakes that thread;
 //! - `requests`: the shared file through which `mem-trace run` asks for a final report.
 //!
@@ -40,6 +42,7 @@ mod deferred;
 mod events;
 mod exit;
 mod hold;
+pub mod last_thread;
 mod leaks;
 mod output;
 pub mod peaks;
@@ -92,6 +95,7 @@ pub(crate) fn started() {
     roots::init();
     python::check();
     crate::sync::find_single_threaded();
+    last_thread::init();
     reporter::start();
 }
 
@@ -100,6 +104,7 @@ pub(crate) fn started() {
 pub(crate) fn forked() {
     roots::forked();
     requests::forked();
+    last_thread::forked();
     reporter::forked();
 }
 

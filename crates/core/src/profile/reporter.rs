@@ -248,6 +248,16 @@ pub(crate) fn stop() {
     }
 }
 
+/// The program's last thread is ending (`last_thread`): the thread is joined first, so that
+/// glibc finds no thread left and ends the process, and none is made any more.
+pub(crate) fn last_thread_leaves() {
+    WAITING.store(NOT_WAITING, Relaxed);
+    let running = THREAD.lock().running.take();
+    if let Some(t) = running {
+        end(t);
+    }
+}
+
 /// Runs `change`, a call that changes the process's credentials, with the thread stopped,
 /// and makes it again after the last of such calls in progress.
 pub(crate) fn without_thread<T>(change: impl FnOnce() -> T) -> T {
