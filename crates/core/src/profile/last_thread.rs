@@ -66,6 +66,11 @@ pub fn thread_begins() {
     counts_this_thread();
 }
 
+/// Whether the program is known to have one thread: the one asking.
+pub(crate) fn alone() -> bool {
+    COUNTING.load(Relaxed) && THREADS.load(Relaxed) == 1
+}
+
 /// In a forked child: the thread that forked is its only one, and keeps its value under the
 /// key (the child's copy of its thread-specific data).
 pub(crate) fn forked() {

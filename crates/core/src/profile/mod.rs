@@ -108,6 +108,18 @@ pub(crate) fn forked() {
     reporter::forked();
 }
 
+/// Before a fork: the profiler thread is joined if the program has no other thread
+/// (`reporter::before_fork`).
+pub(crate) fn before_fork() {
+    reporter::before_fork();
+}
+
+/// In the parent, after a fork: when the profiler thread was joined for it, it is made again
+/// a little later.
+pub(crate) fn after_fork_in_parent() {
+    reporter::after_fork_in_parent();
+}
+
 /// Runs `change`, a call that changes the process's credentials (`setuid`, `setgroups` and
 /// the rest, which glibc repeats in every thread and aborts on if any one fails), with no
 /// thread of the tracer's in the process: the profiler thread stops first and is made again

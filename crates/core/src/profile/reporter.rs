@@ -33,6 +33,15 @@
 //!   request file (`run` does not ask it for a final report; its exit report is written at
 //!   `exit` as everywhere).
 //!
+//! A program that forks with no other thread of its own forks without ours too, as it would
+//! plain: CPython 3.12 and later read the thread count in `/proc/self/stat` in the parent just
+//! after `fork` and warn that a multi-threaded process forked. The thread is joined in the
+//! fork's prepare handler (unless it is writing a report, which the fork would wait for), its
+//! request file goes (`run` does not wait on a process with no thread to answer), and both
+//! come back at the parent's first allocation [`AFTER_FORK_MS`] later, or when it makes a
+//! thread. A parent idle meanwhile (in `waitpid`) has no periodic report to miss: nothing
+//! changes in it.
+//!
 //! A thread a program made through `pthread_create` and a first allocation are points where
 //! glibc may make a thread: no lock of glibc's that `pthread_create` takes is held there by
 //! the program (a program allocating inside `pthread_create` is inside our guard).
@@ -56,6 +65,14 @@ use core::sync::atomic::{
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
+/// How long after a fork the thread joined for it may be made again: longer than a program
+/// takes to look at itself once `fork` has returned.
+const AFTER_FORK_MS: u64 = 10;
+/// Set while the thread writes a report.
+static WRITING: AtomicBool = AtomicBool::new(false);
+/// Set when the thread was joined for a fork under way.
+static JOINED_FOR_FORK: AtomicBool = AtomicBool::new(false);
+
 /// Set when the exit report begins: the thread writes no more reports.
 static EXITING: AtomicBool = AtomicBool::new(false);
 /// Set once the constructor found work for the thread: a forked child waits for its own.
@@ -71,7 +88,9 @@ const NOT_WAITING: u8 = 0;
 const ON_THREAD: u8 = 1;
 const ON_ALLOCATION: u8 = 2;
 const ON_DUE_ALLOCATION: u8 = 3;
-/// With [`ON_DUE_ALLOCATION`]: when the first periodic report is due (monotonic ms).
+/// As [`ON_DUE_ALLOCATION`], the clock read at every allocation: briefly, after a fork.
+const ON_ALLOCATION_AFTER: u8 = 4;
+/// With [`ON_DUE_ALLOCATION`] or [`ON_ALLOCATION_AFTER`]: when (monotonic ms).
 static DUE_MS: AtomicU64 = AtomicU64::new(0);
 /// The process that waits: a `vfork` child or a `CLONE_VM` one shares our memory, and must not
 /// make a thread in its parent's name.
@@ -161,6 +180,7 @@ pub(crate) fn forked() {
         stopped: false,
     };
     STOP.store(0, Relaxed);
+    JOINED_FOR_FORK.store(false, Relaxed);
     if !EXITING.load(Relaxed) {
         wait_for(ON_ALLOCATION);
     }
@@ -174,6 +194,7 @@ pub(crate) fn waits_for_allocation(seq: u64) -> bool {
         ON_ALLOCATION => true,
         // The clock read once in 1024 allocations.
         ON_DUE_ALLOCATION => seq.is_multiple_of(1024) && now_ms() >= DUE_MS.load(Relaxed),
+        ON_ALLOCATION_AFTER => now_ms() >= DUE_MS.load(Relaxed),
         _ => false,
     }
 }
@@ -255,6 +276,32 @@ pub(crate) fn last_thread_leaves() {
     let running = THREAD.lock().running.take();
     if let Some(t) = running {
         end(t);
+    }
+}
+
+/// In the fork's prepare handler: the thread is joined if the program has no other thread and
+/// the thread writes no report (module doc).
+pub(crate) fn before_fork() {
+    if !super::last_thread::alone() || WRITING.load(Acquire) {
+        return;
+    }
+    let mut thread = THREAD.lock();
+    if thread.changes != 0 {
+        return;
+    }
+    if let Some(t) = thread.running.take() {
+        end(t);
+        requests::pause();
+        JOINED_FOR_FORK.store(true, Relaxed);
+    }
+}
+
+/// In the fork's parent handler: a thread joined for the fork is made again at the first
+/// allocation [`AFTER_FORK_MS`] from now, or when the program makes a thread.
+pub(crate) fn after_fork_in_parent() {
+    if JOINED_FOR_FORK.swap(false, Relaxed) {
+        DUE_MS.store(now_ms() + AFTER_FORK_MS, Relaxed);
+        wait_for(ON_ALLOCATION_AFTER);
     }
 }
 
@@ -395,8 +442,10 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
 }
 
 fn write(kind: Kind) {
+    WRITING.store(true, Release);
     let printing = printing_within_a_second();
     report::write(kind, None, printing.as_ref(), None);
+    WRITING.store(false, Release);
 }
 
 fn now_ms() -> u64 {

@@ -30,7 +30,7 @@ use crate::profile::output::PathBuf;
 use core::fmt::Write;
 use core::sync::atomic::{
     AtomicPtr, AtomicU32,
-    Ordering::{AcqRel, Relaxed},
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 /// The word offsets in the file (in `u32`s), and its size: `mem-trace run` writes the same.
@@ -40,6 +40,8 @@ const FILE_SIZE: usize = 8;
 
 /// The mapped file (null: none).
 static MAPPED: AtomicPtr<AtomicU32> = AtomicPtr::new(core::ptr::null_mut());
+/// The mapping of a file let go by [`pause`], kept for the next [`open`] to map over.
+static PAUSED: AtomicPtr<AtomicU32> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The file's path for this process.
 fn path() -> Option<PathBuf> {
@@ -56,7 +58,9 @@ pub(crate) fn enabled() -> bool {
     config::REQUESTS.load(Relaxed)
 }
 
-/// Makes and maps this process's file, if requests are on; whether it listens.
+/// Makes and maps this process's file, if requests are on; whether it listens. After a
+/// [`pause`], the new file is mapped in place of the old one, at the same address: no page is
+/// left behind per fork, and a waker never finds the word unmapped.
 pub(crate) fn open() -> bool {
     if !enabled() {
         return false;
@@ -90,15 +94,24 @@ pub(crate) fn open() -> bool {
         && unsafe { libc::ftruncate(fd, 0) } == 0
         // SAFETY: as above.
         && unsafe { libc::ftruncate(fd, FILE_SIZE as libc::off_t) } == 0;
+    let paused = PAUSED.swap(core::ptr::null_mut(), Relaxed);
+    let (at, fixed, asked) = if paused.is_null() {
+        (core::ptr::null_mut(), 0, 0)
+    } else {
+        // SAFETY: PAUSED is a mapping of FILE_SIZE bytes of ours (`pause`), still mapped.
+        let asked = unsafe { (*paused.add(ASKED)).load(Acquire) };
+        (paused.cast(), libc::MAP_FIXED, asked)
+    };
     let map = if sized {
-        // SAFETY: maps the file just opened and sized; no address is given, so nothing of
-        // the process is replaced.
+        // SAFETY: maps the file just opened and sized, either where the kernel chooses or in
+        // place of our own earlier mapping of the same size (`pause`), which nothing else
+        // uses: nothing of the program's is replaced.
         unsafe {
             libc::mmap(
-                core::ptr::null_mut(),
+                at,
                 FILE_SIZE,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
+                libc::MAP_SHARED | fixed,
                 fd,
                 0,
             )
@@ -111,7 +124,12 @@ pub(crate) fn open() -> bool {
     if map == libc::MAP_FAILED {
         return said_not(&path);
     }
-    MAPPED.store(map.cast(), Relaxed);
+    let map: *mut AtomicU32 = map.cast();
+    if asked != 0 {
+        // SAFETY: the mapping just made, FILE_SIZE bytes.
+        unsafe { (*map.add(ASKED)).store(asked, Release) };
+    }
+    MAPPED.store(map, Relaxed);
     true
 }
 
@@ -162,14 +180,31 @@ pub(crate) fn done() {
     wake_on(word);
 }
 
+/// The profiler thread is gone for a while (a fork): the file goes, so that `run` does not
+/// wait on a process with no thread to answer; its mapping stays for [`open`] to reuse. A
+/// request that came just before is kept, and answered when the thread is back.
+pub(crate) fn pause() {
+    let p = MAPPED.swap(core::ptr::null_mut(), Relaxed);
+    if p.is_null() {
+        return;
+    }
+    if let Some(path) = path() {
+        // SAFETY: removes our own file by its NUL-terminated path.
+        unsafe { libc::unlink(path.as_c()) };
+    }
+    PAUSED.store(p, Relaxed);
+}
+
 /// In a forked child: the inherited mapping is the parent's file; the child makes its own
 /// with its thread (`reporter`), if it ever has one.
 pub(crate) fn forked() {
-    let old = MAPPED.swap(core::ptr::null_mut(), Relaxed);
-    if !old.is_null() {
-        // SAFETY: the child's copy of the parent's mapping, which nothing in the child uses
-        // any more (its only thread is this one).
-        unsafe { libc::munmap(old.cast(), FILE_SIZE) };
+    for mapped in [&MAPPED, &PAUSED] {
+        let old = mapped.swap(core::ptr::null_mut(), Relaxed);
+        if !old.is_null() {
+            // SAFETY: the child's copy of the parent's mapping, which nothing in the child
+            // uses any more (its only thread is this one).
+            unsafe { libc::munmap(old.cast(), FILE_SIZE) };
+        }
     }
 }
 

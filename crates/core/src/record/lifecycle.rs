@@ -199,6 +199,9 @@ extern "C" fn fork_prepare() {
     // a program whose prepare handler calls malloc spun in the module-set lock). Under the
     // preload ours run last and nothing allocates in between.
     BUSY_BEFORE_FORK.store(crate::guard::set_busy(true), Ordering::Relaxed);
+    // Before the locks: the profiler thread, joined here if the program forks alone, may
+    // hold them.
+    crate::profile::before_fork();
     // Lock order: everything a hook may hold, in the order hooks take them. The module-set
     // build lock comes first: a rebuild allocates from the arena and calls dl_iterate_phdr,
     // so it must not straddle a fork either.
@@ -212,6 +215,7 @@ extern "C" fn fork_prepare() {
 
 extern "C" fn fork_parent() {
     unlock_after_fork(None);
+    crate::profile::after_fork_in_parent();
 }
 
 fn unlock_after_fork(child: Option<&ThreadState>) {
