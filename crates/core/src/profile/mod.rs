@@ -108,8 +108,8 @@ pub(crate) fn forked() {
     reporter::forked();
 }
 
-/// Before a fork: the profiler thread is joined if the program has no other thread
-/// (`reporter::before_fork`).
+/// Before a fork: the profiler thread is joined if the program is a CPython with no other
+/// thread (`reporter::before_fork`).
 pub(crate) fn before_fork() {
     reporter::before_fork();
 }

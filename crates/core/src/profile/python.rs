@@ -12,6 +12,13 @@ use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// Whether this process is a CPython whose small objects bypass `malloc`.
 static BYPASSED: AtomicBool = AtomicBool::new(false);
+/// Whether this process is a CPython.
+static CPYTHON: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is a CPython (known once the constructor has run).
+pub(crate) fn is_cpython() -> bool {
+    CPYTHON.load(Relaxed)
+}
 
 /// The line, as stderr and every report print it.
 pub(crate) const LINE: &str = "mem-trace: this is CPython with its own small-object allocator (pymalloc): objects of up to 512 bytes bypass malloc and are missing from these figures; run with PYTHONMALLOC=malloc (mem-trace run sets it) to count them";
@@ -31,6 +38,7 @@ pub(crate) fn check() {
     if !python {
         return;
     }
+    CPYTHON.store(true, Relaxed);
     // SAFETY: a NUL-terminated name; start-up runs before the program can change the
     // environment from another thread.
     let value = unsafe { libc::getenv(c"PYTHONMALLOC".as_ptr()) };

@@ -33,14 +33,16 @@
 //!   request file (`run` does not ask it for a final report; its exit report is written at
 //!   `exit` as everywhere).
 //!
-//! A program that forks with no other thread of its own forks without ours too, as it would
+//! A CPython that forks with no other thread of its own forks without ours too, as it would
 //! plain: CPython 3.12 and later read the thread count in `/proc/self/stat` in the parent just
-//! after `fork` and warn that a multi-threaded process forked. The thread is joined in the
-//! fork's prepare handler (unless it is writing a report, which the fork would wait for), its
-//! request file goes (`run` does not wait on a process with no thread to answer), and both
-//! come back at the parent's first allocation [`AFTER_FORK_MS`] later, or when it makes a
-//! thread. A parent idle meanwhile (in `waitpid`) has no periodic report to miss: nothing
-//! changes in it.
+//! after `fork`, and warn that a multi-threaded process forked (`DeprecationWarning`, an error
+//! where warnings are). The thread is joined in the fork's prepare handler (unless it is
+//! writing a report, which the fork would wait for), its request file goes (`run` does not
+//! wait on a process with no thread to answer), and both come back at the parent's first
+//! allocation [`AFTER_FORK_MS`] later, or when it makes a thread: the Python code it goes on
+//! running allocates. Only CPython: a C server's parent that forks its workers and then waits
+//! in `pause` or `waitpid` would have no thread to answer `run`'s request for a final report,
+//! and no other program is known to count its threads after a fork.
 //!
 //! A thread a program made through `pthread_create` and a first allocation are points where
 //! glibc may make a thread: no lock of glibc's that `pthread_create` takes is held there by
@@ -279,10 +281,10 @@ pub(crate) fn last_thread_leaves() {
     }
 }
 
-/// In the fork's prepare handler: the thread is joined if the program has no other thread and
-/// the thread writes no report (module doc).
+/// In the fork's prepare handler: the thread is joined if the program is a CPython with no
+/// other thread and the thread writes no report (module doc).
 pub(crate) fn before_fork() {
-    if !super::last_thread::alone() || WRITING.load(Acquire) {
+    if !super::python::is_cpython() || !super::last_thread::alone() || WRITING.load(Acquire) {
         return;
     }
     let mut thread = THREAD.lock();
