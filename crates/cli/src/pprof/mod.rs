@@ -344,7 +344,10 @@ fn build_id(path: &Path) -> Option<String> {
     Some(id.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Live blocks per (stack, thread), from the live-block table.
+/// Live blocks per (stack, thread), from the live-block table and the heap's tagged blocks:
+/// every live block read, so a heap's worth of reads, unless the process has only ever had
+/// one thread, whose share of each stack is then all of its live count (a compiler's: the
+/// heap read was most of `pprof`'s time).
 pub fn thread_shares(target: &Target) -> Result<Vec<ThreadShare>> {
     let layout = |e: mem_trace_read::layout::Error| Error::new(format!("{}: {e}", target.name()));
     let tables = target.tables().map_err(layout)?;
@@ -354,6 +357,20 @@ pub fn thread_shares(target: &Target) -> Result<Vec<ThreadShare>> {
         .into_iter()
         .map(|(i, t)| (i, (t.name, t.tid)))
         .collect();
+    if let [(_, (name, tid))] = names.iter().collect::<Vec<_>>()[..] {
+        let counts = tables.stack_counts().map_err(layout)?.unwrap_or_default();
+        return Ok(counts
+            .into_iter()
+            .filter(|(_, c)| c.live_blocks > 0 || c.live_bytes > 0)
+            .map(|(stack, c)| ThreadShare {
+                stack,
+                name: name.clone(),
+                tid: *tid,
+                blocks: non_negative(c.live_blocks),
+                bytes: non_negative(c.live_bytes),
+            })
+            .collect());
+    }
     let mut sums: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     for block in tables.blocks().map_err(layout)? {
         let (bytes, blocks) = tables.counted(&block);
