@@ -311,6 +311,8 @@ struct Chunks {
     records: RefCell<HashMap<u64, Vec<u64>>>,
 }
 
+/// Record pages kept before the cache starts again: 16 MiB.
+const RECORD_WINDOWS_KEPT: usize = 4096;
 /// Bytes of stack records read at once: a page, which a mapping never ends inside (64 KiB
 /// windows often crossed one, and read more than the records' worth besides).
 const RECORD_WINDOW: u64 = 4096;
@@ -326,6 +328,10 @@ impl Chunks {
         }
         let mut windows = self.records.borrow_mut();
         if !windows.contains_key(&window) {
+            // Scribbled slots could name a page each: what is kept stays bounded.
+            if windows.len() >= RECORD_WINDOWS_KEPT {
+                windows.clear();
+            }
             let words = read_words(mem, window * RECORD_WINDOW, RECORD_WINDOW as usize / 8).ok()?;
             windows.insert(window, words);
         }
