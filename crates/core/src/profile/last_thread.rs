@@ -85,8 +85,8 @@ fn counts_this_thread() {
     // Inside the guard: a key past glibc's first 32 keeps its value in a block `calloc`
     // makes, which is not the program's.
     let was_busy = crate::guard::set_busy(true);
-    // SAFETY: a key made by `init`; the value is a marker, never dereferenced.
-    unsafe { libc::pthread_setspecific(key, 1 as *const c_void) };
+    // SAFETY: a key made by `init`; the value is a non-null marker, never dereferenced.
+    unsafe { libc::pthread_setspecific(key, core::ptr::dangling::<c_void>()) };
     crate::guard::set_busy(was_busy);
 }
 
