@@ -195,6 +195,15 @@ pub struct RunArgs {
     /// the end of `exit`.
     #[arg(long)]
     pub pprof: bool,
+    /// Exit with status N (1-255) when any process of the run had a double or invalid free,
+    /// or, with --fail-on, lost memory; each process keeps its own status, and the summary
+    /// names what failed the run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..))]
+    pub error_exitcode: Option<u8>,
+    /// With --error-exitcode, what else fails the run: `leaks` (blocks definitely lost) or
+    /// `possibly` (definitely or possibly lost).
+    #[arg(long, value_enum, value_name = "WHAT", requires = "error_exitcode")]
+    pub fail_on: Option<FailOn>,
     /// The program and its arguments. Words after the program are its own, dashes and all;
     /// before it, an unknown option is refused as one (not run as a program named
     /// `--no-such-flag`).
@@ -258,6 +267,15 @@ pub enum Mode {
     /// Allocation and free stacks and the history of frees: where a pointer came from, and
     /// who freed it.
     Debug,
+}
+
+/// What fails a run besides double and invalid frees (`run --fail-on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailOn {
+    /// Blocks definitely lost.
+    Leaks,
+    /// Blocks definitely or possibly lost.
+    Possibly,
 }
 
 impl Mode {

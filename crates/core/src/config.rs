@@ -53,6 +53,17 @@ pub(crate) static FREE_STACKS: AtomicBool = AtomicBool::new(true);
 /// Abort right after reporting a double or invalid free, so a core is written there
 /// (`MEM_TRACE_ON_ERROR=abort`; default `report`: report and go on without freeing).
 pub(crate) static ABORT_ON_ERROR: AtomicBool = AtomicBool::new(false);
+/// The status a process that failed ends with (`MEM_TRACE_ERROR_EXITCODE`; 0: its own).
+pub(crate) static ERROR_EXITCODE: AtomicU8 = AtomicU8::new(0);
+/// What fails a process, with [`ERROR_EXITCODE`] (`MEM_TRACE_FAIL_ON`): one of
+/// [`FAIL_ON_ERRORS`], [`FAIL_ON_LEAKS`], [`FAIL_ON_POSSIBLY`], each including the ones before.
+pub(crate) static FAIL_ON: AtomicU8 = AtomicU8::new(FAIL_ON_ERRORS);
+/// Double and invalid frees fail a process.
+pub(crate) const FAIL_ON_ERRORS: u8 = 0;
+/// And blocks definitely lost.
+pub(crate) const FAIL_ON_LEAKS: u8 = 1;
+/// And blocks possibly lost.
+pub(crate) const FAIL_ON_POSSIBLY: u8 = 2;
 
 /// Profiler builds: milliseconds between periodic reports (`MEM_TRACE_PROFILE_INTERVAL`, in
 /// seconds, fractions allowed, default 30; `0` disables them).
@@ -153,6 +164,10 @@ pub(crate) struct Config {
     /// Distinct full stacks stored before new ones are cut (`MEM_TRACE_MAX_STACKS`).
     pub max_stacks: u64,
     pub abort_on_error: bool,
+    /// `MEM_TRACE_ERROR_EXITCODE` (0: none).
+    pub error_exitcode: u8,
+    /// `MEM_TRACE_FAIL_ON`, as [`FAIL_ON`].
+    pub fail_on: u8,
     /// Milliseconds between periodic profile reports (0: none).
     pub profile_interval_ms: u64,
     pub profile_top: usize,
@@ -213,6 +228,8 @@ impl Default for Config {
             free_stacks: true,
             max_stacks: DEFAULT_MAX_STACKS,
             abort_on_error: false,
+            error_exitcode: 0,
+            fail_on: FAIL_ON_ERRORS,
             profile_interval_ms: DEFAULT_PROFILE_INTERVAL_MS,
             profile_top: DEFAULT_PROFILE_TOP,
             profile_by: RankBy::Live,
@@ -358,6 +375,24 @@ pub(crate) fn parse(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<Reject
             _ => reject("MEM_TRACE_ON_ERROR", v, "report or abort"),
         }
     }
+    if let Some(v) = get("MEM_TRACE_ERROR_EXITCODE") {
+        match v.trim().parse::<u8>() {
+            Ok(n @ 1..) => c.error_exitcode = n,
+            _ => reject(
+                "MEM_TRACE_ERROR_EXITCODE",
+                v,
+                "an exit status from 1 to 255",
+            ),
+        }
+    }
+    if let Some(v) = get("MEM_TRACE_FAIL_ON") {
+        match v.trim() {
+            "errors" => c.fail_on = FAIL_ON_ERRORS,
+            "leaks" => c.fail_on = FAIL_ON_LEAKS,
+            "possibly" => c.fail_on = FAIL_ON_POSSIBLY,
+            _ => reject("MEM_TRACE_FAIL_ON", v, "errors, leaks or possibly"),
+        }
+    }
     parse_profile(&get, &mut c, &mut reject);
     (c, bad)
 }
@@ -499,6 +534,15 @@ impl core::fmt::Display for InForce<'_> {
             "MEM_TRACE_TAGS" => f.write_str(flag(c.tags)),
             "MEM_TRACE_MAX_STACKS" => write!(f, "{}", c.max_stacks),
             "MEM_TRACE_ON_ERROR" => f.write_str(if c.abort_on_error { "abort" } else { "report" }),
+            "MEM_TRACE_ERROR_EXITCODE" => match c.error_exitcode {
+                0 => f.write_str("none (the program's own exit status)"),
+                n => write!(f, "{n}"),
+            },
+            "MEM_TRACE_FAIL_ON" => f.write_str(match c.fail_on {
+                FAIL_ON_ERRORS => "errors",
+                FAIL_ON_LEAKS => "leaks",
+                _ => "possibly",
+            }),
             "MEM_TRACE_PROFILE" => f.write_str(flag(c.reports)),
             "MEM_TRACE_PROFILE_INTERVAL" => match c.profile_interval_ms {
                 0 => f.write_str("0 (no periodic report)"),
@@ -694,6 +738,8 @@ pub(crate) fn load() -> Config {
     CHECK_STACKS.store(c.check_stacks, Ordering::Relaxed);
     FREE_STACKS.store(c.free_stacks, Ordering::Relaxed);
     ABORT_ON_ERROR.store(c.abort_on_error, Ordering::Relaxed);
+    ERROR_EXITCODE.store(c.error_exitcode, Ordering::Relaxed);
+    FAIL_ON.store(c.fail_on, Ordering::Relaxed);
     // Reports off: no reporter thread, no signal handler, no exit report; the counters stay.
     let on = c.reports;
     REPORTS.store(on, Ordering::Relaxed);
@@ -703,7 +749,10 @@ pub(crate) fn load() -> Config {
     );
     PROFILE_TOP.store(c.profile_top, Ordering::Relaxed);
     PROFILE_BY.store(c.profile_by as u8, Ordering::Relaxed);
-    LEAKS.store(on && c.leaks, Ordering::Relaxed);
+    // A process that fails on leaks needs its leak check at exit, reports on or not: the
+    // report then says what failed it.
+    let gated = c.error_exitcode != 0 && c.fail_on >= FAIL_ON_LEAKS;
+    LEAKS.store((on || gated) && c.leaks, Ordering::Relaxed);
     SNAPSHOT_SIGNAL.store(if on { c.snapshot_signal } else { 0 }, Ordering::Relaxed);
     if let Some(dir) = &c.out_dir {
         let _ = OUT_DIR.set(dir.clone());
@@ -1097,6 +1146,8 @@ mod tests {
             "MEM_TRACE_FREE_STACKS",
             "MEM_TRACE_MAX_STACKS",
             "MEM_TRACE_ON_ERROR",
+            "MEM_TRACE_ERROR_EXITCODE",
+            "MEM_TRACE_FAIL_ON",
             "MEM_TRACE_PROFILE",
             "MEM_TRACE_PROFILE_INTERVAL",
             "MEM_TRACE_PROFILE_TOP",

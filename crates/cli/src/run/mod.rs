@@ -10,6 +10,7 @@
 //!   has ended;
 //! - `at_exit`: with `--pprof` or `--push`, each process read as it exits, while the library
 //!   holds it: its pprof profile, and the program's last push;
+//! - `gate`: `--error-exitcode`, the run's status when a process failed it;
 //! - `worth`: which exit reports are kept (not those of processes that allocated nothing worth
 //!   one);
 //! - `names`: a process named by its command line.
@@ -36,6 +37,7 @@
 mod at_exit;
 mod bundled;
 pub(crate) mod child;
+mod gate;
 pub(crate) mod library;
 mod names;
 mod outputs;
@@ -152,6 +154,21 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     if let Some(written) = profiles.filter(|_| args.pprof) {
         let kept: Vec<u32> = reports.iter().map(|r| r.pid).collect();
         at_exit::keep_and_say(&written, &kept, args.all_reports);
+    }
+    if let Some(code) = args.error_exitcode {
+        let texts = reports
+            .iter()
+            .map(|r| (r, std::fs::read_to_string(&r.txt).unwrap_or_default()));
+        let failed = gate::failures(texts, args.fail_on);
+        if !failed.is_empty() {
+            for line in gate::lines(code, &failed) {
+                eprintln!("{line}");
+            }
+            // A program that died of a signal still does: that is the graver news.
+            if ended.signal.is_none() {
+                return Ok(code);
+            }
+        }
     }
     Ok(child::pass_on(status))
 }

@@ -262,7 +262,7 @@ pub fn summary(dir: &Path, reports: &[Report], dropped: &[Dropped], ended: &Ende
 }
 
 /// `process PID (COMMAND)`, or `process PID` when the command line is not known.
-fn process(pid: u32, command: Option<&str>) -> String {
+pub(super) fn process(pid: u32, command: Option<&str>) -> String {
     match command {
         Some(c) => format!("process {pid} ({c})"),
         None => format!("process {pid}"),

@@ -5,8 +5,8 @@
 //!
 //! - A process that allocated nothing (a peak of 0 bytes): no report, whichever it is. Under
 //!   sampling a peak of 0 only says no allocation was sampled, and the summary says that.
-//! - Another process than the program `run` started, with nothing definitely or possibly lost
-//!   and a peak under [`SMALL_PEAK`]: no report.
+//! - Another process than the program `run` started, with nothing definitely or possibly lost,
+//!   no double or invalid free, and a peak under [`SMALL_PEAK`]: no report.
 //! - Everything else, and every final report (asked for when `run` was stopped), is kept.
 
 /// The peak under which a process with nothing lost is not worth a report, unless it is the
@@ -43,7 +43,7 @@ pub fn verdict(text: &str, kind: &str, program: bool) -> Verdict {
         };
     }
     let nothing_lost = lost(text).is_some_and(|(definitely, possibly)| definitely + possibly == 0);
-    if !program && peak < SMALL_PEAK && nothing_lost {
+    if !program && peak < SMALL_PEAK && nothing_lost && errors(text) == 0 {
         Verdict::Small
     } else {
         Verdict::Keep
@@ -63,18 +63,44 @@ fn peak(text: &str) -> Option<u64> {
 
 /// The bytes definitely and possibly lost, from the leak check's line.
 fn lost(text: &str) -> Option<(u64, u64)> {
+    leak_check(text).map(|c| (c.definitely.0, c.possibly.0))
+}
+
+/// A report's leak check, as its first line sums it up: (bytes, blocks) of each class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeakCheck {
+    pub definitely: (u64, u64),
+    pub possibly: (u64, u64),
+}
+
+/// The leak check's line of a report (`mem-trace: leak check: definitely lost: 300 bytes in
+/// 2 blocks (direct: ...); possibly lost: 0 bytes in 0 blocks; ...`); `None` without one.
+pub fn leak_check(text: &str) -> Option<LeakCheck> {
     let line = text
         .lines()
         .find_map(|l| l.strip_prefix("mem-trace: leak check: definitely lost: "))?;
-    let definitely = line.split(' ').next()?.parse().ok()?;
-    let possibly = line
-        .split_once("possibly lost: ")?
-        .1
-        .split(' ')
-        .next()?
-        .parse()
-        .ok()?;
-    Some((definitely, possibly))
+    let possibly = line.split_once("possibly lost: ")?.1;
+    Some(LeakCheck {
+        definitely: bytes_in_blocks(line)?,
+        possibly: bytes_in_blocks(possibly)?,
+    })
+}
+
+/// `N bytes in M block(s)` at the start of `s`.
+fn bytes_in_blocks(s: &str) -> Option<(u64, u64)> {
+    let mut words = s.split(' ');
+    let bytes = words.next()?.parse().ok()?;
+    let blocks = words.nth(2)?.parse().ok()?;
+    Some((bytes, blocks))
+}
+
+/// The double and invalid frees a report counts (`mem-trace: errors: N double or invalid
+/// free(s), ...`; none without the line).
+pub fn errors(text: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("mem-trace: errors: "))
+        .and_then(|l| l.split(' ').next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -122,6 +148,21 @@ mod tests {
         assert_eq!(
             verdict("mem-trace: report 1 (at exit)\n", "at exit", false),
             Verdict::Keep
+        );
+        // A bad free keeps a report.
+        let bad_free = report(16726, 0, 0).replacen(
+            "\n",
+            "\nmem-trace: errors: 1 double or invalid free, each reported on stderr when it happened\n",
+            1,
+        );
+        assert_eq!(verdict(&bad_free, "at exit", false), Verdict::Keep);
+        assert_eq!(errors(&bad_free), 1);
+        assert_eq!(
+            leak_check(&report(16726, 8, 3)),
+            Some(LeakCheck {
+                definitely: (8, 1),
+                possibly: (3, 0)
+            })
         );
         // No leak check (MEM_TRACE_LEAKS=0 is not run's, but a report may lack it): kept.
         let no_check =

@@ -29,7 +29,8 @@
 //! - `last_thread`: the program's threads counted, so that the profiler thread leaves with
 //!   the last of them;
 //! - `signal`: the snapshot signal's handler, which only wakes that thread;
-//! - `requests`: the shared file through which `mem-trace run` asks for a final report.
+//! - `requests`: the shared file through which `mem-trace run` asks for a final report;
+//! - `gate`: `MEM_TRACE_ERROR_EXITCODE`, the exit status of a process that failed.
 //!
 //! The exit report (with the leak check) is written by the library's ELF destructor, in the
 //! thread that calls `exit`; a program that ends with `_exit` or by a signal gets none (under
@@ -41,6 +42,7 @@ pub mod counters;
 mod deferred;
 mod events;
 mod exit;
+mod gate;
 mod hold;
 pub mod last_thread;
 mod leaks;
@@ -144,6 +146,7 @@ pub(crate) fn exiting(degraded: fn() -> bool) {
     if !crate::config::LEAKS.load(Relaxed) {
         reporter::wait_no_more();
         requests::done();
+        gate::at_exit();
         return;
     }
     reporter::stop();
@@ -155,6 +158,7 @@ pub(crate) fn exiting(degraded: fn() -> bool) {
     hold::at_exit();
     // The process ended by `exit`: `mem-trace run` counts it as such.
     requests::done();
+    gate::at_exit();
 }
 
 /// The line written instead of the exit report when there is no memory for it.

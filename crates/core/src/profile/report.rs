@@ -108,6 +108,13 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
         None
     };
     let groups = leaks.as_ref().and_then(|l| group(&l.blocks));
+    if let (Kind::Exit, Some(l)) = (kind, &leaks) {
+        super::gate::leak_check(
+            (l.lost.bytes, l.lost.blocks),
+            (l.possibly.bytes, l.possibly.blocks),
+        );
+    }
+    let errors = crate::store::freed::HISTORY.errors.load(Relaxed);
 
     let (mut out, path) = match to {
         Some(out) => (out, None),
@@ -144,6 +151,14 @@ pub(crate) fn write(kind: Kind, own_sp: Option<u64>, printing: Option<&Printing>
         )?;
         if super::python::bypassed_here() {
             writeln!(out, "{}", super::python::LINE)?;
+        }
+        if errors > 0 {
+            // `mem-trace run --error-exitcode` reads this line.
+            writeln!(
+                out,
+                "mem-trace: errors: {}, each reported on stderr when it happened",
+                Counted(errors, "double or invalid free")
+            )?;
         }
         if let mean @ 1.. = crate::sample::mean() {
             // The same line the readers print: every count below is scaled from samples.
