@@ -39,6 +39,7 @@ pub mod leaks;
 pub mod memory;
 pub mod profile;
 pub mod sample;
+pub mod suppress;
 pub mod symbolize;
 pub mod target;
 pub mod text;
