@@ -165,14 +165,9 @@ pub(crate) fn take() -> bool {
 
 /// The final report is written (or the exit report): the file goes, which tells `run` so.
 pub(crate) fn done() {
-    let p = MAPPED.swap(core::ptr::null_mut(), Relaxed);
-    if p.is_null() {
+    let Some(p) = let_go() else {
         return;
-    }
-    if let Some(path) = path() {
-        // SAFETY: removes our own file by its NUL-terminated path.
-        unsafe { libc::unlink(path.as_c()) };
-    }
+    };
     // A thread asleep on the word wakes and finds MAPPED cleared; the pages stay mapped (8
     // bytes, one page) so that no sleeper or waker ever touches an unmapped word.
     // SAFETY: `p` is the mapping's first word, still mapped.
@@ -184,15 +179,22 @@ pub(crate) fn done() {
 /// wait on a process with no thread to answer; its mapping stays for [`open`] to reuse. A
 /// request that came just before is kept, and answered when the thread is back.
 pub(crate) fn pause() {
+    if let Some(p) = let_go() {
+        PAUSED.store(p, Relaxed);
+    }
+}
+
+/// The file removed and its mapping no longer listened on; the mapping, if there was one.
+fn let_go() -> Option<*mut AtomicU32> {
     let p = MAPPED.swap(core::ptr::null_mut(), Relaxed);
     if p.is_null() {
-        return;
+        return None;
     }
     if let Some(path) = path() {
         // SAFETY: removes our own file by its NUL-terminated path.
         unsafe { libc::unlink(path.as_c()) };
     }
-    PAUSED.store(p, Relaxed);
+    Some(p)
 }
 
 /// In a forked child: the inherited mapping is the parent's file; the child makes its own

@@ -126,9 +126,11 @@ fn leak_kinds(list: &str) -> Result<Vec<LeakKind>, String> {
             "none" => {}
             _ => match LeakKind::ALL.into_iter().find(|k| k.name() == word) {
                 Some(k) => kinds.push(k),
-                None => return Err(format!(
+                None => {
+                    return Err(format!(
                     "`{word}` is no leak kind (definite, indirect, possible, reachable, all, none)"
-                )),
+                ))
+                }
             },
         }
     }
