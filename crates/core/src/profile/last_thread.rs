@@ -14,10 +14,11 @@
 //! that takes the count to zero stops and joins the profiler thread, and glibc then finds no
 //! thread left and calls `exit(0)`, which writes the exit report as usual.
 //!
-//! Not counted: threads glibc makes for itself (a `SIGEV_THREAD` timer's, `aio`'s), and, in a
-//! process attached to, those from before the attach; so the count is not kept there at all.
-//! A thread of glibc's that outlives the program's last one finds the profiler thread gone:
-//! periodic reports stop, the exit report is still written.
+//! Not counted: threads glibc makes for itself (a `SIGEV_THREAD` timer's, `aio`'s), those a
+//! library's constructor made before ours ran, and, in a process attached to, those from
+//! before the attach (so the count is not kept there at all).
+//! Such a thread that outlives the counted ones finds the profiler thread gone: periodic
+//! reports stop, the exit report is still written.
 
 use crate::config;
 use core::ffi::c_void;
