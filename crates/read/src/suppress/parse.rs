@@ -3,7 +3,7 @@
 //! kept: memcheck's other kinds (`Memcheck:Addr4`, `Memcheck:Param` ...) and LSan's other
 //! types (`called_from_lib:` ...) are read, checked and left out.
 
-use super::{FramePattern, LeakKind, Rule, Suppression};
+use super::rules::{FramePattern, LeakKind, Rule, Suppression};
 use std::fmt;
 
 /// A line that is no suppression, named by file and line.
