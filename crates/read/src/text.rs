@@ -101,6 +101,19 @@ pub fn write_folded<'a>(
     frames: impl DoubleEndedIterator<Item = FoldedFrame<'a>>,
     value: u64,
 ) -> fmt::Result {
+    if !write_folded_names(out, frames)? {
+        out.write_str(NO_STACK)?;
+    }
+    writeln!(out, " {value}")
+}
+
+/// The frames' part of a folded line ([`write_folded`]): `frames` outermost first, `;`
+/// between them; whether there was any. Written once per frame, it can be reused in every
+/// line the frame is in.
+pub fn write_folded_names<'a>(
+    out: &mut impl Write,
+    frames: impl DoubleEndedIterator<Item = FoldedFrame<'a>>,
+) -> Result<bool, fmt::Error> {
     let mut any = false;
     for f in frames.rev() {
         if any {
@@ -122,10 +135,7 @@ pub fn write_folded<'a>(
             (None, None) => write!(name, "{:#x}", f.ra)?,
         }
     }
-    if !any {
-        out.write_str(NO_STACK)?;
-    }
-    writeln!(out, " {value}")
+    Ok(any)
 }
 
 /// Writes a frame name with the characters a folded line cannot carry replaced.

@@ -346,9 +346,9 @@ fn build_id(path: &Path) -> Option<String> {
 
 /// Live blocks per (stack, thread), from the live-block table and the heap's tagged blocks:
 /// every live block read, so a heap's worth of reads, unless the process has only ever had
-/// one thread, whose share of each stack is then all of its live count (a compiler's: the
-/// heap read was most of `pprof`'s time).
-pub fn thread_shares(target: &Target) -> Result<Vec<ThreadShare>> {
+/// one thread, whose share of each stack is then all of its live count in `profile` (a
+/// compiler's: the heap read was most of `pprof`'s time).
+pub fn thread_shares(target: &Target, profile: &Profile) -> Result<Vec<ThreadShare>> {
     let layout = |e: mem_trace_read::layout::Error| Error::new(format!("{}: {e}", target.name()));
     let tables = target.tables().map_err(layout)?;
     let names: HashMap<u32, (String, u32)> = tables
@@ -358,16 +358,16 @@ pub fn thread_shares(target: &Target) -> Result<Vec<ThreadShare>> {
         .map(|(i, t)| (i, (t.name, t.tid)))
         .collect();
     if let [(_, (name, tid))] = names.iter().collect::<Vec<_>>()[..] {
-        let counts = tables.stack_counts().map_err(layout)?.unwrap_or_default();
-        return Ok(counts
-            .into_iter()
-            .filter(|(_, c)| c.live_blocks > 0 || c.live_bytes > 0)
-            .map(|(stack, c)| ThreadShare {
-                stack,
+        return Ok(profile
+            .stacks
+            .iter()
+            .filter(|s| s.counts.live_blocks > 0 || s.counts.live_bytes > 0)
+            .map(|s| ThreadShare {
+                stack: s.id,
                 name: name.clone(),
                 tid: *tid,
-                blocks: non_negative(c.live_blocks),
-                bytes: non_negative(c.live_bytes),
+                blocks: non_negative(s.counts.live_blocks),
+                bytes: non_negative(s.counts.live_bytes),
             })
             .collect());
     }
@@ -409,7 +409,7 @@ pub fn encode(profile: &proto::Profile) -> Vec<u8> {
 /// The profile of `target` now, gzipped.
 pub fn of_target(target: &Target) -> Result<Vec<u8>> {
     let profile = stacks::read(target, None)?;
-    let threads = thread_shares(target)?;
+    let threads = thread_shares(target, &profile)?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));

@@ -255,8 +255,8 @@ pub fn pushes(args: &PushArgs, control: &Control, first: Duration) -> Result<(u6
             Err(_) if (made > 0 || stop.load(Ordering::Relaxed)) && gone(args) => break,
             Err(e) => return Err(e),
         };
+        let threads = pprof::thread_shares(&target, &profile).unwrap_or_default();
         let totals = deltas(&mut profile, &base);
-        let threads = pprof::thread_shares(&target).unwrap_or_default();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
