@@ -113,7 +113,9 @@ pub(crate) fn forked() {
 /// Before a fork: the profiler thread is joined if the program is a CPython with no other
 /// thread (`reporter::before_fork`).
 pub(crate) fn before_fork() {
-    reporter::before_fork();
+    if python::is_cpython() && last_thread::alone() {
+        reporter::before_fork();
+    }
 }
 
 /// In the parent, after a fork: when the profiler thread was joined for it, it is made again

@@ -281,10 +281,10 @@ pub(crate) fn last_thread_leaves() {
     }
 }
 
-/// In the fork's prepare handler: the thread is joined if the program is a CPython with no
-/// other thread and the thread writes no report (module doc).
+/// In the fork's prepare handler of a CPython with no other thread: the thread is joined
+/// unless it writes a report (module doc).
 pub(crate) fn before_fork() {
-    if !super::python::is_cpython() || !super::last_thread::alone() || WRITING.load(Acquire) {
+    if WRITING.load(Acquire) {
         return;
     }
     let mut thread = THREAD.lock();
