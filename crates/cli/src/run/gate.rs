@@ -6,6 +6,7 @@
 //! leak check's line, and the count of bad frees (`mem-trace: errors: ...`).
 
 use super::outputs::{process, Report};
+use super::stop::plural;
 use super::worth;
 use crate::cli::FailOn;
 
@@ -54,21 +55,22 @@ pub fn failures<'a>(
 pub fn lines(code: u8, failures: &[Failure]) -> Vec<String> {
     let mut lines = vec![format!(
         "mem-trace: run: exit status {code} (--error-exitcode): {} failed",
-        match failures.len() {
-            1 => "1 process".to_string(),
-            n => format!("{n} processes"),
-        }
+        plural(failures.len(), "process", "processes")
     )];
     for f in failures {
         let mut why = Vec::new();
         if f.errors > 0 {
-            let s = if f.errors == 1 { "" } else { "s" };
-            why.push(format!("{} double or invalid free{s}", f.errors));
+            let errors = f.errors as usize;
+            why.push(plural(
+                errors,
+                "double or invalid free",
+                "double or invalid frees",
+            ));
         }
         for (what, found) in [("definitely", f.definitely), ("possibly", f.possibly)] {
             if let Some((bytes, blocks)) = found {
-                let s = if blocks == 1 { "" } else { "s" };
-                why.push(format!("{bytes} bytes {what} lost in {blocks} block{s}"));
+                let blocks = plural(blocks as usize, "block", "blocks");
+                why.push(format!("{bytes} bytes {what} lost in {blocks}"));
             }
         }
         lines.push(format!(

@@ -129,7 +129,8 @@ pub fn watch(pid: u32, dir: PathBuf) {
     });
 }
 
-fn plural(n: usize, one: &str, many: &str) -> String {
+/// `1 ONE`, `N MANY`.
+pub(super) fn plural(n: usize, one: &str, many: &str) -> String {
     match n {
         1 => format!("1 {one}"),
         n => format!("{n} {many}"),
